@@ -1,0 +1,34 @@
+import { parseArgs, type ParseArgsConfig } from "node:util";
+
+/** A mistake in the command line: printed with the usage, exit code 2. */
+export class UsageError extends Error {
+  override name = "UsageError";
+}
+
+export const usageText = `Usage: sluice <command>
+
+  serve                                   start the server (the default)
+  org create NAME [--plan PLAN] [--status active|waitlist|suspended]
+  org update NAME [--plan PLAN] [--status active|waitlist|suspended]
+  org list
+  key create --org NAME [--name LABEL] [--expires-in 90s|30m|12h|30d]
+  key list --org NAME
+  key revoke KEY_ID
+
+Environment: SLUICE_DB (data/sluice.db), SLUICE_CONFIG (data/sluice.toml), SLUICE_HOST (127.0.0.1), SLUICE_PORT (8080)`;
+
+type Options = NonNullable<ParseArgsConfig["options"]>;
+
+/** node:util parseArgs in strict mode, with its errors turned into UsageError. */
+export function parseCommand<T extends Options>(args: string[], options: T, positionals: number) {
+  let parsed;
+  try {
+    parsed = parseArgs({ args, options, strict: true, allowPositionals: true });
+  } catch (error) {
+    throw new UsageError((error as Error).message);
+  }
+  if (parsed.positionals.length !== positionals) {
+    throw new UsageError(`expected ${positionals} argument${positionals === 1 ? "" : "s"}, got ${parsed.positionals.length}`);
+  }
+  return parsed;
+}

@@ -1,0 +1,22 @@
+import type { ConfigFile } from "./schema";
+
+/** What applies when no config file exists: the built-in demo model and a default plan that includes it. */
+export const defaultConfigFile: ConfigFile = {
+  models: [
+    {
+      id: "sluice-demo",
+      backend: "demo",
+      owned_by: "sluice",
+      context_window: 32768,
+      max_output_tokens: 8192,
+    },
+  ],
+  plans: [{ id: "default", models: ["*"] }],
+};
+
+export const modelDefaults = {
+  contextWindow: 32768,
+  maxOutputTokens: 16384,
+  timeoutMs: 600_000,
+  streamDelayMs: 15,
+} as const;

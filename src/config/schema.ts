@@ -1,0 +1,67 @@
+import { Type, type Static } from "@sinclair/typebox";
+
+const strict = { additionalProperties: false } as const;
+
+export const ModelConfigSchema = Type.Object(
+  {
+    id: Type.String({ minLength: 1, description: "What clients send as `model`" }),
+    backend: Type.Union([Type.Literal("openai"), Type.Literal("demo")]),
+    base_url: Type.Optional(Type.String({ minLength: 1 })),
+    upstream_model: Type.Optional(Type.String({ minLength: 1 })),
+    api_key_env: Type.Optional(Type.String({ minLength: 1 })),
+    owned_by: Type.Optional(Type.String()),
+    context_window: Type.Optional(Type.Integer({ minimum: 1 })),
+    max_output_tokens: Type.Optional(Type.Integer({ minimum: 1 })),
+    enabled: Type.Optional(Type.Boolean()),
+    timeout_ms: Type.Optional(Type.Integer({ minimum: 1 })),
+    /** Demo backend only: pause between streamed tokens. */
+    stream_delay_ms: Type.Optional(Type.Integer({ minimum: 0 })),
+  },
+  strict,
+);
+
+export const PlanConfigSchema = Type.Object(
+  {
+    id: Type.String({ minLength: 1 }),
+    models: Type.Array(Type.String({ minLength: 1 })),
+  },
+  strict,
+);
+
+export const ConfigFileSchema = Type.Object(
+  {
+    models: Type.Optional(Type.Array(ModelConfigSchema)),
+    plans: Type.Optional(Type.Array(PlanConfigSchema)),
+  },
+  strict,
+);
+
+export type ModelConfigInput = Static<typeof ModelConfigSchema>;
+export type PlanConfigInput = Static<typeof PlanConfigSchema>;
+export type ConfigFile = Static<typeof ConfigFileSchema>;
+
+/** A model with every default filled in. */
+export interface ModelConfig {
+  id: string;
+  backend: "openai" | "demo";
+  baseUrl: string | undefined;
+  upstreamModel: string;
+  apiKeyEnv: string | undefined;
+  ownedBy: string;
+  contextWindow: number;
+  maxOutputTokens: number;
+  enabled: boolean;
+  timeoutMs: number;
+  streamDelayMs: number;
+}
+
+export interface PlanConfig {
+  id: string;
+  /** Model ids, or "*" for all. */
+  models: string[];
+}
+
+export interface Config {
+  models: ModelConfig[];
+  plans: PlanConfig[];
+}

@@ -1,0 +1,42 @@
+import { Database } from "bun:sqlite";
+import { mkdirSync } from "node:fs";
+import { dirname } from "node:path";
+import { drizzle, type BunSQLiteDatabase } from "drizzle-orm/bun-sqlite";
+import { migrate } from "./migrate";
+import * as schema from "./schema";
+
+export type Drizzle = BunSQLiteDatabase<typeof schema>;
+
+export interface DatabaseHandle {
+  sqlite: Database;
+  db: Drizzle;
+  /** True when another connection (the CLI, another process) wrote since the last call. */
+  changedElsewhere(): boolean;
+  close(): void;
+}
+
+/** Opens (creating if needed) the SQLite file, sets WAL and the pragmas, and applies pending migrations. */
+export function openDatabase(path = process.env.SLUICE_DB ?? "data/sluice.db"): DatabaseHandle {
+  if (path !== ":memory:") mkdirSync(dirname(path), { recursive: true });
+  const sqlite = new Database(path, { create: true, strict: true });
+  sqlite.run("PRAGMA journal_mode = WAL");
+  sqlite.run("PRAGMA synchronous = NORMAL");
+  sqlite.run("PRAGMA busy_timeout = 5000");
+  sqlite.run("PRAGMA foreign_keys = ON");
+  migrate(sqlite);
+  const dataVersion = sqlite.query<{ data_version: number }, []>("PRAGMA data_version");
+  let lastVersion = dataVersion.get()?.data_version ?? 0;
+  return {
+    sqlite,
+    db: drizzle(sqlite, { schema }),
+    changedElsewhere() {
+      const version = dataVersion.get()?.data_version ?? 0;
+      if (version === lastVersion) return false;
+      lastVersion = version;
+      return true;
+    },
+    close() {
+      sqlite.close();
+    },
+  };
+}

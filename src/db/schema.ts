@@ -1,0 +1,53 @@
+import { index, integer, sqliteTable, text } from "drizzle-orm/sqlite-core";
+
+/** Times are integer milliseconds since the epoch (UTC). */
+export const organizations = sqliteTable("organizations", {
+  id: text("id").primaryKey(),
+  name: text("name").notNull().unique(),
+  plan: text("plan").notNull(),
+  status: text("status", { enum: ["active", "waitlist", "suspended"] }).notNull(),
+  createdAt: integer("created_at").notNull(),
+});
+
+export const apiKeys = sqliteTable(
+  "api_keys",
+  {
+    id: text("id").primaryKey(),
+    organizationId: text("organization_id")
+      .notNull()
+      .references(() => organizations.id),
+    name: text("name").notNull(),
+    /** The first characters of the key, shown so people can tell their keys apart. */
+    prefix: text("prefix").notNull(),
+    /** SHA-256 of the whole key, hex. The key itself is never stored. */
+    hash: text("hash").notNull().unique(),
+    createdAt: integer("created_at").notNull(),
+    lastUsedAt: integer("last_used_at"),
+    expiresAt: integer("expires_at"),
+    revokedAt: integer("revoked_at"),
+  },
+  (table) => [index("api_keys_organization_idx").on(table.organizationId)],
+);
+
+/** One row per request that reached an upstream (or the demo backend). */
+export const usageLedger = sqliteTable(
+  "usage_ledger",
+  {
+    /** The same text as the response's `x-request-id` header. */
+    requestId: text("request_id").primaryKey(),
+    organizationId: text("organization_id").notNull(),
+    keyId: text("key_id").notNull(),
+    model: text("model").notNull(),
+    promptTokens: integer("prompt_tokens").notNull(),
+    completionTokens: integer("completion_tokens").notNull(),
+    reasoningTokens: integer("reasoning_tokens").notNull(),
+    /** completed | client_disconnected | upstream_error | upstream_timeout | content_filter | shutdown */
+    outcome: text("outcome").notNull(),
+    errorCode: text("error_code"),
+    /** Whether the tokens came from the upstream's usage or from Sluice's own count. */
+    usageSource: text("usage_source").notNull(),
+    startedAt: integer("started_at").notNull(),
+    endedAt: integer("ended_at").notNull(),
+  },
+  (table) => [index("usage_ledger_organization_time_idx").on(table.organizationId, table.endedAt)],
+);

@@ -1,0 +1,133 @@
+/**
+ * The one error hierarchy of Sluice. Every failure a caller can see is a SluiceError; the HTTP layer maps it
+ * to the OpenAI error body in one place (src/http/error-response.ts).
+ */
+
+export type ErrorCode =
+  | "invalid_request"
+  | "missing_api_key"
+  | "invalid_api_key"
+  | "organization_inactive"
+  | "model_not_found"
+  | "rate_limit_exceeded"
+  | "insufficient_quota"
+  | "upstream_error"
+  | "server_overloaded"
+  | "model_unavailable"
+  | "safety_unavailable"
+  | "request_too_large"
+  | "not_found"
+  | "internal_error";
+
+const statusByCode: Record<ErrorCode, number> = {
+  invalid_request: 400,
+  missing_api_key: 401,
+  invalid_api_key: 401,
+  organization_inactive: 403,
+  model_not_found: 404,
+  not_found: 404,
+  request_too_large: 413,
+  rate_limit_exceeded: 429,
+  insufficient_quota: 429,
+  upstream_error: 502,
+  server_overloaded: 503,
+  model_unavailable: 503,
+  safety_unavailable: 503,
+  internal_error: 500,
+};
+
+/** OpenAI's `error.type` for each code; the spec fixes only `rate_limit_error`, the rest follow OpenAI. */
+const typeByCode: Record<ErrorCode, string> = {
+  invalid_request: "invalid_request_error",
+  missing_api_key: "invalid_request_error",
+  invalid_api_key: "invalid_request_error",
+  organization_inactive: "permission_error",
+  model_not_found: "invalid_request_error",
+  not_found: "invalid_request_error",
+  request_too_large: "invalid_request_error",
+  rate_limit_exceeded: "rate_limit_error",
+  insufficient_quota: "insufficient_quota",
+  upstream_error: "api_error",
+  server_overloaded: "server_error",
+  model_unavailable: "server_error",
+  safety_unavailable: "server_error",
+  internal_error: "server_error",
+};
+
+export interface SluiceErrorOptions {
+  param?: string | null;
+  /** Seconds; required for every 429 and 503 (spec section 7, retry rule 1). */
+  retryAfterSeconds?: number;
+  /** When false, `x-should-retry: false` tells OpenAI SDKs not to retry (quota exhaustion). */
+  shouldRetry?: boolean;
+  cause?: unknown;
+}
+
+export class SluiceError extends Error {
+  readonly code: ErrorCode;
+  readonly status: number;
+  readonly type: string;
+  readonly param: string | null;
+  readonly retryAfterSeconds: number | undefined;
+  readonly shouldRetry: boolean | undefined;
+
+  constructor(code: ErrorCode, message: string, options: SluiceErrorOptions = {}) {
+    super(message, { cause: options.cause });
+    this.name = "SluiceError";
+    this.code = code;
+    this.status = statusByCode[code];
+    this.type = typeByCode[code];
+    this.param = options.param ?? null;
+    this.shouldRetry = options.shouldRetry;
+    const needsRetryAfter = this.status === 429 || this.status === 503;
+    this.retryAfterSeconds = options.retryAfterSeconds ?? (needsRetryAfter ? 1 : undefined);
+  }
+
+  /** The OpenAI error body: `{"error": {"message", "type", "param", "code"}}`. */
+  toBody(): { error: { message: string; type: string; param: string | null; code: ErrorCode } } {
+    return { error: { message: this.message, type: this.type, param: this.param, code: this.code } };
+  }
+
+  /** The headers this error adds to its response. */
+  headers(): Record<string, string> {
+    const headers: Record<string, string> = {};
+    if (this.retryAfterSeconds !== undefined) headers["retry-after"] = String(Math.max(0, Math.ceil(this.retryAfterSeconds)));
+    if (this.shouldRetry === false) headers["x-should-retry"] = "false";
+    return headers;
+  }
+}
+
+/** 400 invalid_request with the offending parameter named as OpenAI writes it. */
+export function invalidRequest(message: string, param: string | null = null): SluiceError {
+  return new SluiceError("invalid_request", message, { param });
+}
+
+/**
+ * A failure of an upstream model server. `isRetryable` says whether trying again (here or on another upstream)
+ * can help, as vercel/ai's APICallError does.
+ */
+export class UpstreamError extends SluiceError {
+  readonly isRetryable: boolean;
+  readonly upstreamStatus: number | undefined;
+  /** False when no connection was made, so the upstream did no work and the ledger gets no row. */
+  readonly reachedUpstream: boolean;
+
+  constructor(
+    message: string,
+    options: {
+      isRetryable: boolean;
+      upstreamStatus?: number;
+      code?: ErrorCode;
+      param?: string | null;
+      retryAfterSeconds?: number;
+      reachedUpstream?: boolean;
+      cause?: unknown;
+    },
+  ) {
+    super(options.code ?? "upstream_error", message, options);
+    this.name = "UpstreamError";
+    this.isRetryable = options.isRetryable;
+    this.upstreamStatus = options.upstreamStatus;
+    this.reachedUpstream = options.reachedUpstream ?? true;
+  }
+}

@@ -1,0 +1,25 @@
+import { SluiceError } from "../errors";
+
+/** Turns anything thrown while handling a request into a SluiceError; the one place errors are mapped. */
+export function toSluiceError(error: unknown, elysiaCode: string | number, method: string, path: string): SluiceError {
+  if (error instanceof SluiceError) return error;
+  switch (elysiaCode) {
+    case "NOT_FOUND":
+      return new SluiceError("not_found", `Unknown route: ${method} ${path}.`);
+    case "PARSE":
+      return new SluiceError("invalid_request", "We could not parse the JSON body of your request.");
+    case "VALIDATION":
+      return new SluiceError("invalid_request", "The request is not valid.");
+    default:
+      // Never show internals; the request id lets an operator find the cause in the logs.
+      return new SluiceError("internal_error", "The server had an error while processing your request.", { cause: error });
+  }
+}
+
+/** The OpenAI error body as a Response, with x-request-id and the error's retry headers. */
+export function errorResponse(error: SluiceError, requestId: string): Response {
+  return new Response(JSON.stringify(error.toBody()), {
+    status: error.status,
+    headers: { "content-type": "application/json", "x-request-id": requestId, ...error.headers() },
+  });
+}

@@ -1,0 +1,53 @@
+import { Elysia } from "elysia";
+import { SluiceError, invalidRequest } from "../../errors";
+import { sseResponse } from "../../http/sse-response";
+import { authPlugin } from "../auth/index";
+import type { AuthService } from "../auth/service";
+import { validateChatRequest } from "./model";
+import type { ChatService } from "./service";
+
+export interface ChatRouteOptions {
+  maxBodyBytes: number;
+}
+
+async function readJson(request: Request, maxBodyBytes: number): Promise<unknown> {
+  const contentType = request.headers.get("content-type") ?? "";
+  if (!/^application\/([\w.+-]+\+)?json\b/i.test(contentType)) {
+    throw invalidRequest(`The Content-Type must be application/json, but got '${contentType || "(none)"}'.`);
+  }
+  const declared = Number(request.headers.get("content-length") ?? 0);
+  const tooLarge = () => new SluiceError("request_too_large", `The request body is larger than the limit of ${maxBodyBytes} bytes.`);
+  if (declared > maxBodyBytes) throw tooLarge();
+  const text = await request.text();
+  if (text.length > maxBodyBytes) throw tooLarge();
+  try {
+    return JSON.parse(text);
+  } catch {
+    throw invalidRequest("We could not parse the JSON body of your request. (The body must be valid JSON.)");
+  }
+}
+
+/** POST /v1/chat/completions. */
+export const chatRoutes = (chat: ChatService, auth: AuthService, options: ChatRouteOptions) =>
+  new Elysia({ name: "chat" })
+    .use(authPlugin(auth))
+    .post(
+      "/v1/chat/completions",
+      async ({ caller, request, set, server }) => {
+        const body = validateChatRequest(await readJson(request, options.maxBodyBytes));
+        if (body instanceof SluiceError) throw body;
+        // Reasoning models may think for minutes before the first byte; the idle timeout must not cut them off.
+        server?.timeout(request, 0);
+        const requestId = set.headers["x-request-id"] as string;
+        const upstreamAbort = new AbortController();
+        const onClientGone = () => upstreamAbort.abort();
+        request.signal.addEventListener("abort", onClientGone, { once: true });
+        const result = await chat.create(body, { caller, requestId, signal: upstreamAbort.signal });
+        if (result.kind === "whole") {
+          request.signal.removeEventListener("abort", onClientGone);
+          return result.body;
+        }
+        return sseResponse(result.chunks, onClientGone, { "x-request-id": requestId });
+      },
+      { parse: "none" },
+    );

@@ -1,0 +1,83 @@
+import type { ModelConfig } from "../../config/schema";
+import { invalidRequest } from "../../errors";
+import { chatTokensUpperBound, countChatTokens, loadTokenizer, type CountableMessage } from "../../tokens/count";
+import { textOfContent } from "../../tokens/text";
+import type { ModelEntry } from "../models/registry";
+import { forwardedFields, type ChatRequest } from "./model";
+
+/** The spec's default output limit (section 8). */
+export const defaultMaxTokens = 8192;
+
+/** A validated request, checked against its model and ready to send upstream. */
+export interface PreparedRequest {
+  entry: ModelEntry;
+  /** The model id the caller used; answers carry it, not the upstream's name. */
+  modelId: string;
+  stream: boolean;
+  includeUsage: boolean;
+  messages: CountableMessage[];
+  /** Exact prompt tokens when the context check needed them; counted later otherwise. */
+  promptTokens: number | undefined;
+  maxTokens: number;
+  upstreamBody: Record<string, unknown>;
+}
+
+function contextTooLong(model: ModelConfig, promptTokens: number, completionTokens: number) {
+  return invalidRequest(
+    `This model's maximum context length is ${model.contextWindow} tokens. However, you requested ` +
+      `${promptTokens + completionTokens} tokens (${promptTokens} in the messages, ${completionTokens} in the completion). ` +
+      "Please reduce the length of the messages or completion.",
+    "messages",
+  );
+}
+
+/**
+ * Checks the output limit and the context window, and builds the upstream body. Tokenizes the prompt only
+ * when a cheap upper bound (its UTF-8 bytes) does not already prove that it fits.
+ */
+export async function prepareRequest(request: ChatRequest, entry: ModelEntry): Promise<PreparedRequest> {
+  const model = entry.config;
+  if (request.n !== undefined && request.n !== 1) throw invalidRequest("Only n = 1 is supported.", "n");
+  if (request.max_tokens !== undefined && request.max_completion_tokens !== undefined && request.max_tokens !== request.max_completion_tokens) {
+    throw invalidRequest("max_tokens and max_completion_tokens mean the same; send one, or the same value in both.", "max_completion_tokens");
+  }
+  const limitName = request.max_completion_tokens !== undefined ? "max_completion_tokens" : "max_tokens";
+  const requested = request.max_completion_tokens ?? request.max_tokens;
+  if (requested !== undefined && requested > model.maxOutputTokens) {
+    throw invalidRequest(
+      `${limitName} is too large: ${requested}. This model supports at most ${model.maxOutputTokens} completion tokens.`,
+      limitName,
+    );
+  }
+  const messages = request.messages.map((message) => ({ role: message.role, text: textOfContent(message.content) }));
+  const wanted = requested ?? Math.min(defaultMaxTokens, model.maxOutputTokens);
+  let promptTokens: number | undefined;
+  let maxTokens = wanted;
+  if (chatTokensUpperBound(messages) + wanted > model.contextWindow) {
+    await loadTokenizer();
+    promptTokens = countChatTokens(messages);
+    if (promptTokens >= model.contextWindow) throw contextTooLong(model, promptTokens, requested ?? 0);
+    if (requested !== undefined && promptTokens + requested > model.contextWindow) throw contextTooLong(model, promptTokens, requested);
+    maxTokens = Math.min(wanted, model.contextWindow - promptTokens);
+  }
+  const stream = request.stream === true;
+  const upstreamBody: Record<string, unknown> = { model: model.upstreamModel, messages: request.messages, [limitName]: maxTokens };
+  if (stream) {
+    upstreamBody.stream = true;
+    upstreamBody.stream_options = { include_usage: true };
+  }
+  if (request.temperature !== undefined) upstreamBody.temperature = request.temperature;
+  if (request.top_p !== undefined) upstreamBody.top_p = request.top_p;
+  const raw = request as Record<string, unknown>;
+  for (const field of forwardedFields) if (raw[field] !== undefined) upstreamBody[field] = raw[field];
+  return {
+    entry,
+    modelId: request.model,
+    stream,
+    includeUsage: request.stream_options?.include_usage === true,
+    messages,
+    promptTokens,
+    maxTokens,
+    upstreamBody,
+  };
+}

@@ -1,0 +1,25 @@
+import { timingSafeEqual } from "node:crypto";
+
+export const keyPrefix = "sk-sluice-";
+/** How many leading characters of a key are stored and shown to tell keys apart. */
+const shownLength = keyPrefix.length + 4;
+
+/** A new key: the prefix and 256 random bits in base64url. */
+export function generateKeySecret(): string {
+  return keyPrefix + Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString("base64url");
+}
+
+/** SHA-256 of the key, hex: the only form in which a key is stored. */
+export function hashKeySecret(secret: string): string {
+  return new Bun.CryptoHasher("sha256").update(secret).digest("hex");
+}
+
+export function shownPrefix(secret: string): string {
+  return secret.slice(0, shownLength);
+}
+
+/** Constant-time comparison of two hex hashes of equal length. */
+export function hashesEqual(left: string, right: string): boolean {
+  if (left.length !== right.length) return false;
+  return timingSafeEqual(Buffer.from(left), Buffer.from(right));
+}

@@ -1,0 +1,19 @@
+import { Elysia } from "elysia";
+import type { ModelConfig } from "../../config/schema";
+import { authPlugin } from "../auth/index";
+import type { AuthService } from "../auth/service";
+import type { ModelRegistry } from "./registry";
+
+function modelBody(model: ModelConfig, created: number) {
+  return { id: model.id, object: "model" as const, created, owned_by: model.ownedBy };
+}
+
+/** GET /v1/models and GET /v1/models/{model}: the caller's plan's enabled models. */
+export const modelRoutes = (registry: ModelRegistry, auth: AuthService) =>
+  new Elysia({ name: "models" })
+    .use(authPlugin(auth))
+    .get("/v1/models", ({ caller }) => ({
+      object: "list" as const,
+      data: registry.listFor(caller.plan).map((model) => modelBody(model, registry.created)),
+    }))
+    .get("/v1/models/*", ({ caller, params }) => modelBody(registry.visible(caller.plan, decodeURIComponent(params["*"])), registry.created));

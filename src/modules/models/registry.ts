@@ -1,0 +1,62 @@
+import type { Config, ModelConfig, PlanConfig } from "../../config/schema";
+import { SluiceError } from "../../errors";
+import { DemoBackend } from "../../upstream/demo-backend";
+import { OpenAIBackend } from "../../upstream/openai-backend";
+import type { Backend } from "../../upstream/types";
+
+export interface ModelEntry {
+  config: ModelConfig;
+  backend: Backend;
+}
+
+/** The configured models with their backends, and which of them a plan may use. */
+export class ModelRegistry {
+  private readonly entries = new Map<string, ModelEntry>();
+  /** The `created` time of every model: when this configuration was loaded. */
+  readonly created = Math.floor(Date.now() / 1000);
+
+  constructor(config: Config, environment: Record<string, string | undefined> = process.env) {
+    const demo = new DemoBackend();
+    for (const model of config.models) {
+      const backend =
+        model.backend === "demo"
+          ? demo
+          : new OpenAIBackend(model.id, model.baseUrl as string, model.apiKeyEnv ? environment[model.apiKeyEnv] : undefined);
+      this.entries.set(model.id, { config: model, backend });
+    }
+  }
+
+  /** The enabled models of a plan, in configuration order. */
+  listFor(plan: PlanConfig): ModelConfig[] {
+    return [...this.entries.values()].map((entry) => entry.config).filter((model) => model.enabled && this.inPlan(plan, model.id));
+  }
+
+  /** A model the plan may see; 404 model_not_found otherwise (also for disabled models, which are not listed). */
+  visible(plan: PlanConfig, modelId: string): ModelConfig {
+    const entry = this.entries.get(modelId);
+    if (!entry || !entry.config.enabled || !this.inPlan(plan, modelId)) throw modelNotFound(modelId);
+    return entry.config;
+  }
+
+  /** A model the plan may call: 404 model_not_found if unknown or outside the plan, 503 model_unavailable if disabled. */
+  callable(plan: PlanConfig, modelId: string): ModelEntry {
+    const entry = this.entries.get(modelId);
+    if (!entry || !this.inPlan(plan, modelId)) throw modelNotFound(modelId);
+    if (!entry.config.enabled) {
+      throw new SluiceError("model_unavailable", `The model '${modelId}' is temporarily unavailable.`, { retryAfterSeconds: 60 });
+    }
+    return entry;
+  }
+
+  all(): ModelConfig[] {
+    return [...this.entries.values()].map((entry) => entry.config);
+  }
+
+  private inPlan(plan: PlanConfig, modelId: string): boolean {
+    return plan.models.includes("*") || plan.models.includes(modelId);
+  }
+}
+
+function modelNotFound(modelId: string): SluiceError {
+  return new SluiceError("model_not_found", `The model '${modelId}' does not exist or you do not have access to it.`, { param: "model" });
+}

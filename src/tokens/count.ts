@@ -1,0 +1,44 @@
+// Token counts for context checks and for upstreams that report no usage. The tokenizer is OpenAI's o200k_base
+// (gpt-tokenizer); it takes ~300 ms to load, so it is loaded in the background at start-up, not on import.
+type Tokenizer = typeof import("gpt-tokenizer/encoding/o200k_base");
+
+let tokenizer: Tokenizer | undefined;
+let loading: Promise<Tokenizer> | undefined;
+
+/** Starts loading the tokenizer (once) and resolves when it is ready. */
+export function loadTokenizer(): Promise<Tokenizer> {
+  loading ??= import("gpt-tokenizer/encoding/o200k_base").then((module) => (tokenizer = module));
+  return loading;
+}
+
+/** Tokens in a text; the tokenizer must be loaded (await loadTokenizer() first). */
+export function countTextTokens(text: string): number {
+  if (!tokenizer) throw new Error("tokenizer not loaded");
+  return text.length === 0 ? 0 : tokenizer.countTokens(text);
+}
+
+export interface CountableMessage {
+  role: string;
+  text: string;
+}
+
+/** Per-message framing as in OpenAI's chat format: `<|start|>role<|message|>…<|end|>`, and the reply's primer. */
+const tokensPerMessage = 3;
+const replyPrimer = 3;
+
+/** Tokens of a conversation in the chat format. */
+export function countChatTokens(messages: CountableMessage[]): number {
+  let total = replyPrimer;
+  for (const message of messages) total += tokensPerMessage + countTextTokens(message.role) + countTextTokens(message.text);
+  return total;
+}
+
+/**
+ * An upper bound on countChatTokens without tokenizing: a byte-level BPE token is at least one byte, so a
+ * text never has more tokens than UTF-8 bytes.
+ */
+export function chatTokensUpperBound(messages: CountableMessage[]): number {
+  let total = replyPrimer;
+  for (const message of messages) total += tokensPerMessage + Buffer.byteLength(message.role) + Buffer.byteLength(message.text);
+  return total;
+}

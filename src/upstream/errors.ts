@@ -1,0 +1,65 @@
+import { UpstreamError } from "../errors";
+
+/** The caller went away; nobody is left to answer, but the work done so far is still accounted. */
+export class ClientGoneError extends Error {
+  override name = "ClientGoneError";
+}
+
+const contextLengthPattern = /context length|context window|maximum context|too many tokens|prompt is too long|exceeds? the (?:model'?s? )?(?:max|context)/i;
+
+function messageOf(body: string): string {
+  try {
+    const parsed = JSON.parse(body) as { error?: { message?: unknown } | string; message?: unknown; detail?: unknown };
+    if (typeof parsed.error === "string") return parsed.error;
+    if (typeof parsed.error?.message === "string") return parsed.error.message;
+    if (typeof parsed.message === "string") return parsed.message;
+    if (typeof parsed.detail === "string") return parsed.detail;
+  } catch {
+    // not JSON: fall through to the raw text
+  }
+  return body.slice(0, 500);
+}
+
+/** Maps an upstream's non-200 answer to the error the caller sees. */
+export function errorFromStatus(modelId: string, status: number, body: string, retryAfterHeader: string | null): UpstreamError {
+  const upstreamMessage = messageOf(body);
+  if (status === 400 || status === 413 || status === 422) {
+    const isContext = contextLengthPattern.test(upstreamMessage);
+    return new UpstreamError(
+      isContext ? `This model's context is too long for the request: ${upstreamMessage}` : `The model rejected the request: ${upstreamMessage}`,
+      { isRetryable: false, upstreamStatus: status, code: "invalid_request", param: isContext ? "messages" : null },
+    );
+  }
+  if (status === 429 || status === 503) {
+    const retryAfter = Number(retryAfterHeader);
+    return new UpstreamError(`Model ${modelId} is temporarily unavailable (upstream HTTP ${status}).`, {
+      isRetryable: true,
+      upstreamStatus: status,
+      code: "model_unavailable",
+      retryAfterSeconds: Number.isFinite(retryAfter) && retryAfter > 0 ? retryAfter : 1,
+    });
+  }
+  return new UpstreamError(`The upstream for model ${modelId} failed (HTTP ${status}).`, {
+    isRetryable: status >= 500,
+    upstreamStatus: status,
+  });
+}
+
+function isConnectionFailure(error: unknown): boolean {
+  const code = (error as { code?: unknown })?.code;
+  return code === "ECONNREFUSED" || code === "ConnectionRefused" || code === "ENOTFOUND" || code === "FailedToOpenSocket" || code === "EHOSTUNREACH";
+}
+
+/** Maps a thrown fetch failure: the client's abort, our timeout, or a connection failure. */
+export function errorFromFailure(modelId: string, error: unknown, clientSignal: AbortSignal, timedOut: boolean, timeoutMs: number): Error {
+  if (timedOut) {
+    return new UpstreamError(`The upstream for model ${modelId} did not answer within ${timeoutMs} ms.`, { isRetryable: true, cause: error });
+  }
+  if (clientSignal.aborted) return new ClientGoneError("client disconnected", { cause: error });
+  if (error instanceof UpstreamError) return error;
+  return new UpstreamError(`Could not reach the upstream for model ${modelId}: ${(error as Error)?.message ?? String(error)}`, {
+    isRetryable: true,
+    reachedUpstream: !isConnectionFailure(error),
+    cause: error,
+  });
+}

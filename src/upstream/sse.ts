@@ -1,0 +1,27 @@
+import { createParser, type EventSourceMessage } from "eventsource-parser";
+
+/** Reads a server-sent event stream and yields each event's data; the one SSE decoder of Sluice. */
+export async function* readServerSentEvents(body: ReadableStream<Uint8Array>): AsyncGenerator<string> {
+  const pending: EventSourceMessage[] = [];
+  const parser = createParser({ onEvent: (event) => pending.push(event) });
+  const decoder = new TextDecoder();
+  for await (const bytes of body) {
+    parser.feed(decoder.decode(bytes, { stream: true }));
+    while (pending.length > 0) yield (pending.shift() as EventSourceMessage).data;
+  }
+  parser.feed(decoder.decode());
+  while (pending.length > 0) yield (pending.shift() as EventSourceMessage).data;
+}
+
+const encoder = new TextEncoder();
+const doneFrame = encoder.encode("data: [DONE]\n\n");
+
+/** Encodes one JSON payload as an SSE `data:` event; the one SSE encoder of Sluice. */
+export function encodeServerSentEvent(payload: unknown): Uint8Array {
+  return encoder.encode(`data: ${JSON.stringify(payload)}\n\n`);
+}
+
+/** The stream's terminator, as OpenAI sends it. */
+export function encodeDone(): Uint8Array {
+  return doneFrame;
+}

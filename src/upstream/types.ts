@@ -1,0 +1,38 @@
+import type { ModelConfig } from "../config/schema";
+
+/** Token usage as OpenAI reports it, reasoning included in completion tokens. */
+export interface Usage {
+  promptTokens: number;
+  completionTokens: number;
+  reasoningTokens: number;
+}
+
+export type ToolCallDelta = Record<string, unknown>;
+
+/** One step of a streamed answer, whatever backend produced it. */
+export type CompletionEvent =
+  | { type: "delta"; content?: string; reasoning?: string; toolCalls?: ToolCallDelta[] }
+  | { type: "finish"; reason: string }
+  | { type: "usage"; usage: Usage };
+
+/** A whole answer. */
+export interface Completion {
+  content: string | null;
+  reasoning: string | null;
+  toolCalls: ToolCallDelta[] | null;
+  finishReason: string;
+  usage: Usage | undefined;
+}
+
+/** What Sluice sends to a backend: an OpenAI request body with the upstream's model name and max_tokens set. */
+export interface BackendRequest {
+  model: ModelConfig;
+  body: Record<string, unknown>;
+  signal: AbortSignal;
+}
+
+/** An OpenAI-compatible model server, or the built-in demo. Failures are thrown as UpstreamError. */
+export interface Backend {
+  complete(request: BackendRequest): Promise<Completion>;
+  stream(request: BackendRequest): AsyncGenerator<CompletionEvent>;
+}
