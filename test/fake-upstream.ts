@@ -1,0 +1,209 @@
+// A fake OpenAI-compatible model server for tests. Its behaviour is chosen by the `model` it is asked for, so
+// one server plays every upstream a test needs. It counts what it sees: requests, in-flight, aborts.
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+
+const fixtures = join(import.meta.dir, "fixtures");
+const fixture = (name: string) => readFileSync(join(fixtures, name), "utf8");
+
+export interface FakeUpstream {
+  url: string;
+  /** Every request body received, in order. */
+  bodies: Record<string, unknown>[];
+  /** Authorization headers received, in order. */
+  authorizations: (string | null)[];
+  inFlight: number;
+  maxInFlight: number;
+  aborted: number;
+  reset(): void;
+  stop(): Promise<void>;
+}
+
+const encoder = new TextEncoder();
+
+function chunk(model: string, delta: Record<string, unknown>, finishReason: string | null = null, usage?: unknown) {
+  const body: Record<string, unknown> = {
+    id: "chatcmpl-fake",
+    object: "chat.completion.chunk",
+    created: 1763800000,
+    model,
+    choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }],
+  };
+  if (usage) body.usage = usage;
+  return `data: ${JSON.stringify(body)}\n\n`;
+}
+
+function whole(model: string, content: string, reasoning: string | null, usage: unknown) {
+  return {
+    id: "chatcmpl-fake",
+    object: "chat.completion",
+    created: 1763800000,
+    model,
+    choices: [{ index: 0, message: { role: "assistant", content, reasoning_content: reasoning }, logprobs: null, finish_reason: "stop" }],
+    ...(usage ? { usage } : {}),
+  };
+}
+
+/** Words `word0 word1 …`: `count` content pieces streamed `delayMs` apart. */
+function slowStream(model: string, count: number, delayMs: number, signal: AbortSignal, withUsage: boolean, onAbort: () => void): ReadableStream<Uint8Array> {
+  let sent = 0;
+  return new ReadableStream({
+    async pull(controller) {
+      if (sent === 0) controller.enqueue(encoder.encode(chunk(model, { role: "assistant", content: "" })));
+      if (sent < count) {
+        await Bun.sleep(delayMs);
+        if (signal.aborted) return;
+        controller.enqueue(encoder.encode(chunk(model, { content: `word${sent} ` })));
+        sent++;
+        return;
+      }
+      controller.enqueue(encoder.encode(chunk(model, {}, "stop", withUsage ? { prompt_tokens: 10, completion_tokens: count, total_tokens: 10 + count } : undefined)));
+      controller.enqueue(encoder.encode("data: [DONE]\n\n"));
+      controller.close();
+    },
+    cancel() {
+      onAbort();
+    },
+  });
+}
+
+function sse(body: string | ReadableStream<Uint8Array>): Response {
+  return new Response(body, { headers: { "content-type": "text/event-stream" } });
+}
+
+/**
+ * Models: `vllm`, `deepseek` (fixtures), `echo` (answers with the body it got), `slow-N-D` (N words, D ms apart),
+ * `fail-500`, `overloaded-429`, `hang`, `context-400`, `bad-400`, `no-usage`, `html-200`, `midstream-error`,
+ * `malformed-stream`, `no-done`.
+ */
+export function startFakeUpstream(): FakeUpstream {
+  const state = {
+    bodies: [] as Record<string, unknown>[],
+    authorizations: [] as (string | null)[],
+    inFlight: 0,
+    maxInFlight: 0,
+    aborted: 0,
+  };
+  const server = Bun.serve({
+    port: 0,
+    idleTimeout: 0,
+    async fetch(request) {
+      const body = (await request.json()) as Record<string, unknown>;
+      state.bodies.push(body);
+      state.authorizations.push(request.headers.get("authorization"));
+      state.inFlight++;
+      state.maxInFlight = Math.max(state.maxInFlight, state.inFlight);
+      let released = false;
+      const release = () => {
+        if (!released) {
+          released = true;
+          state.inFlight--;
+        }
+      };
+      const onAbort = () => {
+        state.aborted++;
+        release();
+      };
+      request.signal.addEventListener("abort", onAbort, { once: true });
+      const model = String(body.model);
+      const stream = body.stream === true;
+      try {
+        const response = await answer(model, stream, body, request.signal, onAbort);
+        if (!(response.body instanceof ReadableStream) || !stream) release();
+        else {
+          // Streams release when fully sent or cancelled.
+          const [forClient, watcher] = response.body.tee();
+          void (async () => {
+            for await (const _ of watcher) {
+              // drain
+            }
+            release();
+          })().catch(release);
+          return new Response(forClient, { status: response.status, headers: response.headers });
+        }
+        return response;
+      } catch (error) {
+        release();
+        throw error;
+      }
+    },
+  });
+
+  async function answer(model: string, stream: boolean, body: Record<string, unknown>, signal: AbortSignal, onAbort: () => void): Promise<Response> {
+    const usage = { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15 };
+    if (model === "vllm") return stream ? sse(fixture("vllm-stream.sse")) : Response.json(JSON.parse(fixture("vllm-whole.json")));
+    if (model === "deepseek") return stream ? sse(fixture("deepseek-stream.sse")) : Response.json(JSON.parse(fixture("deepseek-whole.json")));
+    if (model === "echo") {
+      const text = JSON.stringify(body);
+      return stream
+        ? sse(chunk(model, { role: "assistant", content: text }) + chunk(model, {}, "stop", usage) + "data: [DONE]\n\n")
+        : Response.json(whole(model, text, null, usage));
+    }
+    const slow = /^slow-(\d+)-(\d+)$/.exec(model);
+    if (slow) {
+      const count = Number(slow[1]);
+      const delay = Number(slow[2]);
+      if (stream) return sse(slowStream(model, count, delay, signal, true, onAbort));
+      await Bun.sleep(count * delay);
+      return Response.json(whole(model, "slow answer", null, { prompt_tokens: 10, completion_tokens: count, total_tokens: 10 + count }));
+    }
+    switch (model) {
+      case "fail-500":
+        return Response.json({ error: { message: "CUDA out of memory" } }, { status: 500 });
+      case "overloaded-429":
+        return Response.json({ error: { message: "too many requests" } }, { status: 429, headers: { "retry-after": "7" } });
+      case "hang":
+        await new Promise((resolve) => signal.addEventListener("abort", resolve, { once: true }));
+        return new Response("gone", { status: 499 });
+      case "context-400":
+        return Response.json(
+          { object: "error", message: "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens.", type: "BadRequestError", param: null, code: 400 },
+          { status: 400 },
+        );
+      case "bad-400":
+        return Response.json({ error: { message: "response_format json_schema is invalid" } }, { status: 400 });
+      case "no-usage":
+        return stream
+          ? sse(chunk(model, { role: "assistant", reasoning_content: "thinking hard" }) + chunk(model, { content: "hello there" }, "stop") + "data: [DONE]\n\n")
+          : Response.json(whole(model, "hello there", "thinking hard", null));
+      case "html-200":
+        return new Response("<html><body>Bad gateway</body></html>", { headers: { "content-type": "text/html" } });
+      case "midstream-error":
+        return sse(chunk(model, { role: "assistant", content: "partial " }) + chunk(model, { content: "answer" }) + `data: ${JSON.stringify({ error: { message: "engine died" } })}\n\n`);
+      case "malformed-stream":
+        return sse(chunk(model, { content: "ok " }) + "data: {not json\n\n");
+      case "no-done":
+        return sse(chunk(model, { content: "cut " }) + chunk(model, { content: "short" }));
+      default:
+        return Response.json({ error: { message: `unknown fake model ${model}` } }, { status: 404 });
+    }
+  }
+
+  return {
+    url: `http://127.0.0.1:${server.port}/v1`,
+    get bodies() {
+      return state.bodies;
+    },
+    get authorizations() {
+      return state.authorizations;
+    },
+    get inFlight() {
+      return state.inFlight;
+    },
+    get maxInFlight() {
+      return state.maxInFlight;
+    },
+    get aborted() {
+      return state.aborted;
+    },
+    reset() {
+      state.bodies.length = 0;
+      state.authorizations.length = 0;
+      state.maxInFlight = state.inFlight;
+      state.aborted = 0;
+    },
+    async stop() {
+      await server.stop(true);
+    },
+  };
+}

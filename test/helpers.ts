@@ -1,0 +1,125 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import Ajv2020 from "ajv/dist/2020";
+import addFormats from "ajv-formats";
+import OpenAI from "openai";
+import { resolveConfig } from "../src/config/load";
+import type { ConfigFile } from "../src/config/schema";
+import { openDatabase, type DatabaseHandle } from "../src/db/client";
+import { KeyService } from "../src/modules/keys/service";
+import { OrganizationService, type OrganizationStatus } from "../src/modules/organizations/service";
+import { startServer, type RunningServer } from "../src/server";
+import schemas from "../../shared/reference/openai-schemas.json" with { type: "json" };
+
+export const repositoryRoot = join(import.meta.dir, "..");
+
+/** A temporary folder removed by the returned function. */
+export function temporaryDirectory(): { path: string; remove(): void } {
+  const path = mkdtempSync(join(tmpdir(), "sluice-test-"));
+  return { path, remove: () => rmSync(path, { recursive: true, force: true }) };
+}
+
+/** A model entry of the config pointing at the fake upstream, with the fake's behaviour as upstream model. */
+export function fakeModel(upstreamUrl: string, id: string, upstreamModel = id, extra: Record<string, unknown> = {}) {
+  return { id, backend: "openai" as const, base_url: upstreamUrl, upstream_model: upstreamModel, ...extra };
+}
+
+export interface TestSluice {
+  url: string;
+  baseURL: string;
+  key: string;
+  database: DatabaseHandle;
+  organizations: OrganizationService;
+  keys: KeyService;
+  /** An official OpenAI client with the test key; retries off unless asked for. */
+  client(options?: { apiKey?: string; maxRetries?: number }): OpenAI;
+  /** Creates an organization and a key for it. */
+  addOrganization(name: string, options?: { plan?: string; status?: OrganizationStatus }): { organizationId: string; key: string; keyId: string };
+  post(path: string, body: unknown, headers?: Record<string, string>): Promise<Response>;
+  ledgerRows(): LedgerRowView[];
+  stop(): Promise<void>;
+}
+
+export interface LedgerRowView {
+  request_id: string;
+  organization_id: string;
+  key_id: string;
+  model: string;
+  prompt_tokens: number;
+  completion_tokens: number;
+  reasoning_tokens: number;
+  outcome: string;
+  error_code: string | null;
+  usage_source: string;
+}
+
+/** Starts a real Sluice server on a free port over a temporary database, with one active organization and key. */
+export async function startSluice(configFile: ConfigFile, options: { environment?: Record<string, string>; maxBodyBytes?: number } = {}): Promise<TestSluice> {
+  const directory = temporaryDirectory();
+  const config = resolveConfig(configFile);
+  const database = openDatabase(join(directory.path, "sluice.db"));
+  const organizations = new OrganizationService(database.db, new Set(config.plans.map((plan) => plan.id)));
+  const keys = new KeyService(database.db);
+  const server: RunningServer = startServer({ config, database, port: 0, environment: options.environment, maxBodyBytes: options.maxBodyBytes });
+  const addOrganization = (name: string, organizationOptions: { plan?: string; status?: OrganizationStatus } = {}) => {
+    const organization = organizations.create({ name, ...organizationOptions });
+    const { key, secret } = keys.create({ organizationId: organization.id, name: "test" });
+    return { organizationId: organization.id, key: secret, keyId: key.id };
+  };
+  const first = addOrganization("acme");
+  const baseURL = `${server.url}/v1`;
+  return {
+    url: server.url,
+    baseURL,
+    key: first.key,
+    database,
+    organizations,
+    keys,
+    client: (clientOptions = {}) => new OpenAI({ baseURL, apiKey: clientOptions.apiKey ?? first.key, maxRetries: clientOptions.maxRetries ?? 0 }),
+    addOrganization,
+    post: (path, body, headers = {}) =>
+      fetch(`${server.url}${path}`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${first.key}`, "content-type": "application/json", ...headers },
+        body: typeof body === "string" ? body : JSON.stringify(body),
+      }),
+    ledgerRows: () => database.sqlite.query<LedgerRowView, []>("SELECT * FROM usage_ledger ORDER BY started_at").all(),
+    async stop() {
+      await server.stop();
+      database.close();
+      directory.remove();
+    },
+  };
+}
+
+const ajv = new Ajv2020({ strict: false, allErrors: true });
+addFormats(ajv);
+ajv.addFormat("unixtime", { type: "number", validate: (value: number) => Number.isInteger(value) });
+ajv.addSchema(schemas, "openai");
+
+/** Validates a body against one of OpenAI's official schemas in ../shared/reference; returns the errors. */
+export function schemaErrors(name: "CreateChatCompletionResponse" | "CreateChatCompletionStreamResponse" | "ListModelsResponse" | "Model" | "ErrorResponse", body: unknown): string[] {
+  const validate = ajv.getSchema(`openai#/$defs/${name}`);
+  if (!validate) throw new Error(`no schema ${name}`);
+  return validate(body) ? [] : (validate.errors ?? []).map((error) => `${error.instancePath} ${error.message}`);
+}
+
+/** Reads an SSE response into its `data:` payloads, parsed when JSON, `[DONE]` kept as a string. */
+export async function readSse(response: Response): Promise<unknown[]> {
+  const text = await response.text();
+  return text
+    .split("\n\n")
+    .filter((event) => event.startsWith("data: "))
+    .map((event) => event.slice(6))
+    .map((data) => (data === "[DONE]" ? data : JSON.parse(data)));
+}
+
+/** Waits until a condition holds (for effects that happen just after a response ends). */
+export async function eventually(condition: () => boolean, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error("condition not met in time");
+    await Bun.sleep(10);
+  }
+}

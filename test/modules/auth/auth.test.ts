@@ -1,0 +1,115 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import OpenAI from "openai";
+import { openDatabase } from "../../../src/db/client";
+import { KeyService } from "../../../src/modules/keys/service";
+import { OrganizationService } from "../../../src/modules/organizations/service";
+import { startFakeUpstream, type FakeUpstream } from "../../fake-upstream";
+import { eventually, fakeModel, startSluice, type TestSluice } from "../../helpers";
+
+let upstream: FakeUpstream;
+let sluice: TestSluice;
+
+beforeAll(async () => {
+  upstream = startFakeUpstream();
+  sluice = await startSluice({ models: [fakeModel(upstream.url, "echo")], plans: [{ id: "default", models: ["*"] }, { id: "other", models: [] }] });
+});
+afterAll(async () => {
+  await sluice.stop();
+  await upstream.stop();
+});
+
+const chat = { model: "echo", messages: [{ role: "user", content: "hi" }] };
+
+/** A second connection to the same file, as the CLI in another process would open. */
+function otherProcess() {
+  const path = sluice.database.sqlite.filename;
+  const database = openDatabase(path);
+  return {
+    keys: new KeyService(database.db),
+    organizations: new OrganizationService(database.db, new Set(["default", "other"])),
+    close: () => database.close(),
+  };
+}
+
+async function errorOf(response: Response) {
+  return { status: response.status, code: ((await response.json()) as { error: { code: string } }).error.code };
+}
+
+describe("keys (spec section 5)", () => {
+  test("no key: 401 missing_api_key; the SDK raises AuthenticationError", async () => {
+    expect(await errorOf(await sluice.post("/v1/chat/completions", chat, { authorization: "" }))).toEqual({ status: 401, code: "missing_api_key" });
+    const response = await fetch(`${sluice.url}/v1/models`);
+    expect(await errorOf(response)).toEqual({ status: 401, code: "missing_api_key" });
+  });
+
+  test("a key in the access_token query parameter is not accepted (Authorization: Bearer only)", async () => {
+    const response = await fetch(`${sluice.url}/v1/models?access_token=${sluice.key}`);
+    expect(await errorOf(response)).toEqual({ status: 401, code: "missing_api_key" });
+  });
+
+  test("a wrong key: 401 invalid_api_key", async () => {
+    for (const wrong of ["sk-sluice-wrong", "sk-other", sluice.key.slice(0, -1) + (sluice.key.endsWith("A") ? "B" : "A")]) {
+      expect(await errorOf(await sluice.post("/v1/chat/completions", chat, { authorization: `Bearer ${wrong}` }))).toEqual({ status: 401, code: "invalid_api_key" });
+    }
+    const error = await sluice.client({ apiKey: "sk-sluice-nope" }).models.list().catch((caught: unknown) => caught);
+    expect(error).toBeInstanceOf(OpenAI.AuthenticationError);
+  });
+
+  test("keys are stored only as SHA-256 hashes", () => {
+    const dump = JSON.stringify(sluice.database.sqlite.query("SELECT * FROM api_keys").all());
+    expect(dump).not.toContain(sluice.key);
+    expect(dump).toContain(new Bun.CryptoHasher("sha256").update(sluice.key).digest("hex"));
+    expect(sluice.key).toMatch(/^sk-sluice-[A-Za-z0-9_-]{43}$/);
+  });
+
+  test("a revocation made by another process applies to the very next request", async () => {
+    const { key, keyId } = sluice.addOrganization("revoke-org");
+    const headers = { authorization: `Bearer ${key}` };
+    expect((await sluice.post("/v1/chat/completions", chat, headers)).status).toBe(200);
+    const other = otherProcess();
+    other.keys.revoke(keyId);
+    other.close();
+    expect(await errorOf(await sluice.post("/v1/chat/completions", chat, headers))).toEqual({ status: 401, code: "invalid_api_key" });
+  });
+
+  test("an expired key: 401 invalid_api_key", async () => {
+    const organization = sluice.organizations.findByName("acme")!;
+    const { secret } = sluice.keys.create({ organizationId: organization.id, expiresInMs: 1000, now: Date.now() - 2000 });
+    expect(await errorOf(await sluice.post("/v1/chat/completions", chat, { authorization: `Bearer ${secret}` }))).toEqual({ status: 401, code: "invalid_api_key" });
+  });
+
+  test("an organization on the waitlist or suspended: 403 organization_inactive, from the next request", async () => {
+    const waiting = sluice.addOrganization("waiting-org", { status: "waitlist" });
+    expect(await errorOf(await sluice.post("/v1/chat/completions", chat, { authorization: `Bearer ${waiting.key}` }))).toEqual({ status: 403, code: "organization_inactive" });
+    const active = sluice.addOrganization("soon-suspended");
+    const headers = { authorization: `Bearer ${active.key}` };
+    expect((await sluice.post("/v1/chat/completions", chat, headers)).status).toBe(200);
+    const other = otherProcess();
+    other.organizations.update("soon-suspended", { status: "suspended" });
+    expect(await errorOf(await sluice.post("/v1/chat/completions", chat, headers))).toEqual({ status: 403, code: "organization_inactive" });
+    other.organizations.update("soon-suspended", { status: "active" });
+    other.close();
+    expect((await sluice.post("/v1/chat/completions", chat, headers)).status).toBe(200);
+    const error = await sluice.client({ apiKey: waiting.key }).models.list().catch((caught: unknown) => caught);
+    expect(error).toBeInstanceOf(OpenAI.PermissionDeniedError);
+  });
+
+  test("a plan change by another process applies to the next request", async () => {
+    const { key } = sluice.addOrganization("plan-change");
+    const headers = { authorization: `Bearer ${key}` };
+    expect((await sluice.post("/v1/chat/completions", chat, headers)).status).toBe(200);
+    const other = otherProcess();
+    other.organizations.update("plan-change", { plan: "other" });
+    other.close();
+    expect(await errorOf(await sluice.post("/v1/chat/completions", chat, headers))).toEqual({ status: 404, code: "model_not_found" });
+  });
+
+  test("last_used_at is recorded in batches, not per request", async () => {
+    const { key, keyId } = sluice.addOrganization("last-used");
+    expect(sluice.keys.find(keyId)!.lastUsedAt).toBeNull();
+    const before = Date.now();
+    for (let index = 0; index < 5; index++) await sluice.post("/v1/chat/completions", chat, { authorization: `Bearer ${key}` });
+    await eventually(() => sluice.keys.find(keyId)!.lastUsedAt !== null, 3000);
+    expect(sluice.keys.find(keyId)!.lastUsedAt!).toBeGreaterThanOrEqual(before);
+  });
+});
