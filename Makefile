@@ -9,7 +9,7 @@ run: $(STAMP)
 	$(BUN) src/main.ts serve
 
 test: $(STAMP)
-	$(BUN) test
+	$(BUN) test --timeout 20000
 
 build: dist/sluice
 

@@ -1,47 +1,10 @@
 #!/usr/bin/env bun
-import "./upstream/fetch-limit";
-import { ConfigError } from "./config/load";
-import { DatabaseTooNewError } from "./db/migrate";
-import { KeyError } from "./modules/keys/service";
-import { OrganizationError } from "./modules/organizations/service";
-import { runKey } from "./cli/key";
-import { runOrg } from "./cli/org";
-import { runServe } from "./cli/serve";
-import { UsageError, usageText } from "./cli/usage";
+// Entry point of `bun src/main.ts` and of the compiled `dist/sluice`. Kept tiny: `serve` may replace the process
+// (see liftFetchLimit) before the rest of Sluice is loaded.
+import { liftFetchLimit } from "./upstream/fetch-limit";
 
-const commands: Record<string, (args: string[]) => void> = {
-  serve: runServe,
-  org: runOrg,
-  key: runKey,
-};
-
-function main(argv: string[]): number {
-  const [command = "serve", ...args] = argv;
-  if (command === "help" || command === "--help" || command === "-h") {
-    console.log(usageText);
-    return 0;
-  }
-  try {
-    const run = commands[command];
-    if (!run) throw new UsageError(`unknown command "${command}"`);
-    run(args);
-    return 0;
-  } catch (error) {
-    if (error instanceof UsageError) {
-      console.error(`sluice: ${error.message}\n\n${usageText}`);
-      return 2;
-    }
-    if (error instanceof OrganizationError || error instanceof KeyError) {
-      console.error(`sluice: ${error.message}`);
-      return 2;
-    }
-    if (error instanceof ConfigError || error instanceof DatabaseTooNewError) {
-      console.error(`sluice: ${error.message}`);
-      return 1;
-    }
-    throw error;
-  }
-}
-
-const code = main(process.argv.slice(2));
+const argv = process.argv.slice(2);
+if ((argv[0] ?? "serve") === "serve") liftFetchLimit();
+const { runCommand } = await import("./cli/run");
+const code = runCommand(argv);
 if (code !== 0) process.exit(code);

@@ -1,4 +1,3 @@
-import "./fetch-limit";
 import { UpstreamError } from "../errors";
 import { errorFromFailure, errorFromStatus } from "./errors";
 import { eventsOfChunk, reasoningOf, usageOf } from "./normalize";

@@ -1,0 +1,43 @@
+import { ConfigError } from "../config/load";
+import { DatabaseTooNewError } from "../db/migrate";
+import { KeyError } from "../modules/keys/service";
+import { OrganizationError } from "../modules/organizations/service";
+import { runKey } from "./key";
+import { runOrg } from "./org";
+import { runServe } from "./serve";
+import { UsageError, usageText } from "./usage";
+
+const commands: Record<string, (args: string[]) => void> = {
+  serve: runServe,
+  org: runOrg,
+  key: runKey,
+};
+
+/** Runs one command; returns the process exit code. */
+export function runCommand(argv: string[]): number {
+  const [command = "serve", ...args] = argv;
+  if (command === "help" || command === "--help" || command === "-h") {
+    console.log(usageText);
+    return 0;
+  }
+  try {
+    const run = commands[command];
+    if (!run) throw new UsageError(`unknown command "${command}"`);
+    run(args);
+    return 0;
+  } catch (error) {
+    if (error instanceof UsageError) {
+      console.error(`sluice: ${error.message}\n\n${usageText}`);
+      return 2;
+    }
+    if (error instanceof OrganizationError || error instanceof KeyError) {
+      console.error(`sluice: ${error.message}`);
+      return 2;
+    }
+    if (error instanceof ConfigError || error instanceof DatabaseTooNewError) {
+      console.error(`sluice: ${error.message}`);
+      return 1;
+    }
+    throw error;
+  }
+}

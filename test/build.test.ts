@@ -1,0 +1,39 @@
+import { afterAll, expect, test } from "bun:test";
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import { repositoryRoot, temporaryDirectory } from "./helpers";
+
+const directory = temporaryDirectory();
+afterAll(() => directory.remove());
+
+// `make build` must give one executable that carries its migrations and assets and runs with no node_modules.
+test("dist/sluice runs from another directory: creates an org and a key, serves the demo model", async () => {
+  const build = Bun.spawnSync(["make", "-s", "build"], { cwd: repositoryRoot, stdout: "pipe", stderr: "pipe" });
+  expect(build.stderr.toString()).not.toContain("error");
+  expect(build.exitCode).toBe(0);
+  const executable = join(repositoryRoot, "dist/sluice");
+  expect(existsSync(executable)).toBe(true);
+  const environment = { PATH: "/usr/bin:/bin", HOME: directory.path, SLUICE_PORT: "0" };
+  const run = (...args: string[]) => Bun.spawnSync([executable, ...args], { cwd: directory.path, env: environment, stdout: "pipe", stderr: "pipe" });
+  expect(run("org", "create", "acme").exitCode).toBe(0);
+  const key = run("key", "create", "--org", "acme").stdout.toString().trim().split("\n").at(-1) as string;
+  expect(existsSync(join(directory.path, "data/sluice.db"))).toBe(true);
+  const server = Bun.spawn([executable, "serve"], { cwd: directory.path, env: environment, stderr: "pipe" });
+  try {
+    const reader = server.stderr.getReader();
+    let log = "";
+    while (!log.includes("listening")) log += new TextDecoder().decode((await reader.read()).value);
+    const url = (JSON.parse(log.split("\n").find((line) => line.includes("listening")) as string) as { url: string }).url;
+    const response = await fetch(`${url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: "sluice-demo", messages: [{ role: "user", content: "hello there" }] }),
+    });
+    const body = (await response.json()) as { choices: { message: { content: string } }[] };
+    expect(response.status).toBe(200);
+    expect(body.choices[0]?.message.content).toContain("2 words");
+  } finally {
+    server.kill();
+    await server.exited;
+  }
+}, 120_000);

@@ -1,0 +1,91 @@
+import { afterAll, describe, expect, test } from "bun:test";
+import { join } from "node:path";
+import { repositoryRoot, temporaryDirectory } from "../helpers";
+
+const directory = temporaryDirectory();
+afterAll(() => directory.remove());
+
+const environment = {
+  ...process.env,
+  SLUICE_DB: join(directory.path, "cli.db"),
+  SLUICE_CONFIG: join(directory.path, "absent.toml"),
+};
+
+function sluice(...args: string[]) {
+  const result = Bun.spawnSync([process.execPath, join(repositoryRoot, "src/main.ts"), ...args], { env: environment, stdout: "pipe", stderr: "pipe" });
+  return { code: result.exitCode, stdout: result.stdout.toString(), stderr: result.stderr.toString() };
+}
+
+describe("sluice org", () => {
+  test("create with defaults, create with options, update, list", () => {
+    const created = sluice("org", "create", "acme");
+    expect(created.code).toBe(0);
+    expect(created.stdout).toMatch(/^org_\S+\tacme\tdefault\tactive\n$/);
+    expect(sluice("org", "create", "beta", "--status", "waitlist").stdout).toContain("\tbeta\tdefault\twaitlist");
+    expect(sluice("org", "update", "beta", "--status", "active").stdout).toContain("\tbeta\tdefault\tactive");
+    const listed = sluice("org", "list").stdout.trim().split("\n");
+    expect(listed.map((line) => line.split("\t")[1])).toEqual(["acme", "beta"]);
+  });
+
+  test("bad arguments: a clear message and exit 2", () => {
+    const cases: [string[], string][] = [
+      [["org", "create"], "expected 1 argument"],
+      [["org", "create", "x", "--status", "sleepy"], "--status must be one of"],
+      [["org", "create", "x", "--plan", "platinum"], 'unknown plan "platinum"'],
+      [["org", "create", "acme"], "already exists"],
+      [["org", "update", "ghost", "--status", "active"], 'no organization named "ghost"'],
+      [["org", "create", "x", "--colour", "red"], "Unknown option"],
+      [["org", "frobnicate"], "unknown org command"],
+      [["teleport"], 'unknown command "teleport"'],
+      [["key", "create"], "--org NAME is required"],
+      [["key", "create", "--org", "acme", "--expires-in", "soon"], "--expires-in must look like"],
+      [["key", "revoke", "key_nothing"], 'no key with id "key_nothing"'],
+    ];
+    for (const [args, message] of cases) {
+      const result = sluice(...args);
+      expect({ args, code: result.code }).toEqual({ args, code: 2 });
+      expect(result.stderr).toContain(message);
+    }
+  });
+});
+
+describe("sluice key", () => {
+  test("create prints the key alone on the last line of stdout; list never shows it; revoke marks it", () => {
+    const created = sluice("key", "create", "--org", "acme", "--name", "ci", "--expires-in", "30d");
+    expect(created.code).toBe(0);
+    const lines = created.stdout.trim().split("\n");
+    const secret = lines.at(-1) as string;
+    expect(secret).toMatch(/^sk-sluice-[A-Za-z0-9_-]{43}$/);
+    expect(created.stderr).toContain("only time");
+    const listed = sluice("key", "list", "--org", "acme");
+    expect(listed.stdout).not.toContain(secret);
+    const fields = listed.stdout.trim().split("\t");
+    const [id, label, prefix, createdAt, lastUsed, expires, revoked] = fields;
+    expect(id).toMatch(/^key_/);
+    expect(label).toBe("ci");
+    expect(secret.startsWith(prefix as string)).toBe(true);
+    expect(Date.parse(createdAt as string)).toBeGreaterThan(0);
+    expect(lastUsed).toBe("-");
+    expect(Date.parse(expires as string) - Date.parse(createdAt as string)).toBe(30 * 86_400_000);
+    expect(revoked).toBe("-\n".trim());
+    expect(sluice("key", "revoke", id as string).code).toBe(0);
+    expect(Date.parse(sluice("key", "list", "--org", "acme").stdout.trim().split("\t")[6] as string)).toBeGreaterThan(0);
+  });
+});
+
+describe("configuration", () => {
+  test("an unknown or mistyped key is refused at start with the key named", async () => {
+    const config = join(directory.path, "bad.toml");
+    await Bun.write(config, '[[models]]\nid = "m"\nbackend = "demo"\ncontext_windw = 5\n');
+    const result = Bun.spawnSync([process.execPath, join(repositoryRoot, "src/main.ts"), "serve"], {
+      env: { ...environment, SLUICE_CONFIG: config, SLUICE_PORT: "0" },
+      stderr: "pipe",
+    });
+    expect(result.exitCode).toBe(1);
+    expect(result.stderr.toString()).toContain("models[0].context_windw");
+    await Bun.write(config, '[[models]]\nid = "m"\nbackend = "demo"\ncontext_window = "big"\n');
+    const mistyped = Bun.spawnSync([process.execPath, join(repositoryRoot, "src/main.ts"), "org", "list"], { env: { ...environment, SLUICE_CONFIG: config }, stderr: "pipe" });
+    expect(mistyped.exitCode).toBe(1);
+    expect(mistyped.stderr.toString()).toContain("models[0].context_window");
+  });
+});

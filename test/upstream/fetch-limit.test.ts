@@ -1,0 +1,52 @@
+import { afterAll, beforeAll, expect, test } from "bun:test";
+import { join } from "node:path";
+import { startFakeUpstream, type FakeUpstream } from "../fake-upstream";
+import { repositoryRoot, temporaryDirectory } from "../helpers";
+
+let upstream: FakeUpstream;
+const directory = temporaryDirectory();
+
+beforeAll(() => {
+  upstream = startFakeUpstream();
+});
+afterAll(async () => {
+  await upstream.stop();
+  directory.remove();
+});
+
+function run(args: string[], environment: Record<string, string | undefined>) {
+  return Bun.spawnSync([process.execPath, join(repositoryRoot, "src/main.ts"), ...args], { env: environment, stderr: "pipe", stdout: "pipe" });
+}
+
+test("`sluice serve`, started without BUN_CONFIG_MAX_HTTP_REQUESTS, sends more than 256 upstream requests at once", async () => {
+  const environment: Record<string, string | undefined> = {
+    ...process.env,
+    SLUICE_DB: join(directory.path, "sluice.db"),
+    SLUICE_CONFIG: join(directory.path, "sluice.toml"),
+    SLUICE_PORT: "0",
+    BUN_CONFIG_MAX_HTTP_REQUESTS: undefined,
+  };
+  await Bun.write(
+    environment.SLUICE_CONFIG as string,
+    `[[models]]\nid = "wide"\nbackend = "openai"\nbase_url = "${upstream.url}"\nupstream_model = "slow-1-500"\n\n[[plans]]\nid = "default"\nmodels = ["*"]\n`,
+  );
+  expect(run(["org", "create", "acme"], environment).exitCode).toBe(0);
+  const key = run(["key", "create", "--org", "acme"], environment).stdout.toString().trim().split("\n").at(-1) as string;
+  const server = Bun.spawn([process.execPath, join(repositoryRoot, "src/main.ts"), "serve"], { env: environment, stderr: "pipe" });
+  try {
+    const reader = server.stderr.getReader();
+    let log = "";
+    while (!log.includes("listening")) log += new TextDecoder().decode((await reader.read()).value);
+    const url = (JSON.parse(log.split("\n").find((line) => line.includes("listening")) as string) as { url: string }).url;
+    const client = Bun.spawn([process.execPath, join(repositoryRoot, "test/support/burst-client.ts"), url, key, "wide", "300"], {
+      env: { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: "1000" },
+      stdout: "pipe",
+    });
+    const statuses = JSON.parse(await new Response(client.stdout).text()) as Record<string, number>;
+    expect(statuses).toEqual({ "200": 300 });
+    expect(upstream.maxInFlight).toBeGreaterThan(256);
+  } finally {
+    server.kill();
+    await server.exited;
+  }
+}, 30_000);
