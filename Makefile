@@ -21,10 +21,12 @@ bench: $(STAMP)
 
 install: $(STAMP)
 
-# Bun itself comes from npm (the `bun` devDependency); then Bun installs the rest from bun.lock.
+# Bun itself comes from npm: a bootstrap copy first (only node and npm are assumed), which then installs
+# everything from bun.lock, including the `bun` devDependency that every other target uses.
+BOOTSTRAP := node_modules/.bootstrap
 $(STAMP): package.json bun.lock
-	@[ -x $(BUN) ] || npm install --no-save --no-package-lock --no-audit --no-fund bun@$(BUN_VERSION)
-	$(BUN) install --frozen-lockfile
+	@[ -x $(BUN) ] || npm install --prefix $(BOOTSTRAP) --no-save --no-package-lock --no-audit --no-fund --loglevel=error bun@$(BUN_VERSION)
+	@if [ -x $(BUN) ]; then $(BUN) install --frozen-lockfile; else $(BOOTSTRAP)/node_modules/.bin/bun install --frozen-lockfile; fi
 	@touch $(STAMP)
 
 clean:

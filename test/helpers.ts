@@ -10,7 +10,7 @@ import { openDatabase, type DatabaseHandle } from "../src/db/client";
 import { KeyService } from "../src/modules/keys/service";
 import { OrganizationService, type OrganizationStatus } from "../src/modules/organizations/service";
 import { startServer, type RunningServer } from "../src/server";
-import schemas from "../../shared/reference/openai-schemas.json" with { type: "json" };
+import schemas from "./fixtures/openai-schemas.json" with { type: "json" };
 
 export const repositoryRoot = join(import.meta.dir, "..");
 
