@@ -9,6 +9,7 @@ run: $(STAMP)
 	$(BUN) src/main.ts serve
 
 test: $(STAMP)
+	node_modules/.bin/tsc --noEmit -p .
 	$(BUN) test --timeout 20000
 
 build: dist/sluice

@@ -12,5 +12,6 @@ function userArguments(): string[] {
 /** Replaces this process (same pid, for systemd and signals) with one that has the limit lifted, unless it has. */
 export function liftFetchLimit(): void {
   if (process.env[variable]) return;
+  if (!process.execve) return; // older runtimes: the operator sets the variable (see README)
   process.execve(process.execPath, [process.execPath, ...userArguments()], { ...process.env, [variable]: String(maxHttpRequests) });
 }

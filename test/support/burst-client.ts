@@ -1,3 +1,4 @@
+export {};
 // Fires N concurrent chat requests at a Sluice URL and prints the status counts as JSON. Run as its own process
 // with BUN_CONFIG_MAX_HTTP_REQUESTS set, so that the client side is not what limits concurrency.
 const [url, key, model, count] = process.argv.slice(2) as [string, string, string, string];
