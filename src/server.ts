@@ -2,9 +2,13 @@ import type { Config } from "./config/schema";
 import type { DatabaseHandle } from "./db/client";
 import { createApp } from "./http/app";
 import { Ledger } from "./ledger/ledger";
+import { MemoryAdmissionStore } from "./modules/admission/memory-store";
+import { syncAdmissionWithLedger } from "./modules/admission/service";
+import type { AdmissionStore } from "./modules/admission/store";
 import { AuthService } from "./modules/auth/service";
 import { ChatService } from "./modules/chat/service";
 import { ModelRegistry } from "./modules/models/registry";
+import { ModelQueue } from "./modules/queue/model-queue";
 import { loadTokenizer } from "./tokens/count";
 
 export interface ServerOptions {
@@ -14,23 +18,33 @@ export interface ServerOptions {
   port?: number;
   maxBodyBytes?: number;
   environment?: Record<string, string | undefined>;
+  /** Milliseconds since the epoch; tests inject a controllable clock. */
+  clock?: () => number;
 }
 
 export interface RunningServer {
   url: string;
   port: number;
+  admission: AdmissionStore;
+  queues: ReadonlyMap<string, ModelQueue>;
+  /** Stops listening, ends open requests, waits until every one is settled, and commits the ledger. */
   stop(): Promise<void>;
 }
 
 export const defaultMaxBodyBytes = 10 * 1024 * 1024;
+const settleWaitMs = 5000;
 
 /** Builds every service over one database and starts listening. */
 export function startServer(options: ServerOptions): RunningServer {
+  const clock = options.clock ?? Date.now;
   const plans = new Map(options.config.plans.map((plan) => [plan.id, plan]));
   const auth = new AuthService(options.database, plans);
   const models = new ModelRegistry(options.config, options.environment);
   const ledger = new Ledger(options.database.sqlite);
-  const chat = new ChatService(models, ledger);
+  const admission = new MemoryAdmissionStore();
+  syncAdmissionWithLedger(admission, options.database, ledger, clock);
+  const queues = new Map(options.config.models.map((model) => [model.id, new ModelQueue(model)]));
+  const chat = new ChatService({ models, ledger, admission, queues, clock });
   const maxBodyBytes = options.maxBodyBytes ?? defaultMaxBodyBytes;
   const app = createApp({ auth, models, chat, maxBodyBytes }).listen({
     hostname: options.hostname ?? "127.0.0.1",
@@ -45,8 +59,12 @@ export function startServer(options: ServerOptions): RunningServer {
   return {
     url: `http://${server.hostname}:${server.port}`,
     port: server.port as number,
+    admission,
+    queues,
     async stop() {
       await app.stop(true);
+      const deadline = Date.now() + settleWaitMs;
+      while (admission.inFlight() > 0 && Date.now() < deadline) await Bun.sleep(5);
       ledger.flush();
       auth.close();
     },

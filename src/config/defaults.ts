@@ -19,4 +19,6 @@ export const modelDefaults = {
   maxOutputTokens: 16384,
   timeoutMs: 600_000,
   streamDelayMs: 15,
+  queueSize: 100,
+  queueTimeoutMs: 30_000,
 } as const;

@@ -40,6 +40,9 @@ export function resolveConfig(file: unknown): Config {
       enabled: model.enabled ?? true,
       timeoutMs: model.timeout_ms ?? modelDefaults.timeoutMs,
       streamDelayMs: model.stream_delay_ms ?? modelDefaults.streamDelayMs,
+      maxConcurrency: model.max_concurrency,
+      queueSize: model.queue_size ?? modelDefaults.queueSize,
+      queueTimeoutMs: model.queue_timeout_ms ?? modelDefaults.queueTimeoutMs,
     };
   });
   const seen = new Set<string>();
@@ -53,7 +56,16 @@ export function resolveConfig(file: unknown): Config {
       if (modelId !== "*" && !seen.has(modelId)) throw new ConfigError(`plans "${plan.id}": unknown model "${modelId}"`);
     }
   }
-  return { models, plans: plans.map((plan) => ({ id: plan.id, models: plan.models })) };
+  return {
+    models,
+    plans: plans.map((plan) => ({
+      id: plan.id,
+      models: plan.models,
+      tokensPer5h: plan.tokens_per_5h,
+      tokensPerMonth: plan.tokens_per_month,
+      maxConcurrency: plan.max_concurrency,
+    })),
+  };
 }
 
 /** Reads SLUICE_CONFIG (default data/sluice.toml); when the file is absent the built-in defaults apply. */

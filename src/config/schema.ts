@@ -16,6 +16,12 @@ export const ModelConfigSchema = Type.Object(
     timeout_ms: Type.Optional(Type.Integer({ minimum: 1 })),
     /** Demo backend only: pause between streamed tokens. */
     stream_delay_ms: Type.Optional(Type.Integer({ minimum: 0 })),
+    /** Requests in flight to this upstream; omitted = unlimited. */
+    max_concurrency: Type.Optional(Type.Integer({ minimum: 1 })),
+    /** Requests waiting beyond max_concurrency. */
+    queue_size: Type.Optional(Type.Integer({ minimum: 0 })),
+    /** Longest wait in the queue. */
+    queue_timeout_ms: Type.Optional(Type.Integer({ minimum: 1 })),
   },
   strict,
 );
@@ -24,6 +30,12 @@ export const PlanConfigSchema = Type.Object(
   {
     id: Type.String({ minLength: 1 }),
     models: Type.Array(Type.String({ minLength: 1 })),
+    /** Rolling 5-hour window; omitted = unlimited. */
+    tokens_per_5h: Type.Optional(Type.Integer({ minimum: 1 })),
+    /** Calendar month in UTC; omitted = unlimited. */
+    tokens_per_month: Type.Optional(Type.Integer({ minimum: 1 })),
+    /** Requests in flight for one organization; omitted = unlimited. */
+    max_concurrency: Type.Optional(Type.Integer({ minimum: 1 })),
   },
   strict,
 );
@@ -53,12 +65,20 @@ export interface ModelConfig {
   enabled: boolean;
   timeoutMs: number;
   streamDelayMs: number;
+  /** Undefined: unlimited. */
+  maxConcurrency: number | undefined;
+  queueSize: number;
+  queueTimeoutMs: number;
 }
 
 export interface PlanConfig {
   id: string;
   /** Model ids, or "*" for all. */
   models: string[];
+  /** Undefined: unlimited. */
+  tokensPer5h?: number;
+  tokensPerMonth?: number;
+  maxConcurrency?: number;
 }
 
 export interface Config {

@@ -10,8 +10,10 @@ export type Drizzle = BunSQLiteDatabase<typeof schema>;
 export interface DatabaseHandle {
   sqlite: Database;
   db: Drizzle;
-  /** True when another connection (the CLI, another process) wrote since the last call. */
-  changedElsewhere(): boolean;
+  /** Runs `listener` whenever a poll finds that another connection (the CLI, another process) wrote. */
+  onExternalChange(listener: () => void): void;
+  /** One cheap `PRAGMA data_version`; calls the listeners if another connection wrote since the last poll. */
+  pollExternalChanges(): void;
   close(): void;
 }
 
@@ -26,14 +28,18 @@ export function openDatabase(path = process.env.SLUICE_DB ?? "data/sluice.db"): 
   migrate(sqlite);
   const dataVersion = sqlite.query<{ data_version: number }, []>("PRAGMA data_version");
   let lastVersion = dataVersion.get()?.data_version ?? 0;
+  const listeners: (() => void)[] = [];
   return {
     sqlite,
     db: drizzle(sqlite, { schema }),
-    changedElsewhere() {
+    onExternalChange(listener) {
+      listeners.push(listener);
+    },
+    pollExternalChanges() {
       const version = dataVersion.get()?.data_version ?? 0;
-      if (version === lastVersion) return false;
+      if (version === lastVersion) return;
       lastVersion = version;
-      return true;
+      for (const listener of listeners) listener();
     },
     close() {
       sqlite.close();

@@ -49,5 +49,14 @@ export const usageLedger = sqliteTable(
     startedAt: integer("started_at").notNull(),
     endedAt: integer("ended_at").notNull(),
   },
-  (table) => [index("usage_ledger_organization_time_idx").on(table.organizationId, table.endedAt)],
+  (table) => [
+    index("usage_ledger_organization_time_idx").on(table.organizationId, table.endedAt),
+    index("usage_ledger_time_idx").on(table.endedAt),
+  ],
 );
+
+/** When an operator last reset an organization's usage: ledger rows that ended before it no longer count. */
+export const usageResets = sqliteTable("usage_resets", {
+  organizationId: text("organization_id").primaryKey(),
+  resetAt: integer("reset_at").notNull(),
+});

@@ -2,6 +2,7 @@
 // After `bunx drizzle-kit generate`, add the new file here; test/db/migrate.test.ts fails until you do.
 import journal from "./meta/_journal.json" with { type: "json" };
 import init from "./0000_init.sql" with { type: "text" };
+import quotas from "./0001_quotas.sql" with { type: "text" };
 
 export interface EmbeddedMigration {
   tag: string;
@@ -10,6 +11,7 @@ export interface EmbeddedMigration {
 
 const sqlByTag: Record<string, string> = {
   "0000_init": init,
+  "0001_quotas": quotas,
 };
 
 export const journalTags: string[] = journal.entries.map((entry) => entry.tag);

@@ -52,6 +52,7 @@ export class AuthService {
     this.touch = sqlite.query<unknown, [number, string]>(
       "UPDATE api_keys SET last_used_at = max(coalesce(last_used_at, 0), ?) WHERE id = ?",
     );
+    database.onExternalChange(() => this.cache.clear());
     this.flushTimer = setInterval(() => this.flushLastUsed(), lastUsedFlushMs);
     this.flushTimer.unref();
   }
@@ -61,7 +62,7 @@ export class AuthService {
     if (!bearer) throw new SluiceError("missing_api_key", "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'.");
     const invalid = () => new SluiceError("invalid_api_key", "Incorrect API key provided. Check the key, or create a new one in the console.");
     if (!bearer.startsWith(keyPrefix)) throw invalid();
-    if (this.database.changedElsewhere()) this.cache.clear();
+    this.database.pollExternalChanges();
     const hash = hashKeySecret(bearer);
     const record = this.cache.get(hash) ?? this.load(hash);
     if (!record || !hashesEqual(record.hash, hash)) throw invalid();

@@ -45,9 +45,10 @@ export const chatRoutes = (chat: ChatService, auth: AuthService, options: ChatRo
         const result = await chat.create(body, { caller, requestId, signal: upstreamAbort.signal });
         if (result.kind === "whole") {
           request.signal.removeEventListener("abort", onClientGone);
+          Object.assign(set.headers, result.headers);
           return result.body;
         }
-        return sseResponse(result.chunks, onClientGone, { "x-request-id": requestId });
+        return sseResponse(result.chunks, onClientGone, { ...result.headers, "x-request-id": requestId });
       },
       { parse: "none" },
     );

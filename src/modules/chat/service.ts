@@ -1,11 +1,15 @@
 import { SluiceError, UpstreamError } from "../../errors";
 import type { Ledger, LedgerRow } from "../../ledger/ledger";
+import { countChatTokens, loadTokenizer } from "../../tokens/count";
 import { ClientGoneError } from "../../upstream/errors";
 import type { CompletionEvent, Usage } from "../../upstream/types";
+import type { AdmissionStore } from "../admission/store";
 import type { Caller } from "../auth/service";
 import type { ModelRegistry } from "../models/registry";
+import type { ModelQueue } from "../queue/model-queue";
 import { UsageMeter } from "./meter";
 import type { ChatRequest } from "./model";
+import { Permit } from "./permit";
 import { prepareRequest, type PreparedRequest } from "./prepare";
 import { completionBody, eventChunk, roleChunk, usageChunk, type ResponseIdentity } from "./response";
 
@@ -17,11 +21,28 @@ export interface RequestContext {
 }
 
 export type ChatResult =
-  | { kind: "whole"; body: ReturnType<typeof completionBody> }
+  | { kind: "whole"; body: ReturnType<typeof completionBody>; headers: Record<string, string> }
   /** Chunks (or a final `{error}`) to send as SSE; the stream ends with `[DONE]` once the generator returns. */
-  | { kind: "stream"; chunks: AsyncGenerator<unknown> };
+  | { kind: "stream"; chunks: AsyncGenerator<unknown>; headers: Record<string, string> };
+
+export interface ChatServiceDependencies {
+  models: ModelRegistry;
+  ledger: Ledger;
+  admission: AdmissionStore;
+  queues: ReadonlyMap<string, ModelQueue>;
+  clock: () => number;
+}
 
 type Outcome = LedgerRow["outcome"];
+
+/** Everything needed to finish one admitted request on any path. */
+interface Run {
+  prepared: PreparedRequest;
+  context: RequestContext;
+  permit: Permit;
+  meter: UsageMeter;
+  startedAt: number;
+}
 
 function outcomeOf(error: unknown): { outcome: Outcome; errorCode: string | null } {
   if (error instanceof ClientGoneError) return { outcome: "client_disconnected", errorCode: null };
@@ -29,7 +50,7 @@ function outcomeOf(error: unknown): { outcome: Outcome; errorCode: string | null
   return { outcome: "upstream_error", errorCode: "upstream_error" };
 }
 
-/** Whether the upstream did work for this request, so that it belongs in the ledger. */
+/** Whether the upstream did work for this request, so that it belongs in the ledger and is billed. */
 function reachedUpstream(error: unknown): boolean {
   return !(error instanceof UpstreamError) || error.reachedUpstream;
 }
@@ -40,104 +61,116 @@ function asCallerError(error: unknown): SluiceError {
   return new UpstreamError("The model's answer could not be completed.", { isRetryable: true, cause: error });
 }
 
-/** Chat completions: prepare, call the backend, relay the answer, and account for it on every path. */
+/**
+ * Chat completions: prepare, admit (quotas and concurrency), wait for a model slot, call the backend, relay the
+ * answer, and settle on every path: the permit is released and the ledger row written exactly once.
+ */
 export class ChatService {
-  constructor(
-    private readonly models: ModelRegistry,
-    private readonly ledger: Ledger,
-  ) {}
+  constructor(private readonly deps: ChatServiceDependencies) {}
 
   async create(request: ChatRequest, context: RequestContext): Promise<ChatResult> {
-    const entry = this.models.callable(context.caller.plan, request.model);
+    const { models, admission, queues, clock } = this.deps;
+    const plan = context.caller.plan;
+    const entry = models.callable(plan, request.model);
     const prepared = await prepareRequest(request, entry);
-    const identity: ResponseIdentity = {
-      id: `chatcmpl-${context.requestId.slice(4)}`,
-      created: Math.floor(Date.now() / 1000),
-      model: prepared.modelId,
-    };
-    return prepared.stream ? this.stream(prepared, identity, context) : this.whole(prepared, identity, context);
+    if (prepared.promptTokens === undefined && (plan.tokensPer5h !== undefined || plan.tokensPerMonth !== undefined)) {
+      await loadTokenizer();
+      prepared.promptTokens = countChatTokens(prepared.messages);
+    }
+    const lease = admission.admit(
+      { organizationId: context.caller.organizationId, plan, modelId: prepared.modelId, promptTokens: prepared.promptTokens ?? 0, maxTokens: prepared.maxTokens },
+      clock(),
+    );
+    let permit: Permit;
+    try {
+      const queue = queues.get(prepared.modelId) as ModelQueue;
+      permit = new Permit(lease, await queue.acquire(context.caller.organizationId, context.signal));
+    } catch (error) {
+      lease.settle(null, clock());
+      throw error;
+    }
+    const identity: ResponseIdentity = { id: `chatcmpl-${context.requestId.slice(4)}`, created: Math.floor(clock() / 1000), model: prepared.modelId };
+    const run: Run = { prepared, context, permit, meter: new UsageMeter(), startedAt: clock() };
+    return prepared.stream ? this.stream(run, identity) : this.whole(run, identity);
   }
 
-  private async whole(prepared: PreparedRequest, identity: ResponseIdentity, context: RequestContext): Promise<ChatResult> {
-    const startedAt = Date.now();
-    const meter = new UsageMeter();
+  private async whole(run: Run, identity: ResponseIdentity): Promise<ChatResult> {
+    const { prepared, context } = run;
     try {
       const completion = await prepared.entry.backend.complete({ model: prepared.entry.config, body: prepared.upstreamBody, signal: context.signal });
-      meter.observeCompletion(completion);
-      const usage = await this.settle(prepared, context, meter, startedAt, "completed", null);
-      return { kind: "whole", body: completionBody(identity, completion, usage) };
+      run.meter.observeCompletion(completion);
+      const usage = await this.settle(run, "completed", null);
+      return { kind: "whole", body: completionBody(identity, completion, usage), headers: run.permit.lease.headers };
     } catch (error) {
-      if (reachedUpstream(error)) {
-        const { outcome, errorCode } = outcomeOf(error);
-        await this.settle(prepared, context, meter, startedAt, outcome, errorCode);
-      }
+      await this.fail(run, error);
       throw asCallerError(error);
     }
   }
 
   /** Waits for the upstream's first event, so that a failure before it is still an HTTP error, then relays. */
-  private async stream(prepared: PreparedRequest, identity: ResponseIdentity, context: RequestContext): Promise<ChatResult> {
-    const startedAt = Date.now();
-    const meter = new UsageMeter();
-    const events = prepared.entry.backend.stream({ model: prepared.entry.config, body: prepared.upstreamBody, signal: context.signal });
+  private async stream(run: Run, identity: ResponseIdentity): Promise<ChatResult> {
+    const { prepared, context } = run;
+    let events: AsyncGenerator<CompletionEvent>;
     let first: IteratorResult<CompletionEvent>;
     try {
+      events = prepared.entry.backend.stream({ model: prepared.entry.config, body: prepared.upstreamBody, signal: context.signal });
       first = await events.next();
     } catch (error) {
-      if (reachedUpstream(error)) {
-        const { outcome, errorCode } = outcomeOf(error);
-        await this.settle(prepared, context, meter, startedAt, outcome, errorCode);
-      }
+      await this.fail(run, error);
       throw asCallerError(error);
     }
-    return { kind: "stream", chunks: this.relay(prepared, identity, context, events, first, meter, startedAt) };
+    return { kind: "stream", chunks: this.relay(run, identity, events, first), headers: run.permit.lease.headers };
   }
 
-  private async *relay(
-    prepared: PreparedRequest,
-    identity: ResponseIdentity,
-    context: RequestContext,
-    events: AsyncGenerator<CompletionEvent>,
-    first: IteratorResult<CompletionEvent>,
-    meter: UsageMeter,
-    startedAt: number,
-  ): AsyncGenerator<unknown> {
+  private async *relay(run: Run, identity: ResponseIdentity, events: AsyncGenerator<CompletionEvent>, first: IteratorResult<CompletionEvent>): AsyncGenerator<unknown> {
     let settled = false;
     try {
       yield roleChunk(identity);
       for (let result = first; !result.done; result = await events.next()) {
         const event = result.value;
-        meter.observe(event);
+        run.meter.observe(event);
         if (event.type !== "usage") yield eventChunk(identity, event);
       }
       settled = true;
-      const usage = await this.settle(prepared, context, meter, startedAt, "completed", null);
-      if (prepared.includeUsage) yield usageChunk(identity, usage);
+      const usage = await this.settle(run, "completed", null);
+      if (run.prepared.includeUsage) yield usageChunk(identity, usage);
     } catch (error) {
       if (!settled) {
         settled = true;
-        const { outcome, errorCode } = outcomeOf(error);
-        await this.settle(prepared, context, meter, startedAt, outcome, errorCode);
+        await this.fail(run, error);
       }
       if (!(error instanceof ClientGoneError)) yield asCallerError(error).toBody();
     } finally {
       // Reached without settling only when the consumer stopped early (the client left between chunks).
-      if (!settled) await this.settle(prepared, context, meter, startedAt, "client_disconnected", null);
+      if (!settled) await this.settle(run, "client_disconnected", null);
       await events.return(undefined);
     }
   }
 
-  /** Writes the request's ledger row (waiting for its commit) and returns the usage billed. */
-  private async settle(
-    prepared: PreparedRequest,
-    context: RequestContext,
-    meter: UsageMeter,
-    startedAt: number,
-    outcome: Outcome,
-    errorCode: string | null,
-  ): Promise<Usage> {
-    const { usage, source } = await meter.usage(prepared.messages, prepared.promptTokens);
-    await this.ledger.record({
+  /** Settles a request that failed: billed and recorded if the upstream did work, released in every case. */
+  private async fail(run: Run, error: unknown): Promise<void> {
+    if (!reachedUpstream(error)) {
+      run.permit.release(null, this.deps.clock());
+      return;
+    }
+    const { outcome, errorCode } = outcomeOf(error);
+    await this.settle(run, outcome, errorCode);
+  }
+
+  /** Releases the permit with the real usage and writes the ledger row, waiting for its commit. */
+  private async settle(run: Run, outcome: Outcome, errorCode: string | null): Promise<Usage> {
+    const { prepared, context } = run;
+    let measured: Awaited<ReturnType<UsageMeter["usage"]>>;
+    try {
+      measured = await run.meter.usage(prepared.messages, prepared.promptTokens);
+    } catch (error) {
+      run.permit.release(null, this.deps.clock());
+      throw error;
+    }
+    const { usage, source } = measured;
+    const endedAt = this.deps.clock();
+    run.permit.release(usage, endedAt);
+    await this.deps.ledger.record({
       requestId: context.requestId,
       organizationId: context.caller.organizationId,
       keyId: context.caller.keyId,
@@ -148,8 +181,8 @@ export class ChatService {
       outcome,
       errorCode,
       usageSource: source,
-      startedAt,
-      endedAt: Date.now(),
+      startedAt: run.startedAt,
+      endedAt,
     });
     return usage;
   }

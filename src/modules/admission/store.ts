@@ -1,0 +1,70 @@
+import type { PlanConfig } from "../../config/schema";
+
+/** What admission needs to know about a request. */
+export interface AdmissionRequest {
+  organizationId: string;
+  plan: PlanConfig;
+  modelId: string;
+  /** The prompt as Sluice counts it; only needed when the plan has a token quota. */
+  promptTokens: number;
+  /** The effective output limit sent upstream. */
+  maxTokens: number;
+}
+
+/** Tokens a request really used: prompt + completion (reasoning included). */
+export interface SpentTokens {
+  promptTokens: number;
+  completionTokens: number;
+}
+
+/**
+ * A request's admission: its concurrency slot and its token reservation. Settled exactly once (later calls do
+ * nothing): the slot is freed and the reservation replaced by what was really spent.
+ */
+export interface Lease {
+  readonly reservedTokens: number;
+  /** `x-ratelimit-*` headers for plans with a 5-hour quota; empty otherwise. */
+  readonly headers: Record<string, string>;
+  settle(spent: SpentTokens | null, at: number): void;
+}
+
+export interface WindowUsage {
+  used: number;
+  limit: number | undefined;
+  /** limit − used − reserved, never below 0; undefined when unlimited. */
+  remaining: number | undefined;
+  /** When the usage now counted has all left the window (5 h) or the month resets. */
+  resetsAt: number;
+}
+
+export interface UsageSnapshot {
+  fiveHours: WindowUsage;
+  month: WindowUsage;
+  reserved: number;
+  inFlight: number;
+}
+
+/**
+ * The one owner of quota and concurrency state. `admit` is synchronous so that checking both quotas, reserving
+ * and taking the slot cannot interleave with another request; a shared store (Redis) implements the same
+ * interface for several instances.
+ */
+export interface AdmissionStore {
+  /** Throws SluiceError 429 (rate_limit_exceeded or insufficient_quota) or returns the lease. */
+  admit(request: AdmissionRequest, now: number): Lease;
+  snapshot(organizationId: string, plan: PlanConfig, now: number): UsageSnapshot;
+  /** Forgets an organization's recorded usage (an operator's reset); reservations in flight stay. */
+  reset(organizationId: string): void;
+  /** Replaces an organization's recorded usage with what the ledger holds (start-up, resets). */
+  restore(organizationId: string, buckets: LedgerBucket[], monthTokens: number, monthStart: number): void;
+  /** Requests admitted and not yet settled, over all organizations. */
+  inFlight(): number;
+  /** Tokens reserved and not yet settled, over all organizations. */
+  reservedTokens(): number;
+}
+
+/** Ledger usage of one organization in one minute, for rebuilding the window. */
+export interface LedgerBucket {
+  tokens: number;
+  lastTime: number;
+}
