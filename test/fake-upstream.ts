@@ -73,6 +73,7 @@ function sse(body: string | ReadableStream<Uint8Array>): Response {
 
 /**
  * Models: `vllm`, `deepseek` (fixtures), `echo` (answers with the body it got), `slow-N-D` (N words, D ms apart),
+ * `usage-P-C[-D]` (reports P prompt and C completion tokens, after D ms),
  * `fail-500`, `overloaded-429`, `hang`, `context-400`, `bad-400`, `no-usage`, `html-200`, `midstream-error`,
  * `malformed-stream`, `no-done`.
  */
@@ -138,6 +139,14 @@ export function startFakeUpstream(): FakeUpstream {
       return stream
         ? sse(chunk(model, { role: "assistant", content: text }) + chunk(model, {}, "stop", usage) + "data: [DONE]\n\n")
         : Response.json(whole(model, text, null, usage));
+    }
+    const fixedUsage = /^usage-(\d+)-(\d+)(?:-(\d+))?$/.exec(model);
+    if (fixedUsage) {
+      const reported = { prompt_tokens: Number(fixedUsage[1]), completion_tokens: Number(fixedUsage[2]), total_tokens: Number(fixedUsage[1]) + Number(fixedUsage[2]) };
+      if (fixedUsage[3]) await Bun.sleep(Number(fixedUsage[3]));
+      return stream
+        ? sse(chunk(model, { role: "assistant", content: "fixed" }) + chunk(model, {}, "stop", reported) + "data: [DONE]\n\n")
+        : Response.json(whole(model, "fixed", null, reported));
     }
     const slow = /^slow-(\d+)-(\d+)$/.exec(model);
     if (slow) {

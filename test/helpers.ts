@@ -1,4 +1,6 @@
 import { mkdtempSync, rmSync } from "node:fs";
+import http from "node:http";
+import { Readable } from "node:stream";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Ajv2020 from "ajv/dist/2020";
@@ -36,8 +38,9 @@ export interface TestSluice {
   client(options?: { apiKey?: string; maxRetries?: number }): OpenAI;
   /** Creates an organization and a key for it. */
   addOrganization(name: string, options?: { plan?: string; status?: OrganizationStatus }): { organizationId: string; key: string; keyId: string };
-  post(path: string, body: unknown, headers?: Record<string, string>): Promise<Response>;
+  post(path: string, body: unknown, headers?: Record<string, string>, signal?: AbortSignal): Promise<Response>;
   ledgerRows(): LedgerRowView[];
+  server: RunningServer;
   stop(): Promise<void>;
 }
 
@@ -55,19 +58,22 @@ export interface LedgerRowView {
 }
 
 /** Starts a real Sluice server on a free port over a temporary database, with one active organization and key. */
-export async function startSluice(configFile: ConfigFile, options: { environment?: Record<string, string>; maxBodyBytes?: number } = {}): Promise<TestSluice> {
+export async function startSluice(
+  configFile: ConfigFile,
+  options: { environment?: Record<string, string>; maxBodyBytes?: number; clock?: () => number; databasePath?: string } = {},
+): Promise<TestSluice> {
   const directory = temporaryDirectory();
   const config = resolveConfig(configFile);
-  const database = openDatabase(join(directory.path, "sluice.db"));
+  const database = openDatabase(options.databasePath ?? join(directory.path, "sluice.db"));
   const organizations = new OrganizationService(database.db, new Set(config.plans.map((plan) => plan.id)));
   const keys = new KeyService(database.db);
-  const server: RunningServer = startServer({ config, database, port: 0, environment: options.environment, maxBodyBytes: options.maxBodyBytes });
+  const server: RunningServer = startServer({ config, database, port: 0, environment: options.environment, maxBodyBytes: options.maxBodyBytes, clock: options.clock });
   const addOrganization = (name: string, organizationOptions: { plan?: string; status?: OrganizationStatus } = {}) => {
-    const organization = organizations.create({ name, ...organizationOptions });
+    const organization = organizations.findByName(name) ?? organizations.create({ name, ...organizationOptions });
     const { key, secret } = keys.create({ organizationId: organization.id, name: "test" });
     return { organizationId: organization.id, key: secret, keyId: key.id };
   };
-  const first = addOrganization("acme");
+  const first = addOrganization("acme", { plan: config.plans[0]?.id });
   const baseURL = `${server.url}/v1`;
   return {
     url: server.url,
@@ -78,13 +84,10 @@ export async function startSluice(configFile: ConfigFile, options: { environment
     keys,
     client: (clientOptions = {}) => new OpenAI({ baseURL, apiKey: clientOptions.apiKey ?? first.key, maxRetries: clientOptions.maxRetries ?? 0 }),
     addOrganization,
-    post: (path, body, headers = {}) =>
-      fetch(`${server.url}${path}`, {
-        method: "POST",
-        headers: { authorization: `Bearer ${first.key}`, "content-type": "application/json", ...headers },
-        body: typeof body === "string" ? body : JSON.stringify(body),
-      }),
+    post: (path, body, headers = {}, signal) =>
+      httpPost(`${server.url}${path}`, typeof body === "string" ? body : JSON.stringify(body), { authorization: `Bearer ${first.key}`, "content-type": "application/json", ...headers }, signal),
     ledgerRows: () => database.sqlite.query<LedgerRowView, []>("SELECT * FROM usage_ledger ORDER BY started_at").all(),
+    server,
     async stop() {
       await server.stop();
       database.close();
@@ -103,6 +106,28 @@ export function schemaErrors(name: "CreateChatCompletionResponse" | "CreateChatC
   const validate = ajv.getSchema(`openai#/$defs/${name}`);
   if (!validate) throw new Error(`no schema ${name}`);
   return validate(body) ? [] : (validate.errors ?? []).map((error) => `${error.instancePath} ${error.message}`);
+}
+
+const agent = new http.Agent({ keepAlive: true, maxSockets: Number.POSITIVE_INFINITY });
+
+/**
+ * POST through node:http, as a web Response. Tests fire hundreds of requests at a server running in the same
+ * process: Bun's fetch allows 256 at once per process (and `bun test` ignores BUN_CONFIG_MAX_HTTP_REQUESTS), so a
+ * fetch-based client would hold the slots the server needs for its own upstream calls. node:http has no such cap.
+ */
+export function httpPost(url: string, body: string, headers: Record<string, string>, signal?: AbortSignal): Promise<Response> {
+  return new Promise((resolve, reject) => {
+    const request = http.request(url, { method: "POST", headers: { ...headers, "content-length": String(Buffer.byteLength(body)) }, agent, signal }, (incoming) => {
+      const responseHeaders = new Headers();
+      for (const [name, value] of Object.entries(incoming.headers)) {
+        if (value !== undefined) responseHeaders.set(name, Array.isArray(value) ? value.join(", ") : value);
+      }
+      const stream = Readable.toWeb(incoming) as ReadableStream<Uint8Array>;
+      resolve(new Response(stream, { status: incoming.statusCode, headers: responseHeaders }));
+    });
+    request.on("error", reject);
+    request.end(body);
+  });
 }
 
 /** Reads an SSE response into its `data:` payloads, parsed when JSON, `[DONE]` kept as a string. */

@@ -5,12 +5,14 @@ import { OrganizationError } from "../modules/organizations/service";
 import { runKey } from "./key";
 import { runOrg } from "./org";
 import { runServe } from "./serve";
+import { runUsage } from "./usage-command";
 import { UsageError, usageText } from "./usage";
 
 const commands: Record<string, (args: string[]) => void> = {
   serve: runServe,
   org: runOrg,
   key: runKey,
+  usage: runUsage,
 };
 
 /** Runs one command; returns the process exit code. */

@@ -14,6 +14,8 @@ export const usageText = `Usage: sluice <command>
   key create --org NAME [--name LABEL] [--expires-in 90s|30m|12h|30d]
   key list --org NAME
   key revoke KEY_ID
+  usage --org NAME                        5-hour and monthly usage: used, limit, remaining
+  usage reset --org NAME                  forget the organization's usage so far (a running server honours it)
 
 Environment: SLUICE_DB (data/sluice.db), SLUICE_CONFIG (data/sluice.toml), SLUICE_HOST (127.0.0.1), SLUICE_PORT (8080)`;
 

@@ -5,6 +5,7 @@ import type { ChatService } from "../modules/chat/service";
 import { modelRoutes } from "../modules/models/index";
 import type { ModelRegistry } from "../modules/models/registry";
 import { newRequestId } from "../ids";
+import { ClientGoneError } from "../upstream/errors";
 import { errorResponse, toSluiceError } from "./error-response";
 import { openApiDocument } from "./openapi";
 
@@ -24,7 +25,8 @@ export function createApp(deps: AppDependencies) {
     .onError(({ error, code, set, request }) => {
       const requestId = (set.headers["x-request-id"] as string | undefined) ?? newRequestId();
       const sluiceError = toSluiceError(error, code, request.method, new URL(request.url).pathname);
-      if (sluiceError.status >= 500 && sluiceError.code === "internal_error") {
+      // A caller who left gets no answer; that is not a server fault worth logging.
+      if (sluiceError.code === "internal_error" && !(error instanceof ClientGoneError)) {
         console.error(JSON.stringify({ level: "error", request_id: requestId, message: String((error as Error)?.stack ?? error) }));
       }
       return errorResponse(sluiceError, requestId);

@@ -3,6 +3,15 @@ import { UpstreamError } from "../errors";
 /** The caller went away; nobody is left to answer, but the work done so far is still accounted. */
 export class ClientGoneError extends Error {
   override name = "ClientGoneError";
+
+  /** False when the caller left before the upstream answered at all: then there is nothing to bill or record. */
+  constructor(
+    message: string,
+    readonly reachedUpstream = true,
+    options?: ErrorOptions,
+  ) {
+    super(message, options);
+  }
 }
 
 const contextLengthPattern = /context length|context window|maximum context|too many tokens|prompt is too long|exceeds? the (?:model'?s? )?(?:max|context)/i;
@@ -50,12 +59,15 @@ function isConnectionFailure(error: unknown): boolean {
   return code === "ECONNREFUSED" || code === "ConnectionRefused" || code === "ENOTFOUND" || code === "FailedToOpenSocket" || code === "EHOSTUNREACH";
 }
 
-/** Maps a thrown fetch failure: the client's abort, our timeout, or a connection failure. */
-export function errorFromFailure(modelId: string, error: unknown, clientSignal: AbortSignal, timedOut: boolean, timeoutMs: number): Error {
+/**
+ * Maps a thrown fetch failure: the client's abort, our timeout, or a connection failure. `answered` says whether
+ * the upstream's response had begun (its status line arrived), which is what "reached the upstream" means.
+ */
+export function errorFromFailure(modelId: string, error: unknown, clientSignal: AbortSignal, timedOut: boolean, timeoutMs: number, answered: boolean): Error {
   if (timedOut) {
     return new UpstreamError(`The upstream for model ${modelId} did not answer within ${timeoutMs} ms.`, { isRetryable: true, cause: error });
   }
-  if (clientSignal.aborted) return new ClientGoneError("client disconnected", { cause: error });
+  if (clientSignal.aborted) return new ClientGoneError("client disconnected", answered, { cause: error });
   if (error instanceof UpstreamError) return error;
   return new UpstreamError(`Could not reach the upstream for model ${modelId}: ${(error as Error)?.message ?? String(error)}`, {
     isRetryable: true,

@@ -7,6 +7,8 @@ import type { Backend, BackendRequest, Completion, CompletionEvent, ToolCallDelt
 interface Call {
   signal: AbortSignal;
   timedOut(): boolean;
+  /** Set once the upstream's status line arrived. */
+  answered: boolean;
   finish(): void;
 }
 
@@ -24,6 +26,7 @@ function startCall(request: BackendRequest): Call {
   return {
     signal: controller.signal,
     timedOut: () => timedOut,
+    answered: false,
     finish() {
       clearTimeout(timer);
       request.signal.removeEventListener("abort", onClientAbort);
@@ -55,7 +58,7 @@ export class OpenAIBackend implements Backend {
       }
       return this.completionOf(parsed);
     } catch (error) {
-      throw errorFromFailure(this.modelId, error, request.signal, call.timedOut(), request.model.timeoutMs);
+      throw errorFromFailure(this.modelId, error, request.signal, call.timedOut(), request.model.timeoutMs, call.answered);
     } finally {
       call.finish();
     }
@@ -88,7 +91,7 @@ export class OpenAIBackend implements Backend {
       }
       if (!finished) throw new UpstreamError(`The upstream stream for model ${this.modelId} ended before the answer did.`, { isRetryable: true });
     } catch (error) {
-      throw errorFromFailure(this.modelId, error, request.signal, call.timedOut(), request.model.timeoutMs);
+      throw errorFromFailure(this.modelId, error, request.signal, call.timedOut(), request.model.timeoutMs, call.answered);
     } finally {
       call.finish();
     }
@@ -101,6 +104,7 @@ export class OpenAIBackend implements Backend {
       body: JSON.stringify(request.body),
       signal: call.signal,
     });
+    call.answered = true;
     if (response.status !== 200) {
       const body = await response.text().catch(() => "");
       throw errorFromStatus(this.modelId, response.status, body, response.headers.get("retry-after"));

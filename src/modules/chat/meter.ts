@@ -20,6 +20,11 @@ export class UsageMeter {
     }
   }
 
+  /** Whether the upstream produced anything (or reported usage) for this request. */
+  producedAnything(): boolean {
+    return this.reported !== undefined || this.content !== "" || this.reasoning !== "" || this.toolText !== "";
+  }
+
   observeCompletion(completion: Completion): void {
     this.content = completion.content ?? "";
     this.reasoning = completion.reasoning ?? "";

@@ -52,7 +52,8 @@ function outcomeOf(error: unknown): { outcome: Outcome; errorCode: string | null
 
 /** Whether the upstream did work for this request, so that it belongs in the ledger and is billed. */
 function reachedUpstream(error: unknown): boolean {
-  return !(error instanceof UpstreamError) || error.reachedUpstream;
+  if (error instanceof UpstreamError || error instanceof ClientGoneError) return error.reachedUpstream;
+  return true;
 }
 
 /** Internal failures are never shown raw: the caller gets a 502 naming the request. */
@@ -147,22 +148,28 @@ export class ChatService {
     }
   }
 
-  /** Settles a request that failed: billed and recorded if the upstream did work, released in every case. */
+  /**
+   * Settles a request that failed: recorded if the upstream did work, released in every case. An upstream that
+   * failed before producing anything bills nothing; a caller who left is billed for the prompt and what was made.
+   */
   private async fail(run: Run, error: unknown): Promise<void> {
     if (!reachedUpstream(error)) {
       run.permit.release(null, this.deps.clock());
       return;
     }
     const { outcome, errorCode } = outcomeOf(error);
-    await this.settle(run, outcome, errorCode);
+    const billNothing = outcome === "upstream_error" && !run.meter.producedAnything();
+    await this.settle(run, outcome, errorCode, billNothing);
   }
 
   /** Releases the permit with the real usage and writes the ledger row, waiting for its commit. */
-  private async settle(run: Run, outcome: Outcome, errorCode: string | null): Promise<Usage> {
+  private async settle(run: Run, outcome: Outcome, errorCode: string | null, billNothing = false): Promise<Usage> {
     const { prepared, context } = run;
     let measured: Awaited<ReturnType<UsageMeter["usage"]>>;
     try {
-      measured = await run.meter.usage(prepared.messages, prepared.promptTokens);
+      measured = billNothing
+        ? { usage: { promptTokens: 0, completionTokens: 0, reasoningTokens: 0 }, source: "tokenizer" }
+        : await run.meter.usage(prepared.messages, prepared.promptTokens);
     } catch (error) {
       run.permit.release(null, this.deps.clock());
       throw error;

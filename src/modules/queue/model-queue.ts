@@ -55,7 +55,7 @@ export class ModelQueue {
 
   private wait(organizationId: string, signal: AbortSignal): Promise<Slot> {
     return new Promise<Slot>((resolve, reject) => {
-      if (signal.aborted) return reject(new ClientGoneError("client disconnected while queued"));
+      if (signal.aborted) return reject(new ClientGoneError("client disconnected while queued", false));
       const leave = () => {
         clearTimeout(timer);
         signal.removeEventListener("abort", onAbort);
@@ -63,7 +63,7 @@ export class ModelQueue {
       };
       const onAbort = () => {
         leave();
-        reject(new ClientGoneError("client disconnected while queued"));
+        reject(new ClientGoneError("client disconnected while queued", false));
       };
       const timer = setTimeout(() => {
         leave();

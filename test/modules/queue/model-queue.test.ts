@@ -1,0 +1,52 @@
+import { expect, test } from "bun:test";
+import { resolveConfig } from "../../../src/config/load";
+import { SluiceError } from "../../../src/errors";
+import { ModelQueue, type Slot } from "../../../src/modules/queue/model-queue";
+import { ClientGoneError } from "../../../src/upstream/errors";
+
+function queue(maxConcurrency: number, queueSize = 100, queueTimeoutMs = 10_000) {
+  const [model] = resolveConfig({ models: [{ id: "m", backend: "demo", max_concurrency: maxConcurrency, queue_size: queueSize, queue_timeout_ms: queueTimeoutMs }] }).models;
+  return new ModelQueue(model!);
+}
+
+const never = new AbortController().signal;
+
+test("waiters are served round-robin across organizations, FIFO within one", async () => {
+  const models = queue(1);
+  const first = models.acquire("a", never) as Slot;
+  const started: string[] = [];
+  const pending: Promise<void>[] = [];
+  const enqueue = (organization: string, label: string) =>
+    pending.push(
+      Promise.resolve(models.acquire(organization, never)).then((slot) => {
+        started.push(label);
+        slot.release();
+      }),
+    );
+  for (let index = 0; index < 6; index++) enqueue("a", `a${index}`);
+  enqueue("b", "b0");
+  enqueue("b", "b1");
+  enqueue("c", "c0");
+  first.release();
+  await Promise.all(pending);
+  expect(started).toEqual(["a0", "b0", "c0", "a1", "b1", "a2", "a3", "a4", "a5"]);
+  expect(models.stats()).toEqual({ active: 0, queued: 0 });
+});
+
+test("a full queue and a long wait are 503 server_overloaded; a caller who leaves is gone from the queue at once", async () => {
+  const models = queue(1, 1, 50);
+  const held = models.acquire("a", never) as Slot;
+  const waiting = models.acquire("a", never) as Promise<Slot>;
+  expect(() => models.acquire("b", never)).toThrow(SluiceError);
+  const timedOut = await waiting.catch((error: unknown) => error);
+  expect((timedOut as SluiceError).code).toBe("server_overloaded");
+  expect(models.stats().queued).toBe(0);
+  const controller = new AbortController();
+  const leaving = (models.acquire("b", controller.signal) as Promise<Slot>).catch((error: unknown) => error);
+  expect(models.stats().queued).toBe(1);
+  controller.abort();
+  expect(models.stats().queued).toBe(0);
+  expect(await leaving).toBeInstanceOf(ClientGoneError);
+  held.release();
+  expect(models.stats()).toEqual({ active: 0, queued: 0 });
+});
