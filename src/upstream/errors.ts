@@ -60,14 +60,15 @@ function isConnectionFailure(error: unknown): boolean {
 }
 
 /**
- * Maps a thrown fetch failure: the client's abort, our timeout, or a connection failure. `answered` says whether
- * the upstream's response had begun (its status line arrived), which is what "reached the upstream" means.
+ * Maps a thrown fetch failure: the client's abort, our timeout, or a connection failure. `reached` says whether
+ * the upstream had the request: a whole answer from when it is sent (its status line comes only at the end), a
+ * stream from when the upstream's status line arrived.
  */
-export function errorFromFailure(modelId: string, error: unknown, clientSignal: AbortSignal, timedOut: boolean, timeoutMs: number, answered: boolean): Error {
+export function errorFromFailure(modelId: string, error: unknown, clientSignal: AbortSignal, timedOut: boolean, timeoutMs: number, reached: boolean): Error {
   if (timedOut) {
     return new UpstreamError(`The upstream for model ${modelId} did not answer within ${timeoutMs} ms.`, { isRetryable: true, cause: error });
   }
-  if (clientSignal.aborted) return new ClientGoneError("client disconnected", answered, { cause: error });
+  if (clientSignal.aborted) return new ClientGoneError("client disconnected", reached, { cause: error });
   if (error instanceof UpstreamError) return error;
   return new UpstreamError(`Could not reach the upstream for model ${modelId}: ${(error as Error)?.message ?? String(error)}`, {
     isRetryable: true,

@@ -7,7 +7,7 @@ import type { Backend, BackendRequest, Completion, CompletionEvent, ToolCallDelt
 interface Call {
   signal: AbortSignal;
   timedOut(): boolean;
-  /** Set once the upstream's status line arrived. */
+  /** Set once the upstream's status line arrived (for a stream, that is when it accepted the request). */
   answered: boolean;
   finish(): void;
 }
@@ -58,7 +58,7 @@ export class OpenAIBackend implements Backend {
       }
       return this.completionOf(parsed);
     } catch (error) {
-      throw errorFromFailure(this.modelId, error, request.signal, call.timedOut(), request.model.timeoutMs, call.answered);
+      throw errorFromFailure(this.modelId, error, request.signal, call.timedOut(), request.model.timeoutMs, true);
     } finally {
       call.finish();
     }

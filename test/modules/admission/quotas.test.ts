@@ -181,12 +181,14 @@ describe("every path settles", () => {
       async (sluice) => {
         // Cancelled at a random point of the stream (after 0 to 29 of its 30 words), and a few before the first byte.
         const statuses: number[] = [];
+        const requestIds: string[] = [];
         const cancelled = Array.from({ length: 300 }, async (_, index) => {
           const controller = new AbortController();
           const wordsBeforeCancel = (index * 7) % 30;
           try {
             const response = await sluice.post("/v1/chat/completions", { model: "slow", messages, stream: true }, {}, controller.signal);
             statuses.push(response.status);
+            requestIds.push(response.headers.get("x-request-id") as string);
             const reader = (response.body as ReadableStream<Uint8Array>).getReader();
             let text = "";
             while (!text.includes(`word${wordsBeforeCancel} `)) {
@@ -228,7 +230,10 @@ describe("every path settles", () => {
         expect(bodiesFor("hang")).toBeLessThanOrEqual(100);
         // Every slow stream that reached the upstream is in the ledger, cancelled or not, billed for what it produced.
         const slowRows = rows.filter((row) => row.model === "slow");
-        expect(slowRows.length).toBe(bodiesFor("slow-30-10"));
+        const recordedIds = new Set(slowRows.map((row) => row.request_id));
+        expect(requestIds.filter((id) => !recordedIds.has(id))).toEqual([]);
+        // The early cancels left a row only if the upstream had accepted them: never more rows than requests it got.
+        expect(slowRows.length).toBeLessThanOrEqual(bodiesFor("slow-30-10"));
         expect(slowRows.length).toBeGreaterThanOrEqual(300);
         expect(slowRows.filter((row) => row.outcome === "client_disconnected").length).toBeGreaterThanOrEqual(290);
         expect(slowRows.filter((row) => row.completion_tokens > 0).length).toBeGreaterThanOrEqual(290);
