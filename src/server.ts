@@ -62,6 +62,7 @@ export function startServer(options: ServerOptions): RunningServer {
     admission,
     queues,
     async stop() {
+      chat.beginShutdown();
       await app.stop(true);
       const deadline = Date.now() + settleWaitMs;
       while (admission.inFlight() > 0 && Date.now() < deadline) await Bun.sleep(5);

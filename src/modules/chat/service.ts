@@ -67,7 +67,14 @@ function asCallerError(error: unknown): SluiceError {
  * answer, and settle on every path: the permit is released and the ledger row written exactly once.
  */
 export class ChatService {
+  private stopping = false;
+
   constructor(private readonly deps: ChatServiceDependencies) {}
+
+  /** From now on, requests cut off by the server stopping are recorded as `shutdown`, not as the client leaving. */
+  beginShutdown(): void {
+    this.stopping = true;
+  }
 
   async create(request: ChatRequest, context: RequestContext): Promise<ChatResult> {
     const { models, admission, queues, clock } = this.deps;
@@ -177,6 +184,7 @@ export class ChatService {
     const { usage, source } = measured;
     const endedAt = this.deps.clock();
     run.permit.release(usage, endedAt);
+    if (outcome === "client_disconnected" && this.stopping) outcome = "shutdown";
     await this.deps.ledger.record({
       requestId: context.requestId,
       organizationId: context.caller.organizationId,

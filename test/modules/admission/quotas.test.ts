@@ -358,3 +358,25 @@ describe("durability and operations", () => {
     });
   });
 });
+
+describe("server shutdown", () => {
+  test("stopping the server ends open streams, settles their slots and reservations, and records them", async () => {
+    const sluice = await startSluice(config({ tokens_per_5h: 1_000_000, max_concurrency: 10 }, [fakeModel(upstream.url, "slow", "slow-100-20")]));
+    const responses = await Promise.all(Array.from({ length: 5 }, () => sluice.post("/v1/chat/completions", { model: "slow", messages, stream: true })));
+    for (const response of responses) {
+      const reader = (response.body as ReadableStream<Uint8Array>).getReader();
+      let text = "";
+      while (!text.includes("word2 ")) text += new TextDecoder().decode((await reader.read()).value);
+      reader.releaseLock();
+    }
+    expect(sluice.server.admission.inFlight()).toBe(5);
+    await sluice.server.stop();
+    expect(sluice.server.admission.inFlight()).toBe(0);
+    expect(sluice.server.admission.reservedTokens()).toBe(0);
+    const rows = sluice.ledgerRows();
+    expect(rows.map((row) => row.outcome)).toEqual(["shutdown", "shutdown", "shutdown", "shutdown", "shutdown"]);
+    expect(rows.every((row) => row.completion_tokens >= 3)).toBe(true);
+    sluice.database.close();
+    await eventually(() => upstream.inFlight === 0);
+  });
+});
