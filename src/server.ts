@@ -9,6 +9,7 @@ import { AuthService } from "./modules/auth/service";
 import { ChatService } from "./modules/chat/service";
 import { ModelRegistry } from "./modules/models/registry";
 import { ModelQueue } from "./modules/queue/model-queue";
+import { SafetyService } from "./modules/safety/service";
 import { loadTokenizer } from "./tokens/count";
 
 export interface ServerOptions {
@@ -44,7 +45,8 @@ export function startServer(options: ServerOptions): RunningServer {
   const admission = new MemoryAdmissionStore();
   syncAdmissionWithLedger(admission, options.database, ledger, clock);
   const queues = new Map(options.config.models.map((model) => [model.id, new ModelQueue(model)]));
-  const chat = new ChatService({ models, ledger, admission, queues, clock });
+  const safety = new SafetyService(options.config.safety, options.environment);
+  const chat = new ChatService({ models, ledger, admission, queues, safety, clock });
   const maxBodyBytes = options.maxBodyBytes ?? defaultMaxBodyBytes;
   const app = createApp({ auth, models, chat, maxBodyBytes }).listen({
     hostname: options.hostname ?? "127.0.0.1",

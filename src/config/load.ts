@@ -1,7 +1,8 @@
 import { existsSync, readFileSync } from "node:fs";
 import { Value } from "@sinclair/typebox/value";
 import { defaultConfigFile, modelDefaults } from "./defaults";
-import { ConfigFileSchema, type Config, type ConfigFile, type ModelConfig } from "./schema";
+import { defaultSafetyRules } from "./default-rules";
+import { ConfigFileSchema, type Config, type ConfigFile, type ModelConfig, type SafetyConfig } from "./schema";
 
 export class ConfigError extends Error {
   override name = "ConfigError";
@@ -14,6 +15,41 @@ function readablePath(path: string): string {
     .filter(Boolean)
     .map((part, index) => (/^\d+$/.test(part) ? `[${part}]` : index === 0 ? part : `.${part}`))
     .join("");
+}
+
+/** A pattern as operators write it: JavaScript syntax, where a leading `(?i)` (PCRE, Python) means case-insensitive. */
+export function compilePattern(pattern: string): RegExp {
+  const caseless = pattern.startsWith("(?i)");
+  return new RegExp(caseless ? pattern.slice(4) : pattern, caseless ? "iu" : "u");
+}
+
+function resolveSafety(safety: ConfigFile["safety"]): SafetyConfig {
+  const rules = (safety?.rules ?? defaultSafetyRules).map((rule, ruleIndex) => ({
+    appliesTo: { input: (rule.applies_to ?? ["input"]).includes("input"), output: (rule.applies_to ?? ["output"]).includes("output") },
+    id: rule.id,
+    name: rule.name,
+    patterns: (rule.patterns ?? []).map((pattern, patternIndex) => {
+      try {
+        return compilePattern(pattern);
+      } catch (error) {
+        throw new ConfigError(`invalid configuration key safety.rules[${ruleIndex}].patterns[${patternIndex}]: ${(error as Error).message}`);
+      }
+    }),
+    categories: rule.categories ?? [],
+  }));
+  const ids = new Set<string>();
+  for (const rule of rules) {
+    if (ids.has(rule.id)) throw new ConfigError(`safety.rules: duplicate id "${rule.id}"`);
+    ids.add(rule.id);
+  }
+  return {
+    enabled: safety?.enabled ?? true,
+    timeoutMs: safety?.timeout_ms ?? 2000,
+    moderation: safety?.moderation_url
+      ? { url: safety.moderation_url, model: safety.moderation_model, apiKeyEnv: safety.moderation_api_key_env, moderateOutput: safety.moderate_output ?? false }
+      : undefined,
+    rules,
+  };
 }
 
 /** Checks a parsed config file against the schema and fills in defaults; throws ConfigError naming the key. */
@@ -58,6 +94,7 @@ export function resolveConfig(file: unknown): Config {
   }
   return {
     models,
+    safety: resolveSafety(checked.safety),
     plans: plans.map((plan) => ({
       id: plan.id,
       models: plan.models,

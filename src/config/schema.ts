@@ -40,10 +40,38 @@ export const PlanConfigSchema = Type.Object(
   strict,
 );
 
+export const SafetyRuleSchema = Type.Object(
+  {
+    id: Type.String({ minLength: 1 }),
+    name: Type.String({ minLength: 1 }),
+    /** Regular expressions in JavaScript syntax; a leading `(?i)` means case-insensitive. */
+    patterns: Type.Optional(Type.Array(Type.String({ minLength: 1 }))),
+    /** Moderation categories that map to this rule. */
+    categories: Type.Optional(Type.Array(Type.String({ minLength: 1 }))),
+    applies_to: Type.Optional(Type.Array(Type.Union([Type.Literal("input"), Type.Literal("output")]), { minItems: 1 })),
+  },
+  strict,
+);
+
+export const SafetyConfigSchema = Type.Object(
+  {
+    enabled: Type.Optional(Type.Boolean()),
+    timeout_ms: Type.Optional(Type.Integer({ minimum: 1 })),
+    moderation_url: Type.Optional(Type.String({ minLength: 1 })),
+    moderation_model: Type.Optional(Type.String({ minLength: 1 })),
+    moderation_api_key_env: Type.Optional(Type.String({ minLength: 1 })),
+    /** Also ask the external checker about whole (non-streamed) answers. */
+    moderate_output: Type.Optional(Type.Boolean()),
+    rules: Type.Optional(Type.Array(SafetyRuleSchema)),
+  },
+  strict,
+);
+
 export const ConfigFileSchema = Type.Object(
   {
     models: Type.Optional(Type.Array(ModelConfigSchema)),
     plans: Type.Optional(Type.Array(PlanConfigSchema)),
+    safety: Type.Optional(SafetyConfigSchema),
   },
   strict,
 );
@@ -81,7 +109,23 @@ export interface PlanConfig {
   maxConcurrency?: number;
 }
 
+export interface SafetyRuleConfig {
+  id: string;
+  name: string;
+  patterns: RegExp[];
+  categories: string[];
+  appliesTo: { input: boolean; output: boolean };
+}
+
+export interface SafetyConfig {
+  enabled: boolean;
+  timeoutMs: number;
+  moderation: { url: string; model: string | undefined; apiKeyEnv: string | undefined; moderateOutput: boolean } | undefined;
+  rules: SafetyRuleConfig[];
+}
+
 export interface Config {
   models: ModelConfig[];
   plans: PlanConfig[];
+  safety: SafetyConfig;
 }

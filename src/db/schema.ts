@@ -44,6 +44,8 @@ export const usageLedger = sqliteTable(
     /** completed | client_disconnected | upstream_error | upstream_timeout | content_filter | shutdown */
     outcome: text("outcome").notNull(),
     errorCode: text("error_code"),
+    /** The red-line rule behind a `content_filter` outcome. */
+    ruleId: text("rule_id"),
     /** Whether the tokens came from the upstream's usage or from Sluice's own count. */
     usageSource: text("usage_source").notNull(),
     startedAt: integer("started_at").notNull(),

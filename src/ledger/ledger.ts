@@ -10,6 +10,7 @@ export interface LedgerRow {
   reasoningTokens: number;
   outcome: "completed" | "client_disconnected" | "upstream_error" | "content_filter" | "shutdown";
   errorCode: string | null;
+  ruleId: string | null;
   usageSource: "upstream" | "tokenizer";
   startedAt: number;
   endedAt: number;
@@ -33,16 +34,16 @@ export class Ledger {
   private readonly insertBatch;
 
   constructor(private readonly sqlite: Database) {
-    this.insert = sqlite.query<unknown, [string, string, string, string, number, number, number, string, string | null, string, number, number]>(
+    this.insert = sqlite.query<unknown, [string, string, string, string, number, number, number, string, string | null, string | null, string, number, number]>(
       `INSERT OR IGNORE INTO usage_ledger (request_id, organization_id, key_id, model, prompt_tokens, completion_tokens,
-         reasoning_tokens, outcome, error_code, usage_source, started_at, ended_at)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+         reasoning_tokens, outcome, error_code, rule_id, usage_source, started_at, ended_at)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     );
     this.insertBatch = sqlite.transaction((rows: Pending[]) => {
       for (const { row } of rows) {
         this.insert.run(
           row.requestId, row.organizationId, row.keyId, row.model, row.promptTokens, row.completionTokens,
-          row.reasoningTokens, row.outcome, row.errorCode, row.usageSource, row.startedAt, row.endedAt,
+          row.reasoningTokens, row.outcome, row.errorCode, row.ruleId, row.usageSource, row.startedAt, row.endedAt,
         );
       }
     });

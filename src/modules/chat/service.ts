@@ -1,12 +1,16 @@
+import type { SafetyRuleConfig } from "../../config/schema";
 import { SluiceError, UpstreamError } from "../../errors";
 import type { Ledger, LedgerRow } from "../../ledger/ledger";
-import { countChatTokens, loadTokenizer } from "../../tokens/count";
+import { countChatTokens, countTextTokens, loadTokenizer } from "../../tokens/count";
+import type { Lease } from "../admission/store";
 import { ClientGoneError } from "../../upstream/errors";
 import type { CompletionEvent, Usage } from "../../upstream/types";
 import type { AdmissionStore } from "../admission/store";
 import type { Caller } from "../auth/service";
 import type { ModelRegistry } from "../models/registry";
 import type { ModelQueue } from "../queue/model-queue";
+import { refusalText } from "../safety/rules";
+import type { SafetyService } from "../safety/service";
 import { UsageMeter } from "./meter";
 import type { ChatRequest } from "./model";
 import { Permit } from "./permit";
@@ -30,7 +34,17 @@ export interface ChatServiceDependencies {
   ledger: Ledger;
   admission: AdmissionStore;
   queues: ReadonlyMap<string, ModelQueue>;
+  safety: SafetyService;
   clock: () => number;
+}
+
+/** How a request ended, for its ledger row. */
+interface Ending {
+  outcome: Outcome;
+  errorCode?: string | null;
+  ruleId?: string | null;
+  /** An upstream that failed before producing anything bills nothing. */
+  billNothing?: boolean;
 }
 
 type Outcome = LedgerRow["outcome"];
@@ -89,25 +103,50 @@ export class ChatService {
       { organizationId: context.caller.organizationId, plan, modelId: prepared.modelId, promptTokens: prepared.promptTokens ?? 0, maxTokens: prepared.maxTokens },
       clock(),
     );
+    const identity: ResponseIdentity = { id: `chatcmpl-${context.requestId.slice(4)}`, created: Math.floor(clock() / 1000), model: prepared.modelId };
     let permit: Permit;
     try {
+      // The red-line check comes before the request takes a queue place or reaches the upstream.
+      const rule = await this.deps.safety.checkInput(prepared.messages, context.signal);
+      if (rule) return await this.refuse(prepared, context, identity, lease, rule);
       const queue = queues.get(prepared.modelId) as ModelQueue;
       permit = new Permit(lease, await queue.acquire(context.caller.organizationId, context.signal));
     } catch (error) {
       lease.settle(null, clock());
       throw error;
     }
-    const identity: ResponseIdentity = { id: `chatcmpl-${context.requestId.slice(4)}`, created: Math.floor(clock() / 1000), model: prepared.modelId };
     const run: Run = { prepared, context, permit, meter: new UsageMeter(), startedAt: clock() };
     return prepared.stream ? this.stream(run, identity) : this.whole(run, identity);
+  }
+
+  /** Answers a request that breaks a red-line rule itself: a normal answer, never sent upstream. */
+  private async refuse(prepared: PreparedRequest, context: RequestContext, identity: ResponseIdentity, lease: Lease, rule: SafetyRuleConfig): Promise<ChatResult> {
+    await loadTokenizer();
+    const text = refusalText(rule, "input");
+    const usage: Usage = { promptTokens: prepared.promptTokens ?? countChatTokens(prepared.messages), completionTokens: countTextTokens(text), reasoningTokens: 0 };
+    const endedAt = this.deps.clock();
+    lease.settle(usage, endedAt);
+    await this.deps.ledger.record(this.ledgerRow(prepared, context, usage, "tokenizer", endedAt, endedAt, { outcome: "content_filter", ruleId: rule.id }));
+    const completion = { content: text, reasoning: null, toolCalls: null, finishReason: "content_filter", usage };
+    if (!prepared.stream) return { kind: "whole", body: completionBody(identity, completion, usage), headers: lease.headers };
+    const includeUsage = prepared.includeUsage;
+    async function* chunks() {
+      yield roleChunk(identity);
+      yield eventChunk(identity, { type: "delta", content: text });
+      yield eventChunk(identity, { type: "finish", reason: "content_filter" });
+      if (includeUsage) yield usageChunk(identity, usage);
+    }
+    return { kind: "stream", chunks: chunks(), headers: lease.headers };
   }
 
   private async whole(run: Run, identity: ResponseIdentity): Promise<ChatResult> {
     const { prepared, context } = run;
     try {
-      const completion = await prepared.entry.backend.complete({ model: prepared.entry.config, body: prepared.upstreamBody, signal: context.signal });
+      let completion = await prepared.entry.backend.complete({ model: prepared.entry.config, body: prepared.upstreamBody, signal: context.signal });
       run.meter.observeCompletion(completion);
-      const usage = await this.settle(run, "completed", null);
+      const rule = await this.deps.safety.checkOutput([completion.content ?? "", completion.reasoning ?? ""], context.signal);
+      if (rule) completion = { content: refusalText(rule, "output"), reasoning: null, toolCalls: null, finishReason: "content_filter", usage: completion.usage };
+      const usage = await this.settle(run, rule ? { outcome: "content_filter", ruleId: rule.id } : { outcome: "completed" });
       return { kind: "whole", body: completionBody(identity, completion, usage), headers: run.permit.lease.headers };
     } catch (error) {
       await this.fail(run, error);
@@ -132,15 +171,27 @@ export class ChatService {
 
   private async *relay(run: Run, identity: ResponseIdentity, events: AsyncGenerator<CompletionEvent>, first: IteratorResult<CompletionEvent>): AsyncGenerator<unknown> {
     let settled = false;
+    const monitor = this.deps.safety.outputMonitor();
     try {
       yield roleChunk(identity);
       for (let result = first; !result.done; result = await events.next()) {
         const event = result.value;
         run.meter.observe(event);
+        const rule = event.type === "delta" ? monitor?.observe(event.content, event.reasoning) : undefined;
+        if (rule) {
+          // Stop the upstream at once; the piece that completed the match is never sent.
+          await events.return(undefined);
+          settled = true;
+          const usage = await this.settle(run, { outcome: "content_filter", ruleId: rule.id });
+          yield eventChunk(identity, { type: "delta", content: refusalText(rule, "output") });
+          yield eventChunk(identity, { type: "finish", reason: "content_filter" });
+          if (run.prepared.includeUsage) yield usageChunk(identity, usage);
+          return;
+        }
         if (event.type !== "usage") yield eventChunk(identity, event);
       }
       settled = true;
-      const usage = await this.settle(run, "completed", null);
+      const usage = await this.settle(run, { outcome: "completed" });
       if (run.prepared.includeUsage) yield usageChunk(identity, usage);
     } catch (error) {
       if (!settled) {
@@ -150,7 +201,7 @@ export class ChatService {
       if (!(error instanceof ClientGoneError)) yield asCallerError(error).toBody();
     } finally {
       // Reached without settling only when the consumer stopped early (the client left between chunks).
-      if (!settled) await this.settle(run, "client_disconnected", null);
+      if (!settled) await this.settle(run, { outcome: "client_disconnected" });
       await events.return(undefined);
     }
   }
@@ -165,27 +216,30 @@ export class ChatService {
       return;
     }
     const { outcome, errorCode } = outcomeOf(error);
-    const billNothing = outcome === "upstream_error" && !run.meter.producedAnything();
-    await this.settle(run, outcome, errorCode, billNothing);
+    await this.settle(run, { outcome, errorCode, billNothing: outcome === "upstream_error" && !run.meter.producedAnything() });
   }
 
   /** Releases the permit with the real usage and writes the ledger row, waiting for its commit. */
-  private async settle(run: Run, outcome: Outcome, errorCode: string | null, billNothing = false): Promise<Usage> {
+  private async settle(run: Run, ending: Ending): Promise<Usage> {
     const { prepared, context } = run;
     let measured: Awaited<ReturnType<UsageMeter["usage"]>>;
     try {
-      measured = billNothing
+      measured = ending.billNothing
         ? { usage: { promptTokens: 0, completionTokens: 0, reasoningTokens: 0 }, source: "tokenizer" }
         : await run.meter.usage(prepared.messages, prepared.promptTokens);
     } catch (error) {
       run.permit.release(null, this.deps.clock());
       throw error;
     }
-    const { usage, source } = measured;
     const endedAt = this.deps.clock();
-    run.permit.release(usage, endedAt);
-    if (outcome === "client_disconnected" && this.stopping) outcome = "shutdown";
-    await this.deps.ledger.record({
+    run.permit.release(measured.usage, endedAt);
+    const outcome = ending.outcome === "client_disconnected" && this.stopping ? "shutdown" : ending.outcome;
+    await this.deps.ledger.record(this.ledgerRow(prepared, context, measured.usage, measured.source, run.startedAt, endedAt, { ...ending, outcome }));
+    return measured.usage;
+  }
+
+  private ledgerRow(prepared: PreparedRequest, context: RequestContext, usage: Usage, source: LedgerRow["usageSource"], startedAt: number, endedAt: number, ending: Ending): LedgerRow {
+    return {
       requestId: context.requestId,
       organizationId: context.caller.organizationId,
       keyId: context.caller.keyId,
@@ -193,12 +247,12 @@ export class ChatService {
       promptTokens: usage.promptTokens,
       completionTokens: usage.completionTokens,
       reasoningTokens: usage.reasoningTokens,
-      outcome,
-      errorCode,
+      outcome: ending.outcome,
+      errorCode: ending.errorCode ?? null,
+      ruleId: ending.ruleId ?? null,
       usageSource: source,
-      startedAt: run.startedAt,
+      startedAt,
       endedAt,
-    });
-    return usage;
+    };
   }
 }

@@ -1,0 +1,1 @@
+ALTER TABLE `usage_ledger` ADD `rule_id` text;

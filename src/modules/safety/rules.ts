@@ -1,0 +1,53 @@
+import type { SafetyRuleConfig } from "../../config/schema";
+
+export type Direction = "input" | "output";
+
+/** The first rule for this direction with a pattern that matches the text. */
+export function matchRule(rules: readonly SafetyRuleConfig[], text: string, direction: Direction): SafetyRuleConfig | undefined {
+  if (!text) return undefined;
+  for (const rule of rules) {
+    if (!rule.appliesTo[direction]) continue;
+    for (const pattern of rule.patterns) if (pattern.test(text)) return rule;
+  }
+  return undefined;
+}
+
+/** The first rule for this direction that lists one of the flagged moderation categories. */
+export function ruleForCategories(rules: readonly SafetyRuleConfig[], flagged: readonly string[], direction: Direction): SafetyRuleConfig | undefined {
+  return rules.find((rule) => rule.appliesTo[direction] && rule.categories.some((category) => flagged.includes(category)));
+}
+
+/** The answer text of a refusal; it names the rule, as the spec requires. */
+export function refusalText(rule: SafetyRuleConfig, direction: Direction): string {
+  return direction === "input"
+    ? `This request was refused under red-line rule ${rule.id} (${rule.name}).`
+    : `This answer was stopped under red-line rule ${rule.id} (${rule.name}).`;
+}
+
+/** Characters of recent output kept for matching, so a phrase split across chunks is still caught. */
+export const outputWindowChars = 1024;
+
+/**
+ * Watches a streamed answer. Content and reasoning are each matched over a sliding window of their latest
+ * characters, so a phrase split across chunks is caught when its last piece arrives.
+ */
+export class OutputMonitor {
+  private content = "";
+  private reasoning = "";
+
+  constructor(private readonly rules: readonly SafetyRuleConfig[]) {}
+
+  /** The rule the answer now breaks, if any, with this piece added. */
+  observe(content: string | undefined, reasoning: string | undefined): SafetyRuleConfig | undefined {
+    if (content) {
+      this.content = (this.content + content).slice(-outputWindowChars);
+      const rule = matchRule(this.rules, this.content, "output");
+      if (rule) return rule;
+    }
+    if (reasoning) {
+      this.reasoning = (this.reasoning + reasoning).slice(-outputWindowChars);
+      return matchRule(this.rules, this.reasoning, "output");
+    }
+    return undefined;
+  }
+}

@@ -1,0 +1,53 @@
+import type { SafetyConfig, SafetyRuleConfig } from "../../config/schema";
+import type { CountableMessage } from "../../tokens/count";
+import { ModerationClient } from "./moderation";
+import { OutputMonitor, matchRule, ruleForCategories } from "./rules";
+
+/**
+ * The red-line check: local rules (compiled once, always checked) and an optional external moderation service
+ * with a deadline, which fails closed.
+ */
+export class SafetyService {
+  private readonly moderation: ModerationClient | undefined;
+
+  constructor(
+    private readonly config: SafetyConfig,
+    environment: Record<string, string | undefined> = process.env,
+  ) {
+    const moderation = config.moderation;
+    this.moderation = moderation
+      ? new ModerationClient(moderation.url, moderation.model, moderation.apiKeyEnv ? environment[moderation.apiKeyEnv] : undefined, config.timeoutMs)
+      : undefined;
+  }
+
+  /** The rule the conversation breaks, if any; throws 503 safety_unavailable when the external check fails. */
+  async checkInput(messages: CountableMessage[], signal: AbortSignal): Promise<SafetyRuleConfig | undefined> {
+    if (!this.config.enabled) return undefined;
+    for (const message of messages) {
+      const rule = matchRule(this.config.rules, message.text, "input");
+      if (rule) return rule;
+    }
+    if (!this.moderation) return undefined;
+    const texts = messages.map((message) => message.text).filter(Boolean);
+    if (texts.length === 0) return undefined;
+    return ruleForCategories(this.config.rules, await this.moderation.flaggedCategories(texts, signal), "input");
+  }
+
+  /** The rule a whole answer breaks, if any (local rules, and the external check when `moderate_output` is on). */
+  async checkOutput(texts: string[], signal: AbortSignal): Promise<SafetyRuleConfig | undefined> {
+    if (!this.config.enabled) return undefined;
+    for (const text of texts) {
+      const rule = matchRule(this.config.rules, text, "output");
+      if (rule) return rule;
+    }
+    const nonEmpty = texts.filter(Boolean);
+    if (!this.moderation || !this.config.moderation?.moderateOutput || nonEmpty.length === 0) return undefined;
+    return ruleForCategories(this.config.rules, await this.moderation.flaggedCategories(nonEmpty, signal), "output");
+  }
+
+  /** A watcher for a streamed answer; undefined when no rule applies to output. */
+  outputMonitor(): OutputMonitor | undefined {
+    if (!this.config.enabled || !this.config.rules.some((rule) => rule.appliesTo.output && rule.patterns.length > 0)) return undefined;
+    return new OutputMonitor(this.config.rules);
+  }
+}
