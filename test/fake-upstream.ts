@@ -67,6 +67,22 @@ function slowStream(model: string, count: number, delayMs: number, signal: Abort
   });
 }
 
+/** Streams the pieces as content chunks 20 ms apart, then keeps the stream open until it is cancelled. */
+function slowPieces(model: string, pieces: string[], signal: AbortSignal, onAbort: () => void): ReadableStream<Uint8Array> {
+  let index = 0;
+  return new ReadableStream({
+    async pull(controller) {
+      await Bun.sleep(20);
+      if (signal.aborted) return;
+      if (index < pieces.length) controller.enqueue(encoder.encode(chunk(model, { content: pieces[index++] })));
+      else await Bun.sleep(60_000);
+    },
+    cancel() {
+      onAbort();
+    },
+  });
+}
+
 function sse(body: string | ReadableStream<Uint8Array>): Response {
   return new Response(body, { headers: { "content-type": "text/event-stream" } });
 }
@@ -175,6 +191,16 @@ export function startFakeUpstream(): FakeUpstream {
         return stream
           ? sse(chunk(model, { role: "assistant", reasoning_content: "thinking hard" }) + chunk(model, { content: "hello there" }, "stop") + "data: [DONE]\n\n")
           : Response.json(whole(model, "hello there", "thinking hard", null));
+      case "split-phrase": {
+        // "nerve agent" and "synthesis" arrive split across three chunks.
+        const pieces = ["Reasoning done. The nerve ag", "ent is made by synth", "esis of precursors", " and more text"];
+        if (!stream) return Response.json(whole(model, pieces.join(""), null, usage));
+        return sse(slowPieces(model, pieces, signal, onAbort));
+      }
+      case "split-reasoning": {
+        if (!stream) return Response.json(whole(model, "fine", "Thinking about nerve agent synthesis routes", usage));
+        return sse(chunk(model, { role: "assistant", reasoning_content: "Thinking about nerve ag" }) + chunk(model, { reasoning_content: "ent synthesis routes" }) + chunk(model, { content: "x" }, "stop", usage) + "data: [DONE]\n\n");
+      }
       case "html-200":
         return new Response("<html><body>Bad gateway</body></html>", { headers: { "content-type": "text/html" } });
       case "midstream-error":

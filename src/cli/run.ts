@@ -4,6 +4,7 @@ import { KeyError } from "../modules/keys/service";
 import { OrganizationError } from "../modules/organizations/service";
 import { runKey } from "./key";
 import { runOrg } from "./org";
+import { runRefusals } from "./refusals";
 import { runServe } from "./serve";
 import { runUsage } from "./usage-command";
 import { UsageError, usageText } from "./usage";
@@ -13,6 +14,7 @@ const commands: Record<string, (args: string[]) => void> = {
   org: runOrg,
   key: runKey,
   usage: runUsage,
+  refusals: runRefusals,
 };
 
 /** Runs one command; returns the process exit code. */

@@ -16,6 +16,7 @@ export const usageText = `Usage: sluice <command>
   key revoke KEY_ID
   usage --org NAME                        5-hour and monthly usage: used, limit, remaining
   usage reset --org NAME                  forget the organization's usage so far (a running server honours it)
+  refusals [--since 24h]                  red-line refusals by rule, then the latest ones (never their text)
 
 Environment: SLUICE_DB (data/sluice.db), SLUICE_CONFIG (data/sluice.toml), SLUICE_HOST (127.0.0.1), SLUICE_PORT (8080)`;
 
