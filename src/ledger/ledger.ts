@@ -23,13 +23,23 @@ interface Pending {
 }
 
 /**
- * The usage ledger's writer. Rows that arrive within the same turn of the event loop are committed in one
- * transaction (a group commit); `record` resolves only once its row is committed, so a caller that waits for it
- * before finishing an answer never answers a request the ledger could lose.
+ * A commit writes every page it touched to the WAL, so it costs far more than a row (measured here: 40 µs for a
+ * one-row commit, 6 µs a row in commits of 32). When traffic is light, a row is committed on the next turn of the
+ * event loop, adding no wait; once commits carry several rows (the server is busy), they are spaced this far
+ * apart so that the rows finishing in between share one transaction.
+ */
+const busyCommitIntervalMs = 2;
+const busyBatchSize = 4;
+
+/**
+ * The usage ledger's writer: a group commit. `record` resolves only once its row is committed, so a caller that
+ * waits for it before finishing an answer never answers a request the ledger could lose.
  */
 export class Ledger {
   private pending: Pending[] = [];
   private scheduled = false;
+  private lastCommit = 0;
+  private lastBatchSize = 0;
   private readonly insert;
   private readonly insertBatch;
 
@@ -53,10 +63,11 @@ export class Ledger {
   record(row: LedgerRow): Promise<void> {
     return new Promise((resolve, reject) => {
       this.pending.push({ row, resolve, reject });
-      if (!this.scheduled) {
-        this.scheduled = true;
-        setImmediate(() => this.flush());
-      }
+      if (this.scheduled) return;
+      this.scheduled = true;
+      const wait = this.lastBatchSize < busyBatchSize ? 0 : this.lastCommit + busyCommitIntervalMs - performance.now();
+      if (wait <= 0) setImmediate(() => this.flush());
+      else setTimeout(() => this.flush(), wait);
     });
   }
 
@@ -66,6 +77,8 @@ export class Ledger {
     const batch = this.pending;
     if (batch.length === 0) return;
     this.pending = [];
+    this.lastCommit = performance.now();
+    this.lastBatchSize = batch.length;
     try {
       this.insertBatch(batch);
       for (const entry of batch) entry.resolve();
