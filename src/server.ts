@@ -10,7 +10,6 @@ import { ChatService } from "./modules/chat/service";
 import { ModelRegistry } from "./modules/models/registry";
 import { ModelQueue } from "./modules/queue/model-queue";
 import { SafetyService } from "./modules/safety/service";
-import { loadTokenizer } from "./tokens/count";
 
 export interface ServerOptions {
   config: Config;
@@ -55,7 +54,6 @@ export function startServer(options: ServerOptions): RunningServer {
     // Bun's own limit only guards memory; the route answers 413 in the OpenAI format below it.
     maxRequestBodySize: maxBodyBytes + 1024 * 1024,
   });
-  void loadTokenizer();
   const server = app.server;
   if (!server) throw new Error("server did not start");
   return {

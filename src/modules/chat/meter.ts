@@ -34,13 +34,14 @@ export class UsageMeter {
 
   /** The upstream's usage when it sent one, otherwise Sluice's own count of what was produced. */
   async usage(messages: CountableMessage[], knownPromptTokens: number | undefined): Promise<{ usage: Usage; source: "upstream" | "tokenizer" }> {
-    await loadTokenizer();
     if (this.reported) {
       // Some servers (vLLM among them) report no reasoning_tokens; the reasoning they streamed still counts.
       if (this.reported.reasoningTokens > 0 || !this.reasoning) return { usage: this.reported, source: "upstream" };
+      await loadTokenizer();
       const reasoningTokens = Math.min(countTextTokens(this.reasoning), this.reported.completionTokens);
       return { usage: { ...this.reported, reasoningTokens }, source: "upstream" };
     }
+    await loadTokenizer();
     const reasoningTokens = countTextTokens(this.reasoning);
     return {
       usage: {

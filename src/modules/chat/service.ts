@@ -1,7 +1,7 @@
 import type { SafetyRuleConfig } from "../../config/schema";
 import { SluiceError, UpstreamError } from "../../errors";
 import type { Ledger, LedgerRow } from "../../ledger/ledger";
-import { countChatTokens, countTextTokens, loadTokenizer } from "../../tokens/count";
+import { countChatTokens, countTextTokens, estimateChatTokens, loadTokenizer } from "../../tokens/count";
 import type { Lease } from "../admission/store";
 import { ClientGoneError } from "../../upstream/errors";
 import type { CompletionEvent, Usage } from "../../upstream/types";
@@ -95,12 +95,9 @@ export class ChatService {
     const plan = context.caller.plan;
     const entry = models.callable(plan, request.model);
     const prepared = await prepareRequest(request, entry);
-    if (prepared.promptTokens === undefined && (plan.tokensPer5h !== undefined || plan.tokensPerMonth !== undefined)) {
-      await loadTokenizer();
-      prepared.promptTokens = countChatTokens(prepared.messages);
-    }
+    const promptEstimate = prepared.promptTokens ?? estimateChatTokens(prepared.messages);
     const lease = admission.admit(
-      { organizationId: context.caller.organizationId, plan, modelId: prepared.modelId, promptTokens: prepared.promptTokens ?? 0, maxTokens: prepared.maxTokens },
+      { organizationId: context.caller.organizationId, plan, modelId: prepared.modelId, promptTokens: promptEstimate, maxTokens: prepared.maxTokens },
       clock(),
     );
     const identity: ResponseIdentity = { id: `chatcmpl-${context.requestId.slice(4)}`, created: Math.floor(clock() / 1000), model: prepared.modelId };

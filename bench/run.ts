@@ -1,0 +1,350 @@
+// The benchmark runner behind `make bench`: starts a fake upstream, a bare Bun proxy, Sluice (dist/sluice, the
+// executable users run) and the Portkey gateway on loopback, measures them side by side in one run, and writes
+// bench/results/latest.json. `--smoke` runs every phase with tiny numbers (used by a test to keep this working).
+import { Database } from "bun:sqlite";
+import { existsSync, mkdtempSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { hashKeySecret } from "../src/modules/keys/secret";
+
+const smoke = process.argv.includes("--smoke");
+const root = join(import.meta.dir, "..");
+const bun = process.execPath;
+const sluiceBinary = join(root, "dist/sluice");
+const work = mkdtempSync(join(tmpdir(), "sluice-bench-"));
+const settings = smoke
+  ? { rounds: 1, seconds: 1, warmupSeconds: 0.5, connections: 8, rate: 100, latencySeconds: 1, streams: 20, streamTokens: 20, paceMs: 5, scaleRows: 2000, portkey: false }
+  : { rounds: 3, seconds: 8, warmupSeconds: 3, connections: 64, rate: 1000, latencySeconds: 10, streams: 2000, streamTokens: 200, paceMs: 20, scaleRows: 1_000_000, portkey: true };
+const lifted = { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" };
+const children: Bun.Subprocess[] = [];
+
+function log(message: string): void {
+  process.stderr.write(`[bench] ${message}\n`);
+}
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((left, right) => left - right);
+  return sorted[Math.floor(sorted.length / 2)] ?? Number.NaN;
+}
+
+function freePort(): number {
+  const probe = Bun.serve({ port: 0, fetch: () => new Response() });
+  const port = probe.port as number;
+  probe.stop(true);
+  return port;
+}
+
+function start(command: string[], environment: Record<string, string | undefined> = process.env): Bun.Subprocess {
+  const child = Bun.spawn(command, { env: environment, stdout: "ignore", stderr: "ignore" });
+  children.push(child);
+  return child;
+}
+
+async function stop(child: Bun.Subprocess): Promise<void> {
+  child.kill();
+  await child.exited;
+}
+
+async function waitForPort(port: number, timeoutMs = 15_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    try {
+      await fetch(`http://127.0.0.1:${port}/`, { signal: AbortSignal.timeout(500) });
+      return;
+    } catch {
+      await Bun.sleep(25);
+    }
+  }
+  throw new Error(`nothing listening on ${port}`);
+}
+
+function memoryOf(pid: number): { rssMb: number; peakMb: number } {
+  const status = require("node:fs").readFileSync(`/proc/${pid}/status`, "utf8") as string;
+  const field = (name: string) => Number(new RegExp(`${name}:\\s+(\\d+)`).exec(status)?.[1] ?? 0) / 1024;
+  return { rssMb: field("VmRSS"), peakMb: field("VmHWM") };
+}
+
+interface Target {
+  name: string;
+  url: string;
+  headers: Record<string, string>;
+  bodyFile: string;
+  streamBodyFile?: string;
+}
+
+async function writeBody(name: string, model: string, stream: boolean): Promise<string> {
+  const path = join(work, `${name}.json`);
+  await Bun.write(path, JSON.stringify({ model, messages: [{ role: "user", content: "What is 2+2? Answer briefly." }], ...(stream ? { stream: true } : {}) }));
+  return path;
+}
+
+const hasWrk = Bun.which("wrk") !== null && !smoke;
+
+/** Closed loop: wrk (2 threads) when installed, otherwise bench/load.ts. Requests per second. */
+async function closedLoop(target: Target, seconds: number): Promise<number> {
+  if (hasWrk) {
+    const script = join(work, `${target.name}.lua`);
+    const body = await Bun.file(target.bodyFile).text();
+    const headerLines = Object.entries({ ...target.headers, "Content-Type": "application/json" })
+      .map(([name, value]) => `wrk.headers["${name}"] = ${JSON.stringify(value)}`)
+      .join("\n");
+    await Bun.write(script, `wrk.method = "POST"\nwrk.body = ${JSON.stringify(body)}\n${headerLines}\n`);
+    const result = Bun.spawnSync(["wrk", "-t2", `-c${settings.connections}`, `-d${seconds}s`, "-s", script, target.url], { stdout: "pipe" });
+    const output = result.stdout.toString();
+    const non2xx = Number(/Non-2xx or 3xx responses: (\d+)/.exec(output)?.[1] ?? 0);
+    if (non2xx > 0) log(`${target.name}: ${non2xx} non-2xx responses`);
+    return Number(/Requests\/sec:\s+([\d.]+)/.exec(output)?.[1] ?? Number.NaN);
+  }
+  const result = await runLoad("closed", target, settings.connections, seconds);
+  return result.rps;
+}
+
+async function runLoad(mode: "open" | "closed", target: Target, amount: number, seconds: number) {
+  const child = Bun.spawn([bun, join(import.meta.dir, "load.ts"), mode, target.url, target.bodyFile, JSON.stringify({ ...target.headers, "content-type": "application/json" }), String(amount), String(seconds)], {
+    env: lifted,
+    stdout: "pipe",
+  });
+  const output = await new Response(child.stdout).text();
+  await child.exited;
+  return JSON.parse(output) as { requests: number; errors: number; rps: number; p50_ms: number; p99_ms: number };
+}
+
+async function rounds<T>(measure: () => Promise<T>): Promise<T[]> {
+  const results: T[] = [];
+  for (let round = 0; round < settings.rounds; round++) results.push(await measure());
+  return results;
+}
+
+/** A Sluice data directory: config, database, one organization and key. Every product check is on. */
+async function prepareSluice(directory: string, upstreamPort: number): Promise<{ environment: Record<string, string | undefined>; key: string }> {
+  const config = join(directory, "sluice.toml");
+  await Bun.write(
+    config,
+    `[[models]]\nid = "bench"\nbackend = "openai"\nbase_url = "http://127.0.0.1:${upstreamPort}/v1"\nupstream_model = "bench-upstream"\n\n` +
+      `[[plans]]\nid = "default"\nmodels = ["*"]\ntokens_per_5h = 1000000000000\ntokens_per_month = 1000000000000\nmax_concurrency = 100000\n`,
+  );
+  const environment = { PATH: process.env.PATH, HOME: process.env.HOME, SLUICE_DB: join(directory, "sluice.db"), SLUICE_CONFIG: config };
+  Bun.spawnSync([sluiceBinary, "org", "create", "bench"], { env: environment });
+  const key = Bun.spawnSync([sluiceBinary, "key", "create", "--org", "bench"], { env: environment, stdout: "pipe", stderr: "ignore" }).stdout.toString().trim().split("\n").at(-1) as string;
+  return { environment, key };
+}
+
+async function startSluice(environment: Record<string, string | undefined>): Promise<{ child: Bun.Subprocess; port: number }> {
+  const port = freePort();
+  const child = start([sluiceBinary, "serve"], { ...environment, SLUICE_PORT: String(port) });
+  await waitForPort(port);
+  return { child, port };
+}
+
+/** Fills a database with keys and ledger rows, straight through SQLite (the CLI would take hours for 1M keys). */
+function fillDatabase(path: string, rows: number): void {
+  const database = new Database(path, { strict: true });
+  database.run("PRAGMA journal_mode = WAL");
+  const organizationId = (database.query("SELECT id FROM organizations LIMIT 1").get() as { id: string }).id;
+  const insertKey = database.query("INSERT INTO api_keys (id, organization_id, name, prefix, hash, created_at) VALUES (?, ?, 'filler', 'sk-sluice-xxxx', ?, ?)");
+  const insertRow = database.query(
+    `INSERT INTO usage_ledger (request_id, organization_id, key_id, model, prompt_tokens, completion_tokens, reasoning_tokens, outcome, usage_source, started_at, ended_at)
+     VALUES (?, ?, 'key_filler', 'bench', 12, 11, 6, 'completed', 'upstream', ?, ?)`,
+  );
+  const now = Date.now();
+  database.transaction(() => {
+    for (let index = 0; index < rows; index++) {
+      insertKey.run(`key_fill${index}`, organizationId, hashKeySecret(`sk-sluice-filler-${index}`), now);
+      const at = now - Math.floor((index / rows) * 30 * 86_400_000);
+      insertRow.run(`req_fill${String(index).padStart(12, "0")}`, organizationId, at, at);
+    }
+  })();
+  database.close();
+}
+
+async function main(): Promise<void> {
+  log(`building dist/sluice`);
+  const build = Bun.spawnSync(["make", "-s", "build"], { cwd: root, stdout: "inherit", stderr: "inherit" });
+  if (build.exitCode !== 0) throw new Error("make build failed");
+
+  const upstreamPort = freePort();
+  start([bun, join(import.meta.dir, "fake-upstream.ts"), String(upstreamPort), String(settings.streamTokens), String(settings.paceMs)]);
+  await waitForPort(upstreamPort);
+  const barePort = freePort();
+  let bare = start([bun, join(import.meta.dir, "bare-proxy.ts"), String(barePort), `http://127.0.0.1:${upstreamPort}`], lifted);
+  await waitForPort(barePort);
+  const sluiceDirectory = join(work, "sluice");
+  require("node:fs").mkdirSync(sluiceDirectory);
+  const { environment, key } = await prepareSluice(sluiceDirectory, upstreamPort);
+  let sluice = await startSluice(environment);
+
+  const direct: Target = { name: "direct", url: `http://127.0.0.1:${upstreamPort}/v1/chat/completions`, headers: {}, bodyFile: await writeBody("direct", "bench-upstream", false) };
+  const bareTarget: Target = { name: "bare", url: `http://127.0.0.1:${barePort}/v1/chat/completions`, headers: {}, bodyFile: direct.bodyFile };
+  const sluiceTarget = (port: number): Target => ({ name: "sluice", url: `http://127.0.0.1:${port}/v1/chat/completions`, headers: { Authorization: `Bearer ${key}` }, bodyFile: join(work, "sluice.json") });
+  await writeBody("sluice", "bench", false);
+  const targets: Target[] = [direct, bareTarget, sluiceTarget(sluice.port)];
+
+  let portkeyTarget: Target | undefined;
+  if (settings.portkey) {
+    const portkeyDirectory = join(import.meta.dir, ".portkey");
+    if (!existsSync(join(portkeyDirectory, "node_modules/@portkey-ai/gateway"))) {
+      log("installing @portkey-ai/gateway into bench/.portkey");
+      Bun.spawnSync(["npm", "install", "--prefix", portkeyDirectory, "--no-save", "--no-package-lock", "--no-audit", "--no-fund", "--loglevel=error", "@portkey-ai/gateway@1.15.2"], { stdout: "inherit", stderr: "inherit" });
+    }
+    const portkeyPort = freePort();
+    start([bun, join(portkeyDirectory, "node_modules/@portkey-ai/gateway/build/start-server.js"), `--port=${portkeyPort}`, "--headless"], { ...lifted, NODE_ENV: "production" });
+    await waitForPort(portkeyPort, 30_000);
+    portkeyTarget = {
+      name: "portkey",
+      url: `http://127.0.0.1:${portkeyPort}/v1/chat/completions`,
+      headers: { Authorization: "Bearer unused", "x-portkey-provider": "openai", "x-portkey-custom-host": `http://127.0.0.1:${upstreamPort}/v1` },
+      bodyFile: direct.bodyFile,
+    };
+    targets.push(portkeyTarget);
+  }
+
+  log("1/5 whole answers, closed loop");
+  const rps: Record<string, number[]> = {};
+  for (const target of targets) await closedLoop(target, settings.warmupSeconds);
+  for (let round = 0; round < settings.rounds; round++) {
+    // Interleaved, so that drift in the machine affects every target alike.
+    for (const target of targets) (rps[target.name] ??= []).push(await closedLoop(target, settings.seconds));
+  }
+  const nonstreamMedian = (name: string) => (rps[name] ? median(rps[name]) : null);
+  const sluiceRps = nonstreamMedian("sluice") as number;
+
+  log(`2/5 latency at ${settings.rate} requests per second, open loop`);
+  const latency: Record<string, { p50: number[]; p99: number[] }> = {};
+  for (const target of targets.slice(0, 3)) await runLoad("open", target, settings.rate, settings.warmupSeconds);
+  for (let round = 0; round < settings.rounds; round++) {
+    for (const target of targets.slice(0, 3)) {
+      const result = await runLoad("open", target, settings.rate, settings.latencySeconds);
+      const entry = (latency[target.name] ??= { p50: [], p99: [] });
+      entry.p50.push(result.p50_ms);
+      entry.p99.push(result.p99_ms);
+    }
+  }
+
+  log(`3/5 ${settings.streams} concurrent streams of ${settings.streamTokens} tokens`);
+  // Fresh processes, so that peak memory belongs to this phase alone.
+  await stop(bare);
+  bare = start([bun, join(import.meta.dir, "bare-proxy.ts"), String(barePort), `http://127.0.0.1:${upstreamPort}`], lifted);
+  await waitForPort(barePort);
+  await stop(sluice.child);
+  sluice = await startSluice(environment);
+  const streamBody = await writeBody("direct-stream", "bench-upstream", true);
+  const sluiceStreamBody = await writeBody("sluice-stream", "bench", true);
+  const streamRun = async (url: string, bodyFile: string, headers: Record<string, string>) => {
+    const child = Bun.spawn(
+      [bun, join(import.meta.dir, "streams.ts"), url, bodyFile, JSON.stringify({ ...headers, "content-type": "application/json" }), String(settings.streams), String(settings.streamTokens)],
+      { env: lifted, stdout: "pipe" },
+    );
+    const output = await new Response(child.stdout).text();
+    await child.exited;
+    return JSON.parse(output) as { concurrent: number; completed: number; ttft_p50_ms: number; ttft_p99_ms: number; seconds: number };
+  };
+  const bareStreams = await streamRun(bareTarget.url, streamBody, {});
+  const barePeak = memoryOf(bare.pid as number).peakMb;
+  const sluiceStreams = await streamRun(sluiceTarget(sluice.port).url, sluiceStreamBody, { Authorization: `Bearer ${key}` });
+  const sluicePeak = memoryOf(sluice.child.pid as number).peakMb;
+
+  log(`4/5 scale: ${settings.scaleRows} keys and ${settings.scaleRows} ledger rows`);
+  const emptyRps = median(await rounds(() => closedLoop(sluiceTarget(sluice.port), settings.seconds)));
+  await stop(sluice.child);
+  const fullDirectory = join(work, "full");
+  require("node:fs").mkdirSync(fullDirectory);
+  const full = await prepareSluice(fullDirectory, upstreamPort);
+  fillDatabase(full.environment.SLUICE_DB as string, settings.scaleRows);
+  sluice = await startSluice(full.environment);
+  const fullTarget = { ...sluiceTarget(sluice.port), headers: { Authorization: `Bearer ${full.key}` } };
+  await closedLoop(fullTarget, settings.warmupSeconds);
+  const fullRps = median(await rounds(() => closedLoop(fullTarget, settings.seconds)));
+  await stop(sluice.child);
+
+  log("5/5 the executable: start-up to first answer, idle memory, size");
+  const startups: number[] = [];
+  let idleRss = Number.NaN;
+  for (let attempt = 0; attempt < (smoke ? 1 : 5); attempt++) {
+    const port = freePort();
+    const began = performance.now();
+    const child = start([sluiceBinary, "serve"], { ...environment, SLUICE_PORT: String(port) });
+    for (;;) {
+      try {
+        const response = await fetch(`http://127.0.0.1:${port}/v1/chat/completions`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+          body: await Bun.file(join(work, "sluice.json")).text(),
+        });
+        if (response.status === 200) break;
+      } catch {
+        await Bun.sleep(2);
+      }
+    }
+    startups.push(performance.now() - began);
+    await Bun.sleep(1000);
+    idleRss = memoryOf(child.pid as number).rssMb;
+    await stop(child);
+  }
+
+  const bareRps = nonstreamMedian("bare") as number;
+  const portkeyRps = nonstreamMedian("portkey");
+  const results = {
+    date: new Date().toISOString(),
+    smoke,
+    machine: { cores: navigator.hardwareConcurrency, bun_version: Bun.version, load_generator: hasWrk ? "wrk -t2" : "bench/load.ts" },
+    rounds: settings.rounds,
+    nonstream: {
+      connections: settings.connections,
+      direct_rps: nonstreamMedian("direct"),
+      bare_proxy_rps: bareRps,
+      sluice_rps: sluiceRps,
+      portkey_rps: portkeyRps,
+      sluice_vs_bare: sluiceRps / bareRps,
+      sluice_vs_portkey: portkeyRps ? sluiceRps / portkeyRps : null,
+    },
+    latency: {
+      rate: settings.rate,
+      direct_p50_ms: median(latency.direct?.p50 ?? []),
+      direct_p99_ms: median(latency.direct?.p99 ?? []),
+      bare_p50_ms: median(latency.bare?.p50 ?? []),
+      bare_p99_ms: median(latency.bare?.p99 ?? []),
+      sluice_p50_ms: median(latency.sluice?.p50 ?? []),
+      sluice_p99_ms: median(latency.sluice?.p99 ?? []),
+    },
+    streams: {
+      concurrent: settings.streams,
+      tokens: settings.streamTokens,
+      bare_completed: bareStreams.completed,
+      completed: sluiceStreams.completed,
+      bare_peak_rss_mb: barePeak,
+      sluice_peak_rss_mb: sluicePeak,
+      bare_ttft_p50_ms: bareStreams.ttft_p50_ms,
+      bare_ttft_p99_ms: bareStreams.ttft_p99_ms,
+      sluice_ttft_p50_ms: sluiceStreams.ttft_p50_ms,
+      sluice_ttft_p99_ms: sluiceStreams.ttft_p99_ms,
+    },
+    scale: { keys: settings.scaleRows, ledger_rows: settings.scaleRows, empty_rps: emptyRps, full_rps: fullRps, rps_full_vs_empty: fullRps / emptyRps },
+    binary: { startup_ms: median(startups), idle_rss_mb: idleRss, size_mb: statSync(sluiceBinary).size / 1024 / 1024 },
+  };
+  const output = join(import.meta.dir, "results", smoke ? "smoke.json" : "latest.json");
+  await Bun.write(output, `${JSON.stringify(results, null, 2)}\n`);
+  const fixed = (value: number | null, digits = 2) => (value === null || Number.isNaN(value) ? "-" : value.toFixed(digits));
+  const n = results.nonstream;
+  const l = results.latency;
+  const s = results.streams;
+  console.log(`
+Whole answers (closed loop, ${settings.connections} connections, median of ${settings.rounds})
+  direct ${fixed(n.direct_rps, 0)} rps | bare proxy ${fixed(n.bare_proxy_rps, 0)} | Sluice ${fixed(n.sluice_rps, 0)} | Portkey ${fixed(n.portkey_rps, 0)}
+  Sluice / bare proxy ${fixed(n.sluice_vs_bare)} (target >= 0.8) | Sluice / Portkey ${fixed(n.sluice_vs_portkey)} (target >= 3)
+Latency at ${l.rate} rps (open loop): p50 / p99 ms
+  direct ${fixed(l.direct_p50_ms)} / ${fixed(l.direct_p99_ms)} | bare ${fixed(l.bare_p50_ms)} / ${fixed(l.bare_p99_ms)} | Sluice ${fixed(l.sluice_p50_ms)} / ${fixed(l.sluice_p99_ms)}
+  Sluice - bare: p50 +${fixed(l.sluice_p50_ms - l.bare_p50_ms)} ms (target <= 0.3), p99 +${fixed(l.sluice_p99_ms - l.bare_p99_ms)} ms (target <= 1)
+Streams: ${s.concurrent} x ${s.tokens} tokens
+  completed: bare ${s.bare_completed}, Sluice ${s.completed} | peak RSS: bare ${fixed(s.bare_peak_rss_mb, 0)} MB, Sluice ${fixed(s.sluice_peak_rss_mb, 0)} MB (target < 200)
+  TTFT p50 / p99 ms: bare ${fixed(s.bare_ttft_p50_ms)} / ${fixed(s.bare_ttft_p99_ms)}, Sluice ${fixed(s.sluice_ttft_p50_ms)} / ${fixed(s.sluice_ttft_p99_ms)} (target p99 <= 1.3 x bare: ${fixed(s.sluice_ttft_p99_ms / s.bare_ttft_p99_ms)})
+Scale: ${results.scale.keys} keys, ${results.scale.ledger_rows} ledger rows: ${fixed(results.scale.full_rps, 0)} rps vs ${fixed(results.scale.empty_rps, 0)} empty = ${fixed(results.scale.rps_full_vs_empty)} (target >= 0.9)
+Executable: start-up to first answer ${fixed(results.binary.startup_ms, 0)} ms (target < 100), idle RSS ${fixed(results.binary.idle_rss_mb, 0)} MB (target < 60), ${fixed(results.binary.size_mb, 0)} MB
+Written to ${output}`);
+}
+
+try {
+  await main();
+} finally {
+  for (const child of children) child.kill();
+  rmSync(work, { recursive: true, force: true });
+}
