@@ -15,7 +15,7 @@ test: $(STAMP)
 build: dist/sluice
 
 dist/sluice: $(STAMP) $(shell find src -type f)
-	$(BUN) build --compile --minify --sourcemap src/main.ts --outfile dist/sluice
+	$(BUN) build --compile --minify --sourcemap src/main.ts src/db/checkpoint-worker.ts --outfile dist/sluice
 
 bench: $(STAMP)
 	@echo "benchmarks: see issue 6 (bench/ is not written yet)"; exit 1

@@ -1,5 +1,6 @@
 import type { Config } from "./config/schema";
 import type { DatabaseHandle } from "./db/client";
+import { startCheckpointer } from "./db/checkpointer";
 import { createApp } from "./http/app";
 import { Ledger } from "./ledger/ledger";
 import { MemoryAdmissionStore } from "./modules/admission/memory-store";
@@ -56,6 +57,7 @@ export function startServer(options: ServerOptions): RunningServer {
   });
   const server = app.server;
   if (!server) throw new Error("server did not start");
+  const stopCheckpointer = startCheckpointer(options.database);
   return {
     url: `http://${server.hostname}:${server.port}`,
     port: server.port as number,
@@ -68,6 +70,7 @@ export function startServer(options: ServerOptions): RunningServer {
       while (admission.inFlight() > 0 && Date.now() < deadline) await Bun.sleep(5);
       ledger.flush();
       auth.close();
+      stopCheckpointer();
     },
   };
 }
