@@ -1,6 +1,6 @@
 import { countChatTokens, countTextTokens, loadTokenizer } from "../tokens/count";
 import { textOfContent } from "../tokens/text";
-import { ClientGoneError } from "./errors";
+import { abortError } from "./errors";
 import type { Backend, BackendRequest, Completion, CompletionEvent, Usage } from "./types";
 
 interface Script {
@@ -35,7 +35,8 @@ function takeWithin(all: string[], budget: number): { kept: string[]; tokens: nu
 export class DemoBackend implements Backend {
   async complete(request: BackendRequest): Promise<Completion> {
     const script = await this.script(request);
-    if (request.signal.aborted) throw new ClientGoneError("client disconnected");
+    const aborted = abortError(request.model.id, request.signal);
+    if (aborted) throw aborted;
     return {
       reasoning: script.reasoning.join("") || null,
       content: script.content.join("") || null,
@@ -51,7 +52,8 @@ export class DemoBackend implements Backend {
     for (const [kind, parts] of [["reasoning", script.reasoning], ["content", script.content]] as const) {
       for (const part of parts) {
         if (delay > 0) await Bun.sleep(delay);
-        if (request.signal.aborted) throw new ClientGoneError("client disconnected");
+        const aborted = abortError(request.model.id, request.signal);
+        if (aborted) throw aborted;
         yield kind === "reasoning" ? { type: "delta", reasoning: part } : { type: "delta", content: part };
       }
     }

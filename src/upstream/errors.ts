@@ -1,4 +1,5 @@
 import { UpstreamError } from "../errors";
+import { DeadlineExceeded } from "./deadlines";
 
 /** The caller went away; nobody is left to answer, but the work done so far is still accounted. */
 export class ClientGoneError extends Error {
@@ -54,6 +55,15 @@ export function errorFromStatus(modelId: string, status: number, body: string, r
   });
 }
 
+/** Why the request's signal fired, if it did: the model's deadline (502), or the client leaving. */
+export function abortError(modelId: string, signal: AbortSignal, reached = true): Error | undefined {
+  if (!signal.aborted) return undefined;
+  if (signal.reason instanceof DeadlineExceeded) {
+    return new UpstreamError(`The upstream for model ${modelId} gave ${signal.reason.message}.`, { isRetryable: true, cause: signal.reason });
+  }
+  return new ClientGoneError("client disconnected", reached);
+}
+
 function isConnectionFailure(error: unknown): boolean {
   const code = (error as { code?: unknown })?.code;
   return code === "ECONNREFUSED" || code === "ConnectionRefused" || code === "ENOTFOUND" || code === "FailedToOpenSocket" || code === "EHOSTUNREACH";
@@ -64,11 +74,9 @@ function isConnectionFailure(error: unknown): boolean {
  * the upstream had the request: a whole answer from when it is sent (its status line comes only at the end), a
  * stream from when the upstream's status line arrived.
  */
-export function errorFromFailure(modelId: string, error: unknown, clientSignal: AbortSignal, timedOut: boolean, timeoutMs: number, reached: boolean): Error {
-  if (timedOut) {
-    return new UpstreamError(`The upstream for model ${modelId} did not answer within ${timeoutMs} ms.`, { isRetryable: true, cause: error });
-  }
-  if (clientSignal.aborted) return new ClientGoneError("client disconnected", reached, { cause: error });
+export function errorFromFailure(modelId: string, error: unknown, signal: AbortSignal, reached: boolean): Error {
+  const aborted = abortError(modelId, signal, reached);
+  if (aborted) return aborted;
   if (error instanceof UpstreamError) return error;
   return new UpstreamError(`Could not reach the upstream for model ${modelId}: ${(error as Error)?.message ?? String(error)}`, {
     isRetryable: true,

@@ -4,37 +4,6 @@ import { eventsOfChunk, reasoningOf, usageOf } from "./normalize";
 import { readServerSentEvents } from "./sse";
 import type { Backend, BackendRequest, Completion, CompletionEvent, ToolCallDelta } from "./types";
 
-interface Call {
-  signal: AbortSignal;
-  timedOut(): boolean;
-  /** Set once the upstream's status line arrived (for a stream, that is when it accepted the request). */
-  answered: boolean;
-  finish(): void;
-}
-
-/** One abort signal for the call: the client's, plus the model's timeout. */
-function startCall(request: BackendRequest): Call {
-  const controller = new AbortController();
-  let timedOut = false;
-  const timer = setTimeout(() => {
-    timedOut = true;
-    controller.abort(new DOMException("upstream timeout", "TimeoutError"));
-  }, request.model.timeoutMs);
-  const onClientAbort = () => controller.abort(request.signal.reason);
-  if (request.signal.aborted) onClientAbort();
-  else request.signal.addEventListener("abort", onClientAbort, { once: true });
-  return {
-    signal: controller.signal,
-    timedOut: () => timedOut,
-    answered: false,
-    finish() {
-      clearTimeout(timer);
-      request.signal.removeEventListener("abort", onClientAbort);
-      if (!controller.signal.aborted) controller.abort();
-    },
-  };
-}
-
 /** A client for any OpenAI-compatible server (vLLM, SGLang, llama.cpp, Ollama, hosted APIs). */
 export class OpenAIBackend implements Backend {
   private readonly url: string;
@@ -47,9 +16,8 @@ export class OpenAIBackend implements Backend {
   }
 
   async complete(request: BackendRequest): Promise<Completion> {
-    const call = startCall(request);
     try {
-      const response = await this.post(request, call);
+      const response = await this.post(request);
       let parsed: unknown;
       try {
         parsed = await response.json();
@@ -58,17 +26,17 @@ export class OpenAIBackend implements Backend {
       }
       return this.completionOf(parsed);
     } catch (error) {
-      throw errorFromFailure(this.modelId, error, request.signal, call.timedOut(), request.model.timeoutMs, true);
-    } finally {
-      call.finish();
+      // A whole answer reached the upstream once it was sent: its status line only comes with the answer.
+      throw errorFromFailure(this.modelId, error, request.signal, true);
     }
   }
 
   async *stream(request: BackendRequest): AsyncGenerator<CompletionEvent> {
-    const call = startCall(request);
     let finished = false;
+    let answered = false;
     try {
-      const response = await this.post(request, call);
+      const response = await this.post(request);
+      answered = true;
       if (!response.body) throw new UpstreamError(`The upstream for model ${this.modelId} sent no body.`, { isRetryable: true });
       for await (const data of readServerSentEvents(response.body)) {
         if (data === "[DONE]") return;
@@ -91,20 +59,19 @@ export class OpenAIBackend implements Backend {
       }
       if (!finished) throw new UpstreamError(`The upstream stream for model ${this.modelId} ended before the answer did.`, { isRetryable: true });
     } catch (error) {
-      throw errorFromFailure(this.modelId, error, request.signal, call.timedOut(), request.model.timeoutMs, call.answered);
-    } finally {
-      call.finish();
+      // A stream reached the upstream once its status line arrived. Returning early (the consumer stopped) ends the
+      // body's iteration, which cancels the body and so the upstream request.
+      throw errorFromFailure(this.modelId, error, request.signal, answered);
     }
   }
 
-  private async post(request: BackendRequest, call: Call): Promise<Response> {
+  private async post(request: BackendRequest): Promise<Response> {
     const response = await fetch(this.url, {
       method: "POST",
       headers: this.headers,
       body: JSON.stringify(request.body),
-      signal: call.signal,
+      signal: request.signal,
     });
-    call.answered = true;
     if (response.status !== 200) {
       const body = await response.text().catch(() => "");
       throw errorFromStatus(this.modelId, response.status, body, response.headers.get("retry-after"));

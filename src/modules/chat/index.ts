@@ -42,11 +42,10 @@ export const chatRoutes = (chat: ChatService, auth: AuthService, options: ChatRo
         const upstreamAbort = new AbortController();
         const onClientGone = () => upstreamAbort.abort();
         request.signal.addEventListener("abort", onClientGone, { once: true });
-        const result = await chat.create(body, { caller, requestId, signal: upstreamAbort.signal });
+        const result = await chat.create(body, { caller, requestId, abort: upstreamAbort });
         if (result.kind === "whole") {
           request.signal.removeEventListener("abort", onClientGone);
-          Object.assign(set.headers, result.headers);
-          return result.body;
+          return new Response(JSON.stringify(result.body), { headers: { ...result.headers, "content-type": "application/json", "x-request-id": requestId } });
         }
         return sseResponse(result.chunks, onClientGone, { ...result.headers, "x-request-id": requestId });
       },

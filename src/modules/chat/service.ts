@@ -3,6 +3,7 @@ import { SluiceError, UpstreamError } from "../../errors";
 import type { Ledger, LedgerRow } from "../../ledger/ledger";
 import { countChatTokens, countTextTokens, estimateChatTokens, loadTokenizer } from "../../tokens/count";
 import type { Lease } from "../admission/store";
+import { abortAfter } from "../../upstream/deadlines";
 import { ClientGoneError } from "../../upstream/errors";
 import type { CompletionEvent, Usage } from "../../upstream/types";
 import type { AdmissionStore } from "../admission/store";
@@ -17,11 +18,14 @@ import { Permit } from "./permit";
 import { prepareRequest, type PreparedRequest } from "./prepare";
 import { completionBody, eventChunk, roleChunk, usageChunk, type ResponseIdentity } from "./response";
 
-/** What one request needs besides its body: who asks, its id, and the signal that fires when the client leaves. */
+/**
+ * What one request needs besides its body: who asks, its id, and its abort controller, which the route fires when
+ * the client leaves and the service fires (with DeadlineExceeded) when the upstream runs past its time limit.
+ */
 export interface RequestContext {
   caller: Caller;
   requestId: string;
-  signal: AbortSignal;
+  abort: AbortController;
 }
 
 export type ChatResult =
@@ -104,10 +108,11 @@ export class ChatService {
     let permit: Permit;
     try {
       // The red-line check comes before the request takes a queue place or reaches the upstream.
-      const rule = await this.deps.safety.checkInput(prepared.messages, context.signal);
+      const rule = await this.deps.safety.checkInput(prepared.messages, context.abort.signal);
       if (rule) return await this.refuse(prepared, context, identity, lease, rule);
       const queue = queues.get(prepared.modelId) as ModelQueue;
-      permit = new Permit(lease, await queue.acquire(context.caller.organizationId, context.signal));
+      const slot = await queue.acquire(context.caller.organizationId, context.abort.signal);
+      permit = new Permit(lease, slot, abortAfter(context.abort, prepared.entry.config.timeoutMs));
     } catch (error) {
       lease.settle(null, clock());
       throw error;
@@ -139,9 +144,9 @@ export class ChatService {
   private async whole(run: Run, identity: ResponseIdentity): Promise<ChatResult> {
     const { prepared, context } = run;
     try {
-      let completion = await prepared.entry.backend.complete({ model: prepared.entry.config, body: prepared.upstreamBody, signal: context.signal });
+      let completion = await prepared.entry.backend.complete({ model: prepared.entry.config, body: prepared.upstreamBody, signal: context.abort.signal });
       run.meter.observeCompletion(completion);
-      const rule = await this.deps.safety.checkOutput([completion.content ?? "", completion.reasoning ?? ""], context.signal);
+      const rule = await this.deps.safety.checkOutput([completion.content ?? "", completion.reasoning ?? ""], context.abort.signal);
       if (rule) completion = { content: refusalText(rule, "output"), reasoning: null, toolCalls: null, finishReason: "content_filter", usage: completion.usage };
       const usage = await this.settle(run, rule ? { outcome: "content_filter", ruleId: rule.id } : { outcome: "completed" });
       return { kind: "whole", body: completionBody(identity, completion, usage), headers: run.permit.lease.headers };
@@ -157,7 +162,7 @@ export class ChatService {
     let events: AsyncGenerator<CompletionEvent>;
     let first: IteratorResult<CompletionEvent>;
     try {
-      events = prepared.entry.backend.stream({ model: prepared.entry.config, body: prepared.upstreamBody, signal: context.signal });
+      events = prepared.entry.backend.stream({ model: prepared.entry.config, body: prepared.upstreamBody, signal: context.abort.signal });
       first = await events.next();
     } catch (error) {
       await this.fail(run, error);
