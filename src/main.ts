@@ -6,5 +6,5 @@ import { liftFetchLimit } from "./upstream/fetch-limit";
 const argv = process.argv.slice(2);
 if ((argv[0] ?? "serve") === "serve") liftFetchLimit();
 const { runCommand } = await import("./cli/run");
-const code = runCommand(argv);
+const code = await runCommand(argv);
 if (code !== 0) process.exit(code);

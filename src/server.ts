@@ -9,6 +9,9 @@ import type { AdmissionStore } from "./modules/admission/store";
 import { AuthService } from "./modules/auth/service";
 import { ChatService } from "./modules/chat/service";
 import { ModelRegistry } from "./modules/models/registry";
+import type { Lifecycle } from "./modules/observability/index";
+import { Logger } from "./modules/observability/logger";
+import { Metrics } from "./modules/observability/metrics";
 import { ModelQueue } from "./modules/queue/model-queue";
 import { SafetyService } from "./modules/safety/service";
 
@@ -21,6 +24,8 @@ export interface ServerOptions {
   environment?: Record<string, string | undefined>;
   /** Milliseconds since the epoch; tests inject a controllable clock. */
   clock?: () => number;
+  logger?: Logger;
+  metricsToken?: string;
 }
 
 export interface RunningServer {
@@ -28,12 +33,22 @@ export interface RunningServer {
   port: number;
   admission: AdmissionStore;
   queues: ReadonlyMap<string, ModelQueue>;
-  /** Stops listening, ends open requests, waits until every one is settled, and commits the ledger. */
-  stop(): Promise<void>;
+  metrics: Metrics;
+  /**
+   * Stops gracefully: new requests get 503 and /readyz turns 503 at once; requests in flight may finish for up to
+   * `drainMs`; the rest are ended cleanly (a stream gets a final error event); everything is settled and the
+   * ledger committed.
+   */
+  stop(options?: { drainMs?: number }): Promise<void>;
 }
 
 export const defaultMaxBodyBytes = 10 * 1024 * 1024;
 const settleWaitMs = 5000;
+
+async function waitUntil(condition: () => boolean, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition() && Date.now() < deadline) await Bun.sleep(5);
+}
 
 /** Builds every service over one database and starts listening. */
 export function startServer(options: ServerOptions): RunningServer {
@@ -46,9 +61,12 @@ export function startServer(options: ServerOptions): RunningServer {
   syncAdmissionWithLedger(admission, options.database, ledger, clock);
   const queues = new Map(options.config.models.map((model) => [model.id, new ModelQueue(model)]));
   const safety = new SafetyService(options.config.safety, options.environment);
-  const chat = new ChatService({ models, ledger, admission, queues, safety, clock });
+  const metrics = new Metrics(queues);
+  const logger = options.logger ?? new Logger();
+  const lifecycle: Lifecycle = { draining: false };
+  const chat = new ChatService({ models, ledger, admission, queues, safety, clock, metrics });
   const maxBodyBytes = options.maxBodyBytes ?? defaultMaxBodyBytes;
-  const app = createApp({ auth, models, chat, maxBodyBytes }).listen({
+  const app = createApp({ auth, models, chat, maxBodyBytes, metrics, logger, database: options.database, lifecycle, metricsToken: options.metricsToken }).listen({
     hostname: options.hostname ?? "127.0.0.1",
     port: options.port ?? 8080,
     idleTimeout: 30,
@@ -63,14 +81,19 @@ export function startServer(options: ServerOptions): RunningServer {
     port: server.port as number,
     admission,
     queues,
-    async stop() {
+    metrics,
+    async stop({ drainMs = 0 } = {}) {
+      lifecycle.draining = true;
       chat.beginShutdown();
+      await waitUntil(() => chat.inFlight() === 0, drainMs);
+      chat.abortAll();
+      await waitUntil(() => chat.inFlight() === 0, settleWaitMs);
       await app.stop(true);
-      const deadline = Date.now() + settleWaitMs;
-      while (admission.inFlight() > 0 && Date.now() < deadline) await Bun.sleep(5);
+      await waitUntil(() => admission.inFlight() === 0, settleWaitMs);
       ledger.flush();
       auth.close();
       stopCheckpointer();
+      logger.flush();
     },
   };
 }

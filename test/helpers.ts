@@ -11,6 +11,7 @@ import type { ConfigFile } from "../src/config/schema";
 import { openDatabase, type DatabaseHandle } from "../src/db/client";
 import { KeyService } from "../src/modules/keys/service";
 import { OrganizationService, type OrganizationStatus } from "../src/modules/organizations/service";
+import { Logger } from "../src/modules/observability/logger";
 import { startServer, type RunningServer } from "../src/server";
 import schemas from "./fixtures/openai-schemas.json" with { type: "json" };
 
@@ -60,14 +61,24 @@ export interface LedgerRowView {
 /** Starts a real Sluice server on a free port over a temporary database, with one active organization and key. */
 export async function startSluice(
   configFile: ConfigFile,
-  options: { environment?: Record<string, string>; maxBodyBytes?: number; clock?: () => number; databasePath?: string } = {},
+  options: { environment?: Record<string, string>; maxBodyBytes?: number; clock?: () => number; databasePath?: string; logger?: Logger; metricsToken?: string } = {},
 ): Promise<TestSluice> {
   const directory = temporaryDirectory();
   const config = resolveConfig(configFile);
   const database = openDatabase(options.databasePath ?? join(directory.path, "sluice.db"));
   const organizations = new OrganizationService(database.db, new Set(config.plans.map((plan) => plan.id)));
   const keys = new KeyService(database.db);
-  const server: RunningServer = startServer({ config, database, port: 0, environment: options.environment, maxBodyBytes: options.maxBodyBytes, clock: options.clock });
+  const server: RunningServer = startServer({
+    config,
+    database,
+    port: 0,
+    environment: options.environment,
+    maxBodyBytes: options.maxBodyBytes,
+    clock: options.clock,
+    // Tests keep stdout quiet unless they capture the log themselves.
+    logger: options.logger ?? new Logger("silent"),
+    metricsToken: options.metricsToken,
+  });
   const addOrganization = (name: string, organizationOptions: { plan?: string; status?: OrganizationStatus } = {}) => {
     const organization = organizations.findByName(name) ?? organizations.create({ name, ...organizationOptions });
     const { key, secret } = keys.create({ organizationId: organization.id, name: "test" });

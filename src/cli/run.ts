@@ -7,18 +7,25 @@ import { runOrg } from "./org";
 import { runRefusals } from "./refusals";
 import { runServe } from "./serve";
 import { runUsage } from "./usage-command";
-import { UsageError, usageText } from "./usage";
+import { runBackup } from "./backup";
+import { runDoctor } from "./doctor";
+import { UsageError, parseCommand, usageText } from "./usage";
 
-const commands: Record<string, (args: string[]) => void> = {
+const commands: Record<string, (args: string[]) => void | number | Promise<number>> = {
   serve: runServe,
   org: runOrg,
   key: runKey,
   usage: runUsage,
   refusals: runRefusals,
+  backup: runBackup,
+  doctor: (args) => {
+    parseCommand(args, {}, 0);
+    return runDoctor();
+  },
 };
 
 /** Runs one command; returns the process exit code. */
-export function runCommand(argv: string[]): number {
+export async function runCommand(argv: string[]): Promise<number> {
   const [command = "serve", ...args] = argv;
   if (command === "help" || command === "--help" || command === "-h") {
     console.log(usageText);
@@ -27,8 +34,7 @@ export function runCommand(argv: string[]): number {
   try {
     const run = commands[command];
     if (!run) throw new UsageError(`unknown command "${command}"`);
-    run(args);
-    return 0;
+    return (await run(args)) ?? 0;
   } catch (error) {
     if (error instanceof UsageError) {
       console.error(`sluice: ${error.message}\n\n${usageText}`);

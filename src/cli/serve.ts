@@ -13,13 +13,20 @@ export function runServe(args: string[]): void {
     database,
     hostname: process.env.SLUICE_HOST ?? "127.0.0.1",
     port: Number(process.env.SLUICE_PORT ?? 8080),
+    metricsToken: process.env.SLUICE_METRICS_TOKEN || undefined,
   });
   console.error(JSON.stringify({ level: "info", message: "sluice listening", url: server.url, models: config.models.map((model) => model.id) }));
-  const stop = async () => {
-    await server.stop();
+  const drainMs = Number(process.env.SLUICE_DRAIN_MS ?? 30_000);
+  let stopping = false;
+  const stop = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    console.error(JSON.stringify({ level: "info", message: "draining", signal, drain_ms: drainMs }));
+    await server.stop({ drainMs });
     database.close();
+    console.error(JSON.stringify({ level: "info", message: "stopped" }));
     process.exit(0);
   };
-  process.once("SIGINT", stop);
-  process.once("SIGTERM", stop);
+  process.on("SIGINT", () => void stop("SIGINT"));
+  process.on("SIGTERM", () => void stop("SIGTERM"));
 }

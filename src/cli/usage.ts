@@ -17,8 +17,11 @@ export const usageText = `Usage: sluice <command>
   usage --org NAME                        5-hour and monthly usage: used, limit, remaining
   usage reset --org NAME                  forget the organization's usage so far (a running server honours it)
   refusals [--since 24h]                  red-line refusals by rule, then the latest ones (never their text)
+  backup PATH                             a consistent copy of the database, safe while the server runs
+  doctor                                  check the configuration, the database and every upstream
 
-Environment: SLUICE_DB (data/sluice.db), SLUICE_CONFIG (data/sluice.toml), SLUICE_HOST (127.0.0.1), SLUICE_PORT (8080)`;
+Environment: SLUICE_DB (data/sluice.db), SLUICE_CONFIG (data/sluice.toml), SLUICE_HOST (127.0.0.1), SLUICE_PORT (8080),
+SLUICE_LOG_LEVEL (info), SLUICE_METRICS_TOKEN (unset: /metrics is open), SLUICE_DRAIN_MS (30000)`;
 
 type Options = NonNullable<ParseArgsConfig["options"]>;
 

@@ -21,4 +21,6 @@ export const modelDefaults = {
   streamDelayMs: 15,
   queueSize: 100,
   queueTimeoutMs: 30_000,
+  breakerFailures: 5,
+  breakerCooldownMs: 30_000,
 } as const;

@@ -67,7 +67,7 @@ export function resolveConfig(file: unknown): Config {
     return {
       id: model.id,
       backend: model.backend,
-      baseUrl: model.base_url?.replace(/\/+$/, ""),
+      baseUrls: (typeof model.base_url === "string" ? [model.base_url] : (model.base_url ?? [])).map((url) => url.replace(/\/+$/, "")),
       upstreamModel: model.upstream_model ?? model.id,
       apiKeyEnv: model.api_key_env,
       ownedBy: model.owned_by ?? "sluice",
@@ -79,6 +79,10 @@ export function resolveConfig(file: unknown): Config {
       maxConcurrency: model.max_concurrency,
       queueSize: model.queue_size ?? modelDefaults.queueSize,
       queueTimeoutMs: model.queue_timeout_ms ?? modelDefaults.queueTimeoutMs,
+      firstByteTimeoutMs: model.first_byte_timeout_ms,
+      idleTimeoutMs: model.idle_timeout_ms,
+      breakerFailures: model.breaker_failures ?? modelDefaults.breakerFailures,
+      breakerCooldownMs: model.breaker_cooldown_ms ?? modelDefaults.breakerCooldownMs,
     };
   });
   const seen = new Set<string>();

@@ -6,7 +6,8 @@ export const ModelConfigSchema = Type.Object(
   {
     id: Type.String({ minLength: 1, description: "What clients send as `model`" }),
     backend: Type.Union([Type.Literal("openai"), Type.Literal("demo")]),
-    base_url: Type.Optional(Type.String({ minLength: 1 })),
+    /** One upstream, or several served round-robin with health checks. */
+    base_url: Type.Optional(Type.Union([Type.String({ minLength: 1 }), Type.Array(Type.String({ minLength: 1 }), { minItems: 1 })])),
     upstream_model: Type.Optional(Type.String({ minLength: 1 })),
     api_key_env: Type.Optional(Type.String({ minLength: 1 })),
     owned_by: Type.Optional(Type.String()),
@@ -22,6 +23,14 @@ export const ModelConfigSchema = Type.Object(
     queue_size: Type.Optional(Type.Integer({ minimum: 0 })),
     /** Longest wait in the queue. */
     queue_timeout_ms: Type.Optional(Type.Integer({ minimum: 1 })),
+    /** Longest wait for the upstream's status line (connection included). */
+    first_byte_timeout_ms: Type.Optional(Type.Integer({ minimum: 1 })),
+    /** Longest silence between two chunks of a streamed answer. */
+    idle_timeout_ms: Type.Optional(Type.Integer({ minimum: 1 })),
+    /** Consecutive failures that open an upstream's circuit breaker. */
+    breaker_failures: Type.Optional(Type.Integer({ minimum: 1 })),
+    /** How long an open breaker keeps an upstream out before one probe request is let through. */
+    breaker_cooldown_ms: Type.Optional(Type.Integer({ minimum: 1 })),
   },
   strict,
 );
@@ -84,7 +93,8 @@ export type ConfigFile = Static<typeof ConfigFileSchema>;
 export interface ModelConfig {
   id: string;
   backend: "openai" | "demo";
-  baseUrl: string | undefined;
+  /** Empty for the demo backend. */
+  baseUrls: string[];
   upstreamModel: string;
   apiKeyEnv: string | undefined;
   ownedBy: string;
@@ -97,6 +107,10 @@ export interface ModelConfig {
   maxConcurrency: number | undefined;
   queueSize: number;
   queueTimeoutMs: number;
+  firstByteTimeoutMs: number | undefined;
+  idleTimeoutMs: number | undefined;
+  breakerFailures: number;
+  breakerCooldownMs: number;
 }
 
 export interface PlanConfig {

@@ -1,10 +1,15 @@
 import { Elysia } from "elysia";
+import type { DatabaseHandle } from "../db/client";
+import { newRequestId } from "../ids";
 import type { AuthService } from "../modules/auth/service";
 import { chatRoutes } from "../modules/chat/index";
 import type { ChatService } from "../modules/chat/service";
 import { modelRoutes } from "../modules/models/index";
 import type { ModelRegistry } from "../modules/models/registry";
-import { newRequestId } from "../ids";
+import { finishRecord, observabilityRoutes, type Lifecycle } from "../modules/observability/index";
+import type { Logger } from "../modules/observability/logger";
+import type { Metrics } from "../modules/observability/metrics";
+import { recordOf, startRecord } from "../modules/observability/request-record";
 import { ClientGoneError } from "../upstream/errors";
 import { errorResponse, toSluiceError } from "./error-response";
 import { openApiDocument } from "./openapi";
@@ -14,27 +19,57 @@ export interface AppDependencies {
   models: ModelRegistry;
   chat: ChatService;
   maxBodyBytes: number;
+  metrics: Metrics;
+  logger: Logger;
+  database: DatabaseHandle;
+  lifecycle: Lifecycle;
+  metricsToken: string | undefined;
+}
+
+const knownRoutes = new Set(["/v1/chat/completions", "/v1/models", "/openapi.json", "/healthz", "/readyz", "/metrics"]);
+
+/** The route label of a path; anything else is "other", so that metrics cannot grow without bound. */
+function routeOf(url: string): string {
+  const start = url.indexOf("/", url.indexOf("//") + 2);
+  const end = url.indexOf("?", start);
+  const path = end === -1 ? url.slice(start) : url.slice(start, end);
+  if (knownRoutes.has(path)) return path;
+  return path.startsWith("/v1/models/") ? "/v1/models/{model}" : "other";
 }
 
 /** Composes the feature plugins into the HTTP application; every error leaves through one mapping. */
 export function createApp(deps: AppDependencies) {
   return new Elysia({ name: "sluice" })
-    .onRequest(({ set }) => {
-      set.headers["x-request-id"] = newRequestId();
+    .onRequest(({ request, set }) => {
+      const requestId = newRequestId();
+      set.headers["x-request-id"] = requestId;
+      startRecord(request, requestId, routeOf(request.url));
     })
     .onError(({ error, code, set, request }) => {
       const requestId = (set.headers["x-request-id"] as string | undefined) ?? newRequestId();
       const sluiceError = toSluiceError(error, code, request.method, new URL(request.url).pathname);
+      const record = recordOf(request);
+      if (record) {
+        record.status = sluiceError.status;
+        record.code = sluiceError.code;
+        record.deferred = false;
+      }
       // A caller who left gets no answer; that is not a server fault worth logging.
       if (sluiceError.code === "internal_error" && !(error instanceof ClientGoneError)) {
-        console.error(JSON.stringify({ level: "error", request_id: requestId, message: String((error as Error)?.stack ?? error) }));
+        deps.logger.log("error", { message: "internal error", request_id: requestId, error: String((error as Error)?.stack ?? error) });
       }
       return errorResponse(sluiceError, requestId);
     })
+    .onAfterResponse(({ request, set }) => {
+      const record = recordOf(request);
+      if (!record || record.deferred) return;
+      record.status ??= typeof set.status === "number" ? set.status : 200;
+      finishRecord(record, deps.metrics, deps.logger);
+    })
     .get("/openapi.json", () => openApiDocument)
-    .get("/healthz", () => ({ status: "ok" }))
+    .use(observabilityRoutes({ metrics: deps.metrics, database: deps.database, lifecycle: deps.lifecycle, metricsToken: deps.metricsToken }))
     .use(modelRoutes(deps.models, deps.auth))
-    .use(chatRoutes(deps.chat, deps.auth, { maxBodyBytes: deps.maxBodyBytes }));
+    .use(chatRoutes(deps.chat, deps.auth, { maxBodyBytes: deps.maxBodyBytes, lifecycle: deps.lifecycle, finish: (record) => finishRecord(record, deps.metrics, deps.logger), models: deps.models }));
 }
 
 export type App = ReturnType<typeof createApp>;

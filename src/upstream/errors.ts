@@ -1,4 +1,4 @@
-import { UpstreamError } from "../errors";
+import { SluiceError, UpstreamError } from "../errors";
 import { DeadlineExceeded } from "./deadlines";
 
 /** The caller went away; nobody is left to answer, but the work done so far is still accounted. */
@@ -55,9 +55,17 @@ export function errorFromStatus(modelId: string, status: number, body: string, r
   });
 }
 
-/** Why the request's signal fired, if it did: the model's deadline (502), or the client leaving. */
+/** The abort reason of requests still open when the server's drain time is over. */
+export class ServerShutdown extends Error {
+  override name = "ServerShutdown";
+}
+
+/** Why the request's signal fired, if it did: the model's deadline (502), the server stopping (503), or the client leaving. */
 export function abortError(modelId: string, signal: AbortSignal, reached = true): Error | undefined {
   if (!signal.aborted) return undefined;
+  if (signal.reason instanceof ServerShutdown) {
+    return new SluiceError("server_overloaded", "The server is restarting; the answer was cut short. Retry the request.", { retryAfterSeconds: 2, cause: signal.reason });
+  }
   if (signal.reason instanceof DeadlineExceeded) {
     return new UpstreamError(`The upstream for model ${modelId} gave ${signal.reason.message}.`, { isRetryable: true, cause: signal.reason });
   }

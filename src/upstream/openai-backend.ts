@@ -1,23 +1,59 @@
+import type { ModelConfig } from "../config/schema";
 import { UpstreamError } from "../errors";
+import { abortAfter } from "./deadlines";
 import { errorFromFailure, errorFromStatus } from "./errors";
 import { eventsOfChunk, reasoningOf, usageOf } from "./normalize";
 import { readServerSentEvents } from "./sse";
 import type { Backend, BackendRequest, Completion, CompletionEvent, ToolCallDelta } from "./types";
 
-/** A client for any OpenAI-compatible server (vLLM, SGLang, llama.cpp, Ollama, hosted APIs). */
+/**
+ * The signal of one upstream call. Without first-byte or idle limits it is the request's own; with them, a signal
+ * of its own that also fires when the upstream is silent too long (`arm` restarts the clock).
+ */
+interface CallSignal {
+  signal: AbortSignal;
+  arm(timeoutMs: number | undefined): void;
+  done(): void;
+}
+
+function callSignal(request: BackendRequest, model: ModelConfig): CallSignal {
+  if (model.firstByteTimeoutMs === undefined && model.idleTimeoutMs === undefined) {
+    return { signal: request.signal, arm() {}, done() {} };
+  }
+  const controller = new AbortController();
+  const forward = () => controller.abort(request.signal.reason);
+  if (request.signal.aborted) forward();
+  else request.signal.addEventListener("abort", forward, { once: true });
+  let cancel = () => {};
+  return {
+    signal: controller.signal,
+    arm(timeoutMs) {
+      cancel();
+      cancel = timeoutMs === undefined ? () => {} : abortAfter(controller, timeoutMs);
+    },
+    done() {
+      cancel();
+      request.signal.removeEventListener("abort", forward);
+    },
+  };
+}
+
+/** A client for one OpenAI-compatible server (vLLM, SGLang, llama.cpp, Ollama, hosted APIs). */
 export class OpenAIBackend implements Backend {
   private readonly url: string;
   private readonly headers: Record<string, string>;
 
-  constructor(private readonly modelId: string, baseUrl: string, apiKey: string | undefined) {
+  constructor(private readonly modelId: string, readonly baseUrl: string, apiKey: string | undefined) {
     this.url = `${baseUrl}/chat/completions`;
     this.headers = { "content-type": "application/json", accept: "application/json, text/event-stream" };
     if (apiKey) this.headers.authorization = `Bearer ${apiKey}`;
   }
 
   async complete(request: BackendRequest): Promise<Completion> {
+    const call = callSignal(request, request.model);
+    call.arm(request.model.firstByteTimeoutMs);
     try {
-      const response = await this.post(request);
+      const response = await this.post(request, call.signal);
       let parsed: unknown;
       try {
         parsed = await response.json();
@@ -27,18 +63,25 @@ export class OpenAIBackend implements Backend {
       return this.completionOf(parsed);
     } catch (error) {
       // A whole answer reached the upstream once it was sent: its status line only comes with the answer.
-      throw errorFromFailure(this.modelId, error, request.signal, true);
+      throw errorFromFailure(this.modelId, error, call.signal, true);
+    } finally {
+      call.done();
     }
   }
 
   async *stream(request: BackendRequest): AsyncGenerator<CompletionEvent> {
     let finished = false;
     let answered = false;
+    const call = callSignal(request, request.model);
+    const idle = request.model.idleTimeoutMs;
+    call.arm(request.model.firstByteTimeoutMs);
     try {
-      const response = await this.post(request);
+      const response = await this.post(request, call.signal);
       answered = true;
+      call.arm(idle);
       if (!response.body) throw new UpstreamError(`The upstream for model ${this.modelId} sent no body.`, { isRetryable: true });
       for await (const data of readServerSentEvents(response.body)) {
+        if (idle !== undefined) call.arm(idle);
         if (data === "[DONE]") return;
         let chunk: unknown;
         try {
@@ -61,16 +104,18 @@ export class OpenAIBackend implements Backend {
     } catch (error) {
       // A stream reached the upstream once its status line arrived. Returning early (the consumer stopped) ends the
       // body's iteration, which cancels the body and so the upstream request.
-      throw errorFromFailure(this.modelId, error, request.signal, answered);
+      throw errorFromFailure(this.modelId, error, call.signal, answered);
+    } finally {
+      call.done();
     }
   }
 
-  private async post(request: BackendRequest): Promise<Response> {
+  private async post(request: BackendRequest, signal: AbortSignal): Promise<Response> {
     const response = await fetch(this.url, {
       method: "POST",
       headers: this.headers,
       body: JSON.stringify(request.body),
-      signal: request.signal,
+      signal,
     });
     if (response.status !== 200) {
       const body = await response.text().catch(() => "");

@@ -9,7 +9,7 @@ test("no file: the built-in demo model and a default plan that includes it", () 
 
 test("defaults fill in every model field", () => {
   const [model] = resolveConfig({ models: [{ id: "qwen", backend: "openai", base_url: "http://h:8000/v1/" }], plans: [{ id: "default", models: ["qwen"] }] }).models;
-  expect(model).toMatchObject({ upstreamModel: "qwen", baseUrl: "http://h:8000/v1", enabled: true, timeoutMs: 600000, contextWindow: 32768 });
+  expect(model).toMatchObject({ upstreamModel: "qwen", baseUrls: ["http://h:8000/v1"], enabled: true, timeoutMs: 600000, contextWindow: 32768 });
 });
 
 test("refused with the key named: unknown keys, wrong types, missing base_url, unknown plan models, duplicates", () => {

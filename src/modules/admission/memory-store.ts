@@ -1,7 +1,6 @@
 import type { PlanConfig } from "../../config/schema";
-import { SluiceError } from "../../errors";
 import { monthOf, startOfNextMonth } from "./month";
-import type { AdmissionRequest, AdmissionStore, LedgerBucket, Lease, SpentTokens, UsageSnapshot } from "./store";
+import { AdmissionRejected, type AdmissionRequest, type AdmissionStore, type LedgerBucket, type Lease, type SpentTokens, type UsageSnapshot } from "./store";
 import { RollingWindow, fiveHoursMs } from "./window";
 
 class OrganizationState {
@@ -56,7 +55,7 @@ export class MemoryAdmissionStore implements AdmissionStore {
     const need = request.promptTokens + 1;
     const windowUsed = plan.tokensPer5h === undefined ? 0 : state.window.used(now);
     if (plan.tokensPerMonth !== undefined && state.monthUsedAt(now) + state.reserved + need > plan.tokensPerMonth) {
-      throw new SluiceError("insufficient_quota", `Your organization has used its monthly quota of ${plan.tokensPerMonth} tokens. It resets on the 1st of next month (00:00 UTC).`, {
+      throw new AdmissionRejected("month", `Your organization has used its monthly quota of ${plan.tokensPerMonth} tokens. It resets on the 1st of next month (00:00 UTC).`, {
         retryAfterSeconds: secondsUntil(startOfNextMonth(now) - now),
         shouldRetry: false,
       });
@@ -65,13 +64,13 @@ export class MemoryAdmissionStore implements AdmissionStore {
       const excess = windowUsed + state.reserved + need - plan.tokensPer5h;
       // Reservations in flight count as usage recorded now: they leave the window 5 hours from now.
       const wait = state.window.timeUntilFreed(excess, now) ?? fiveHoursMs;
-      throw new SluiceError("rate_limit_exceeded", `Your organization has used its 5-hour quota of ${plan.tokensPer5h} tokens. Retry after the time in Retry-After, when enough usage has left the rolling window.`, {
+      throw new AdmissionRejected("five_hour", `Your organization has used its 5-hour quota of ${plan.tokensPer5h} tokens. Retry after the time in Retry-After, when enough usage has left the rolling window.`, {
         retryAfterSeconds: secondsUntil(wait),
         shouldRetry: false,
       });
     }
     if (plan.maxConcurrency !== undefined && state.inFlight >= plan.maxConcurrency) {
-      throw new SluiceError("rate_limit_exceeded", `Your organization already has ${plan.maxConcurrency} requests in flight, the most its plan allows. Retry shortly.`, {
+      throw new AdmissionRejected("concurrency", `Your organization already has ${plan.maxConcurrency} requests in flight, the most its plan allows. Retry shortly.`, {
         retryAfterSeconds: 1,
       });
     }

@@ -1,4 +1,18 @@
 import type { PlanConfig } from "../../config/schema";
+import { SluiceError, type SluiceErrorOptions } from "../../errors";
+
+export type RejectionKind = "five_hour" | "month" | "concurrency";
+
+/** A 429 from admission, with which limit said no (for metrics). */
+export class AdmissionRejected extends SluiceError {
+  constructor(
+    readonly kind: RejectionKind,
+    message: string,
+    options: SluiceErrorOptions,
+  ) {
+    super(kind === "month" ? "insufficient_quota" : "rate_limit_exceeded", message, options);
+  }
+}
 
 /** What admission needs to know about a request. */
 export interface AdmissionRequest {

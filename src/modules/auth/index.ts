@@ -1,5 +1,6 @@
 import { bearer } from "@elysiajs/bearer";
 import { Elysia } from "elysia";
+import { recordOf } from "../observability/request-record";
 import type { AuthService } from "./service";
 
 /**
@@ -9,6 +10,12 @@ import type { AuthService } from "./service";
 export const authPlugin = (auth: AuthService) =>
   new Elysia({ name: "auth" })
     .use(bearer())
-    .resolve({ as: "scoped" }, ({ bearer: token, headers }) => ({
-      caller: auth.authenticate(headers.authorization?.startsWith("Bearer ") ? token?.trim() : undefined),
-    }));
+    .resolve({ as: "scoped" }, ({ bearer: token, headers, request }) => {
+      const caller = auth.authenticate(headers.authorization?.startsWith("Bearer ") ? token?.trim() : undefined);
+      const record = recordOf(request);
+      if (record) {
+        record.organizationId = caller.organizationId;
+        record.keyId = caller.keyId;
+      }
+      return { caller };
+    });

@@ -3,11 +3,18 @@ import { SluiceError, invalidRequest } from "../../errors";
 import { sseResponse } from "../../http/sse-response";
 import { authPlugin } from "../auth/index";
 import type { AuthService } from "../auth/service";
+import type { ModelRegistry } from "../models/registry";
+import type { Lifecycle } from "../observability/index";
+import { recordOf, type RequestRecord } from "../observability/request-record";
 import { validateChatRequest } from "./model";
 import type { ChatService } from "./service";
 
 export interface ChatRouteOptions {
   maxBodyBytes: number;
+  lifecycle: Lifecycle;
+  models: ModelRegistry;
+  /** Logs and counts a request whose end came after its response started (a stream). */
+  finish: (record: RequestRecord) => void;
 }
 
 async function readJson(request: Request, maxBodyBytes: number): Promise<unknown> {
@@ -34,15 +41,20 @@ export const chatRoutes = (chat: ChatService, auth: AuthService, options: ChatRo
     .post(
       "/v1/chat/completions",
       async ({ caller, request, set, server }) => {
+        if (options.lifecycle.draining) {
+          throw new SluiceError("server_overloaded", "The server is restarting and takes no new requests. Retry shortly.", { retryAfterSeconds: 2 });
+        }
         const body = validateChatRequest(await readJson(request, options.maxBodyBytes));
         if (body instanceof SluiceError) throw body;
+        const record = recordOf(request) as RequestRecord;
+        record.model = options.models.has(body.model) ? body.model : "unknown";
         // Reasoning models may think for minutes before the first byte; the idle timeout must not cut them off.
         server?.timeout(request, 0);
         const requestId = set.headers["x-request-id"] as string;
         const upstreamAbort = new AbortController();
         const onClientGone = () => upstreamAbort.abort();
         request.signal.addEventListener("abort", onClientGone, { once: true });
-        const result = await chat.create(body, { caller, requestId, abort: upstreamAbort });
+        const result = await chat.create(body, { caller, requestId, abort: upstreamAbort, record, finish: () => options.finish(record) });
         if (result.kind === "whole") {
           request.signal.removeEventListener("abort", onClientGone);
           return new Response(JSON.stringify(result.body), { headers: { ...result.headers, "content-type": "application/json", "x-request-id": requestId } });

@@ -2,9 +2,11 @@ import type { SafetyRuleConfig } from "../../config/schema";
 import { SluiceError, UpstreamError } from "../../errors";
 import type { Ledger, LedgerRow } from "../../ledger/ledger";
 import { countChatTokens, countTextTokens, estimateChatTokens, loadTokenizer } from "../../tokens/count";
-import type { Lease } from "../admission/store";
+import { AdmissionRejected, type Lease } from "../admission/store";
 import { abortAfter } from "../../upstream/deadlines";
-import { ClientGoneError } from "../../upstream/errors";
+import { ClientGoneError, ServerShutdown } from "../../upstream/errors";
+import type { Metrics } from "../observability/metrics";
+import type { RequestRecord } from "../observability/request-record";
 import type { CompletionEvent, Usage } from "../../upstream/types";
 import type { AdmissionStore } from "../admission/store";
 import type { Caller } from "../auth/service";
@@ -26,6 +28,10 @@ export interface RequestContext {
   caller: Caller;
   requestId: string;
   abort: AbortController;
+  /** Facts for the request's log line and metrics, filled in as they become known. */
+  record?: RequestRecord;
+  /** Called once a stream has ended and been settled (a whole answer is finished by the HTTP layer). */
+  finish?: () => void;
 }
 
 export type ChatResult =
@@ -40,6 +46,7 @@ export interface ChatServiceDependencies {
   queues: ReadonlyMap<string, ModelQueue>;
   safety: SafetyService;
   clock: () => number;
+  metrics?: Metrics;
 }
 
 /** How a request ended, for its ledger row. */
@@ -64,6 +71,7 @@ interface Run {
 
 function outcomeOf(error: unknown): { outcome: Outcome; errorCode: string | null } {
   if (error instanceof ClientGoneError) return { outcome: "client_disconnected", errorCode: null };
+  if (error instanceof SluiceError && error.cause instanceof ServerShutdown) return { outcome: "shutdown", errorCode: error.code };
   if (error instanceof SluiceError) return { outcome: "upstream_error", errorCode: error.code };
   return { outcome: "upstream_error", errorCode: "upstream_error" };
 }
@@ -86,6 +94,8 @@ function asCallerError(error: unknown): SluiceError {
  */
 export class ChatService {
   private stopping = false;
+  /** Requests holding a permit, so that a shutdown can end them cleanly. */
+  private readonly active = new Set<AbortController>();
 
   constructor(private readonly deps: ChatServiceDependencies) {}
 
@@ -94,16 +104,32 @@ export class ChatService {
     this.stopping = true;
   }
 
+  /** Requests in flight upstream. */
+  inFlight(): number {
+    return this.active.size;
+  }
+
+  /** Ends every request still running: streams get a final error event, then [DONE]; each is settled. */
+  abortAll(): void {
+    for (const controller of this.active) controller.abort(new ServerShutdown("the server's drain time is over"));
+  }
+
   async create(request: ChatRequest, context: RequestContext): Promise<ChatResult> {
     const { models, admission, queues, clock } = this.deps;
     const plan = context.caller.plan;
     const entry = models.callable(plan, request.model);
     const prepared = await prepareRequest(request, entry);
     const promptEstimate = prepared.promptTokens ?? estimateChatTokens(prepared.messages);
-    const lease = admission.admit(
-      { organizationId: context.caller.organizationId, plan, modelId: prepared.modelId, promptTokens: promptEstimate, maxTokens: prepared.maxTokens },
-      clock(),
-    );
+    let lease: Lease;
+    try {
+      lease = admission.admit(
+        { organizationId: context.caller.organizationId, plan, modelId: prepared.modelId, promptTokens: promptEstimate, maxTokens: prepared.maxTokens },
+        clock(),
+      );
+    } catch (error) {
+      if (error instanceof AdmissionRejected) this.deps.metrics?.quotaRejections.inc({ kind: error.kind });
+      throw error;
+    }
     const identity: ResponseIdentity = { id: `chatcmpl-${context.requestId.slice(4)}`, created: Math.floor(clock() / 1000), model: prepared.modelId };
     let permit: Permit;
     try {
@@ -112,7 +138,12 @@ export class ChatService {
       if (rule) return await this.refuse(prepared, context, identity, lease, rule);
       const queue = queues.get(prepared.modelId) as ModelQueue;
       const slot = await queue.acquire(context.caller.organizationId, context.abort.signal);
-      permit = new Permit(lease, slot, abortAfter(context.abort, prepared.entry.config.timeoutMs));
+      const cancelDeadline = abortAfter(context.abort, prepared.entry.config.timeoutMs);
+      this.active.add(context.abort);
+      permit = new Permit(lease, slot, () => {
+        cancelDeadline();
+        this.active.delete(context.abort);
+      });
     } catch (error) {
       lease.settle(null, clock());
       throw error;
@@ -128,15 +159,21 @@ export class ChatService {
     const usage: Usage = { promptTokens: prepared.promptTokens ?? countChatTokens(prepared.messages), completionTokens: countTextTokens(text), reasoningTokens: 0 };
     const endedAt = this.deps.clock();
     lease.settle(usage, endedAt);
+    this.note(context, prepared.modelId, usage, { outcome: "content_filter", ruleId: rule.id });
     await this.deps.ledger.record(this.ledgerRow(prepared, context, usage, "tokenizer", endedAt, endedAt, { outcome: "content_filter", ruleId: rule.id }));
     const completion = { content: text, reasoning: null, toolCalls: null, finishReason: "content_filter", usage };
     if (!prepared.stream) return { kind: "whole", body: completionBody(identity, completion, usage), headers: lease.headers };
     const includeUsage = prepared.includeUsage;
+    if (context.record) context.record.deferred = true;
     async function* chunks() {
-      yield roleChunk(identity);
-      yield eventChunk(identity, { type: "delta", content: text });
-      yield eventChunk(identity, { type: "finish", reason: "content_filter" });
-      if (includeUsage) yield usageChunk(identity, usage);
+      try {
+        yield roleChunk(identity);
+        yield eventChunk(identity, { type: "delta", content: text });
+        yield eventChunk(identity, { type: "finish", reason: "content_filter" });
+        if (includeUsage) yield usageChunk(identity, usage);
+      } finally {
+        context.finish?.();
+      }
     }
     return { kind: "stream", chunks: chunks(), headers: lease.headers };
   }
@@ -168,6 +205,7 @@ export class ChatService {
       await this.fail(run, error);
       throw asCallerError(error);
     }
+    if (context.record) context.record.deferred = true;
     return { kind: "stream", chunks: this.relay(run, identity, events, first), headers: run.permit.lease.headers };
   }
 
@@ -179,6 +217,7 @@ export class ChatService {
       for (let result = first; !result.done; result = await events.next()) {
         const event = result.value;
         run.meter.observe(event);
+        if (event.type === "delta" && run.context.record && run.context.record.firstTokenAt === undefined) run.context.record.firstTokenAt = performance.now();
         const rule = event.type === "delta" ? monitor?.observe(event.content, event.reasoning) : undefined;
         if (rule) {
           // Stop the upstream at once; the piece that completed the match is never sent.
@@ -200,11 +239,16 @@ export class ChatService {
         settled = true;
         await this.fail(run, error);
       }
-      if (!(error instanceof ClientGoneError)) yield asCallerError(error).toBody();
+      if (!(error instanceof ClientGoneError)) {
+        const callerError = asCallerError(error);
+        if (run.context.record) run.context.record.code = callerError.code;
+        yield callerError.toBody();
+      }
     } finally {
       // Reached without settling only when the consumer stopped early (the client left between chunks).
       if (!settled) await this.settle(run, { outcome: "client_disconnected" });
       await events.return(undefined);
+      run.context.finish?.();
     }
   }
 
@@ -218,6 +262,7 @@ export class ChatService {
       return;
     }
     const { outcome, errorCode } = outcomeOf(error);
+    if (outcome === "upstream_error") this.deps.metrics?.upstreamErrors.inc({ model: run.prepared.modelId, code: errorCode ?? "upstream_error" });
     await this.settle(run, { outcome, errorCode, billNothing: outcome === "upstream_error" && !run.meter.producedAnything() });
   }
 
@@ -236,8 +281,27 @@ export class ChatService {
     const endedAt = this.deps.clock();
     run.permit.release(measured.usage, endedAt);
     const outcome = ending.outcome === "client_disconnected" && this.stopping ? "shutdown" : ending.outcome;
+    this.note(context, prepared.modelId, measured.usage, { ...ending, outcome });
     await this.deps.ledger.record(this.ledgerRow(prepared, context, measured.usage, measured.source, run.startedAt, endedAt, { ...ending, outcome }));
     return measured.usage;
+  }
+
+  /** Puts what was billed into the request's record and the token and refusal metrics. */
+  private note(context: RequestContext, modelId: string, usage: Usage, ending: Ending): void {
+    const record = context.record;
+    if (record) {
+      record.outcome = ending.outcome;
+      record.ruleId = ending.ruleId ?? undefined;
+      record.promptTokens = usage.promptTokens;
+      record.completionTokens = usage.completionTokens;
+      record.reasoningTokens = usage.reasoningTokens;
+    }
+    const metrics = this.deps.metrics;
+    if (!metrics) return;
+    if (usage.promptTokens) metrics.tokens.inc({ model: modelId, kind: "prompt" }, usage.promptTokens);
+    if (usage.completionTokens) metrics.tokens.inc({ model: modelId, kind: "completion" }, usage.completionTokens);
+    if (usage.reasoningTokens) metrics.tokens.inc({ model: modelId, kind: "reasoning" }, usage.reasoningTokens);
+    if (ending.ruleId) metrics.refusals.inc({ rule: ending.ruleId });
   }
 
   private ledgerRow(prepared: PreparedRequest, context: RequestContext, usage: Usage, source: LedgerRow["usageSource"], startedAt: number, endedAt: number, ending: Ending): LedgerRow {

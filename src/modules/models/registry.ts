@@ -1,7 +1,7 @@
 import type { Config, ModelConfig, PlanConfig } from "../../config/schema";
 import { SluiceError } from "../../errors";
 import { DemoBackend } from "../../upstream/demo-backend";
-import { OpenAIBackend } from "../../upstream/openai-backend";
+import { UpstreamPool } from "../../upstream/pool";
 import type { Backend } from "../../upstream/types";
 
 export interface ModelEntry {
@@ -21,7 +21,7 @@ export class ModelRegistry {
       const backend =
         model.backend === "demo"
           ? demo
-          : new OpenAIBackend(model.id, model.baseUrl as string, model.apiKeyEnv ? environment[model.apiKeyEnv] : undefined);
+          : new UpstreamPool(model, model.apiKeyEnv ? environment[model.apiKeyEnv] : undefined);
       this.entries.set(model.id, { config: model, backend });
     }
   }
@@ -46,6 +46,10 @@ export class ModelRegistry {
       throw new SluiceError("model_unavailable", `The model '${modelId}' is temporarily unavailable.`, { retryAfterSeconds: 60 });
     }
     return entry;
+  }
+
+  has(modelId: string): boolean {
+    return this.entries.has(modelId);
   }
 
   all(): ModelConfig[] {

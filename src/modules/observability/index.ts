@@ -1,0 +1,73 @@
+import { Elysia } from "elysia";
+import type { DatabaseHandle } from "../../db/client";
+import { SluiceError } from "../../errors";
+import type { Logger } from "./logger";
+import type { Metrics } from "./metrics";
+import type { RequestRecord } from "./request-record";
+
+export interface Lifecycle {
+  /** Set when the server is stopping: new work is refused and /readyz answers 503. */
+  draining: boolean;
+}
+
+export interface ObservabilityOptions {
+  metrics: Metrics;
+  database: DatabaseHandle;
+  lifecycle: Lifecycle;
+  /** When set, /metrics requires `Authorization: Bearer <token>`. */
+  metricsToken: string | undefined;
+}
+
+/** GET /healthz (the process answers), GET /readyz (database writable, not draining), GET /metrics (Prometheus). */
+export const observabilityRoutes = (options: ObservabilityOptions) =>
+  new Elysia({ name: "observability" })
+    .get("/healthz", () => ({ status: "ok" }))
+    .get("/readyz", ({ set }) => {
+      const problems: string[] = [];
+      if (options.lifecycle.draining) problems.push("draining");
+      try {
+        options.database.sqlite.run("BEGIN IMMEDIATE");
+        options.database.sqlite.run("ROLLBACK");
+      } catch (error) {
+        problems.push(`database not writable: ${(error as Error).message}`);
+      }
+      if (problems.length === 0) return { status: "ready" };
+      set.status = 503;
+      set.headers["retry-after"] = "5";
+      return { status: "not_ready", problems };
+    })
+    .get("/metrics", async ({ headers }) => {
+      if (options.metricsToken && headers.authorization !== `Bearer ${options.metricsToken}`) {
+        throw new SluiceError(headers.authorization ? "invalid_api_key" : "missing_api_key", "The metrics endpoint needs the token in SLUICE_METRICS_TOKEN as a bearer token.");
+      }
+      return new Response(await options.metrics.registry.metrics(), { headers: { "content-type": options.metrics.registry.contentType } });
+    });
+
+/** Turns a finished request into its metrics and its one log line. */
+export function finishRecord(record: RequestRecord, metrics: Metrics, logger: Logger): void {
+  const status = record.status ?? 200;
+  const model = record.model ?? "";
+  const seconds = (performance.now() - record.startedAt) / 1000;
+  metrics.requests.inc({ route: record.route, model, status: String(status), code: record.code ?? "" });
+  metrics.duration.observe({ route: record.route, model }, seconds);
+  if (record.firstTokenAt !== undefined) metrics.timeToFirstToken.observe({ model }, (record.firstTokenAt - record.startedAt) / 1000);
+  if (!logger.enabled(status >= 500 ? "warn" : "info")) return;
+  logger.log(status >= 500 ? "warn" : "info", {
+    message: "request",
+    request_id: record.requestId,
+    method: record.method,
+    route: record.route,
+    status,
+    code: record.code ?? null,
+    organization_id: record.organizationId ?? null,
+    key_id: record.keyId ?? null,
+    model: record.model ?? null,
+    outcome: record.outcome ?? null,
+    rule_id: record.ruleId ?? null,
+    prompt_tokens: record.promptTokens ?? null,
+    completion_tokens: record.completionTokens ?? null,
+    reasoning_tokens: record.reasoningTokens ?? null,
+    duration_ms: Math.round(seconds * 1000 * 100) / 100,
+    ttft_ms: record.firstTokenAt === undefined ? null : Math.round((record.firstTokenAt - record.startedAt) * 100) / 100,
+  });
+}

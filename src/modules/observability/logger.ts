@@ -1,0 +1,39 @@
+const levels = { debug: 10, info: 20, warn: 30, error: 40, silent: 100 } as const;
+export type LogLevel = keyof typeof levels;
+
+/**
+ * Structured JSON logs, one object per line on stdout, at or above SLUICE_LOG_LEVEL (default info). Lines are
+ * buffered and flushed every few milliseconds, so a busy server does not make a write call per request. Callers
+ * must never pass a key, a password or message text.
+ */
+export class Logger {
+  private readonly threshold: number;
+  private buffer: string[] = [];
+  private timer: Timer | undefined;
+
+  constructor(level: string | undefined = process.env.SLUICE_LOG_LEVEL, private readonly write: (text: string) => void = (text) => process.stdout.write(text)) {
+    this.threshold = levels[(level ?? "info") as LogLevel] ?? levels.info;
+  }
+
+  enabled(level: LogLevel): boolean {
+    return levels[level] >= this.threshold;
+  }
+
+  log(level: LogLevel, fields: Record<string, unknown>): void {
+    if (!this.enabled(level)) return;
+    this.buffer.push(JSON.stringify({ time: new Date().toISOString(), level, ...fields }));
+    if (!this.timer) {
+      this.timer = setTimeout(() => this.flush(), 5);
+      this.timer.unref();
+    }
+  }
+
+  flush(): void {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = undefined;
+    if (this.buffer.length === 0) return;
+    const text = `${this.buffer.join("\n")}\n`;
+    this.buffer = [];
+    this.write(text);
+  }
+}
