@@ -1,4 +1,4 @@
-import { index, integer, sqliteTable, text } from "drizzle-orm/sqlite-core";
+import { index, integer, primaryKey, sqliteTable, text } from "drizzle-orm/sqlite-core";
 
 /** Times are integer milliseconds since the epoch (UTC). */
 export const organizations = sqliteTable("organizations", {
@@ -62,3 +62,32 @@ export const usageResets = sqliteTable("usage_resets", {
   organizationId: text("organization_id").primaryKey(),
   resetAt: integer("reset_at").notNull(),
 });
+
+/**
+ * The ledger summed per organization and minute, written in the same transaction as the ledger rows. Admission is
+ * rebuilt from these at start, so start-up does not grow with the ledger's history.
+ */
+export const usageMinutes = sqliteTable(
+  "usage_minutes",
+  {
+    organizationId: text("organization_id").notNull(),
+    /** Minutes since the epoch of the rows' `ended_at`. */
+    minute: integer("minute").notNull(),
+    tokens: integer("tokens").notNull(),
+    /** The latest `ended_at` in this minute: the whole minute leaves the 5-hour window 5 hours after it. */
+    lastTime: integer("last_time").notNull(),
+  },
+  (table) => [primaryKey({ columns: [table.organizationId, table.minute] }), index("usage_minutes_minute_idx").on(table.minute)],
+);
+
+/** The ledger summed per organization and calendar month (UTC), written with the ledger rows. */
+export const usageMonths = sqliteTable(
+  "usage_months",
+  {
+    organizationId: text("organization_id").notNull(),
+    /** year × 12 + month index (0-based), as monthOf() computes it. */
+    month: integer("month").notNull(),
+    tokens: integer("tokens").notNull(),
+  },
+  (table) => [primaryKey({ columns: [table.organizationId, table.month] })],
+);

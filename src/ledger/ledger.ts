@@ -1,4 +1,6 @@
 import type { Database } from "bun:sqlite";
+import { monthOf } from "../modules/admission/month";
+import { bucketMs } from "../modules/admission/window";
 
 export interface LedgerRow {
   requestId: string;
@@ -49,13 +51,38 @@ export class Ledger {
          reasoning_tokens, outcome, error_code, rule_id, usage_source, started_at, ended_at)
        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     );
+    const addMinute = sqlite.query<unknown, [string, number, number, number]>(
+      `INSERT INTO usage_minutes (organization_id, minute, tokens, last_time) VALUES (?, ?, ?, ?)
+       ON CONFLICT (organization_id, minute) DO UPDATE SET tokens = tokens + excluded.tokens, last_time = max(last_time, excluded.last_time)`,
+    );
+    const addMonth = sqlite.query<unknown, [string, number, number]>(
+      `INSERT INTO usage_months (organization_id, month, tokens) VALUES (?, ?, ?)
+       ON CONFLICT (organization_id, month) DO UPDATE SET tokens = tokens + excluded.tokens`,
+    );
     this.insertBatch = sqlite.transaction((rows: Pending[]) => {
+      // The aggregates are summed here first: a busy batch of one organization is one upsert, not one per row.
+      const minutes = new Map<string, { organizationId: string; minute: number; tokens: number; lastTime: number }>();
+      const months = new Map<string, { organizationId: string; month: number; tokens: number }>();
       for (const { row } of rows) {
         this.insert.run(
           row.requestId, row.organizationId, row.keyId, row.model, row.promptTokens, row.completionTokens,
           row.reasoningTokens, row.outcome, row.errorCode, row.ruleId, row.usageSource, row.startedAt, row.endedAt,
         );
+        const tokens = row.promptTokens + row.completionTokens;
+        if (tokens === 0) continue;
+        const minute = Math.floor(row.endedAt / bucketMs);
+        const minuteEntry = minutes.get(`${row.organizationId} ${minute}`);
+        if (minuteEntry) {
+          minuteEntry.tokens += tokens;
+          minuteEntry.lastTime = Math.max(minuteEntry.lastTime, row.endedAt);
+        } else minutes.set(`${row.organizationId} ${minute}`, { organizationId: row.organizationId, minute, tokens, lastTime: row.endedAt });
+        const month = monthOf(row.endedAt);
+        const monthEntry = months.get(`${row.organizationId} ${month}`);
+        if (monthEntry) monthEntry.tokens += tokens;
+        else months.set(`${row.organizationId} ${month}`, { organizationId: row.organizationId, month, tokens });
       }
+      for (const entry of minutes.values()) addMinute.run(entry.organizationId, entry.minute, entry.tokens, entry.lastTime);
+      for (const entry of months.values()) addMonth.run(entry.organizationId, entry.month, entry.tokens);
     });
   }
 

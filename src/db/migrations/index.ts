@@ -4,6 +4,7 @@ import journal from "./meta/_journal.json" with { type: "json" };
 import init from "./0000_init.sql" with { type: "text" };
 import quotas from "./0001_quotas.sql" with { type: "text" };
 import refusals from "./0002_refusals.sql" with { type: "text" };
+import usageAggregates from "./0003_usage_aggregates.sql" with { type: "text" };
 
 export interface EmbeddedMigration {
   tag: string;
@@ -14,6 +15,7 @@ const sqlByTag: Record<string, string> = {
   "0000_init": init,
   "0001_quotas": quotas,
   "0002_refusals": refusals,
+  "0003_usage_aggregates": usageAggregates,
 };
 
 export const journalTags: string[] = journal.entries.map((entry) => entry.tag);

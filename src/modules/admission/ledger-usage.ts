@@ -1,5 +1,5 @@
 import type { Database } from "bun:sqlite";
-import { startOfMonth } from "./month";
+import { monthOf, startOfMonth } from "./month";
 import type { AdmissionStore, LedgerBucket } from "./store";
 import { bucketMs, fiveHoursMs } from "./window";
 
@@ -8,32 +8,25 @@ export interface OrganizationUsage {
   monthTokens: number;
 }
 
-const notResetClause = "(r.reset_at IS NULL OR l.ended_at > r.reset_at)";
-
 /**
- * What the ledger says each organization used in the last 5 hours (per minute) and this month, ignoring rows
- * that ended before the organization's last reset. The in-memory admission state is rebuilt from this at start,
- * so a restart neither forgets nor double-counts.
+ * What each organization used in the last 5 hours (per minute) and this month, from the aggregates the ledger
+ * keeps beside its rows (usage_minutes, usage_months). The in-memory admission state is rebuilt from this at start,
+ * so a restart neither forgets nor double-counts, and its cost does not grow with the ledger's history.
  */
 export function readLedgerUsage(sqlite: Database, now: number, organizationId?: string): Map<string, OrganizationUsage> {
-  const onlyOne = organizationId === undefined ? "" : "AND l.organization_id = ?2";
+  const onlyOne = organizationId === undefined ? "" : "AND organization_id = ?2";
+  const parameters = (first: number) => (organizationId === undefined ? [first] : [first, organizationId]);
   const windowRows = sqlite
     .query<{ organizationId: string; tokens: number; lastTime: number }, (string | number)[]>(
-      `SELECT l.organization_id AS organizationId, sum(l.prompt_tokens + l.completion_tokens) AS tokens, max(l.ended_at) AS lastTime
-         FROM usage_ledger l LEFT JOIN usage_resets r ON r.organization_id = l.organization_id
-        WHERE l.ended_at > ?1 AND ${notResetClause} ${onlyOne}
-        GROUP BY l.organization_id, l.ended_at / ${bucketMs}
-        ORDER BY lastTime`,
+      `SELECT organization_id AS organizationId, tokens, last_time AS lastTime FROM usage_minutes
+        WHERE minute >= ?1 ${onlyOne} ORDER BY last_time`,
     )
-    .all(...[now - fiveHoursMs - bucketMs, ...(organizationId === undefined ? [] : [organizationId])]);
+    .all(...parameters(Math.floor((now - fiveHoursMs) / bucketMs)));
   const monthRows = sqlite
     .query<{ organizationId: string; tokens: number }, (string | number)[]>(
-      `SELECT l.organization_id AS organizationId, sum(l.prompt_tokens + l.completion_tokens) AS tokens
-         FROM usage_ledger l LEFT JOIN usage_resets r ON r.organization_id = l.organization_id
-        WHERE l.ended_at >= ?1 AND ${notResetClause} ${onlyOne}
-        GROUP BY l.organization_id`,
+      `SELECT organization_id AS organizationId, tokens FROM usage_months WHERE month = ?1 ${onlyOne}`,
     )
-    .all(...[startOfMonth(now), ...(organizationId === undefined ? [] : [organizationId])]);
+    .all(...parameters(monthOf(now)));
   const usage = new Map<string, OrganizationUsage>();
   const entry = (id: string) => {
     let found = usage.get(id);
@@ -45,19 +38,48 @@ export function readLedgerUsage(sqlite: Database, now: number, organizationId?: 
   return usage;
 }
 
-/** Loads the ledger's usage into the admission store: every organization, or one. */
+/** Loads the recorded usage into the admission store: every organization, or one. */
 export function restoreFromLedger(store: AdmissionStore, sqlite: Database, now: number, organizationId?: string): void {
   const usage = readLedgerUsage(sqlite, now, organizationId);
   if (organizationId !== undefined && !usage.has(organizationId)) usage.set(organizationId, { buckets: [], monthTokens: 0 });
   for (const [id, { buckets, monthTokens }] of usage) store.restore(id, buckets, monthTokens, startOfMonth(now));
 }
 
-/** Records an operator's reset: usage that ended before `at` no longer counts, also after a restart. */
+/** Drops minute aggregates that no window can need any more (older than 6 hours). */
+export function pruneUsageMinutes(sqlite: Database, now: number): void {
+  sqlite.run("DELETE FROM usage_minutes WHERE minute < ?", [Math.floor((now - fiveHoursMs - 3_600_000) / bucketMs)]);
+}
+
+/**
+ * Records an operator's reset: usage that ended before `at` no longer counts, also after a restart. The
+ * organization's aggregates are rebuilt from the ledger rows after the reset, in one transaction, so rows the
+ * server commits meanwhile are neither lost nor counted twice.
+ */
 export function writeUsageReset(sqlite: Database, organizationId: string, at: number): void {
-  sqlite.run(
-    "INSERT INTO usage_resets (organization_id, reset_at) VALUES (?1, ?2) ON CONFLICT(organization_id) DO UPDATE SET reset_at = excluded.reset_at",
-    [organizationId, at],
-  );
+  sqlite.transaction(() => {
+    sqlite.run(
+      "INSERT INTO usage_resets (organization_id, reset_at) VALUES (?1, ?2) ON CONFLICT(organization_id) DO UPDATE SET reset_at = excluded.reset_at",
+      [organizationId, at],
+    );
+    sqlite.run("DELETE FROM usage_minutes WHERE organization_id = ?", [organizationId]);
+    sqlite.run("DELETE FROM usage_months WHERE organization_id = ?", [organizationId]);
+    const rows = sqlite
+      .query<{ tokens: number; endedAt: number }, [string, number]>(
+        "SELECT prompt_tokens + completion_tokens AS tokens, ended_at AS endedAt FROM usage_ledger WHERE organization_id = ? AND ended_at > ?",
+      )
+      .all(organizationId, at);
+    for (const row of rows) {
+      sqlite.run(
+        `INSERT INTO usage_minutes (organization_id, minute, tokens, last_time) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (organization_id, minute) DO UPDATE SET tokens = tokens + excluded.tokens, last_time = max(last_time, excluded.last_time)`,
+        [organizationId, Math.floor(row.endedAt / bucketMs), row.tokens, row.endedAt],
+      );
+      sqlite.run(
+        "INSERT INTO usage_months (organization_id, month, tokens) VALUES (?1, ?2, ?3) ON CONFLICT (organization_id, month) DO UPDATE SET tokens = tokens + excluded.tokens",
+        [organizationId, monthOf(row.endedAt), row.tokens],
+      );
+    }
+  })();
 }
 
 /** Every organization's last reset time. */

@@ -1,6 +1,6 @@
 import type { DatabaseHandle } from "../../db/client";
 import type { Ledger } from "../../ledger/ledger";
-import { readUsageResets, restoreFromLedger } from "./ledger-usage";
+import { pruneUsageMinutes, readUsageResets, restoreFromLedger } from "./ledger-usage";
 import type { AdmissionStore } from "./store";
 
 /**
@@ -8,6 +8,8 @@ import type { AdmissionStore } from "./store";
  * usage reloaded when an operator resets it (from the CLI, in another process) before its next request.
  */
 export function syncAdmissionWithLedger(store: AdmissionStore, database: DatabaseHandle, ledger: Ledger, clock: () => number): void {
+  pruneUsageMinutes(database.sqlite, clock());
+  setInterval(() => pruneUsageMinutes(database.sqlite, clock()), 3_600_000).unref();
   restoreFromLedger(store, database.sqlite, clock());
   let resets = readUsageResets(database.sqlite);
   database.onExternalChange(() => {
