@@ -1,10 +1,10 @@
-import { encodeDone, encodeServerSentEvent } from "../upstream/sse";
+import { encodeDone, encodeServerSentData } from "../upstream/sse";
 
 /**
- * Streams a generator's payloads as server-sent events and ends with `data: [DONE]`. When the client goes away,
+ * Streams a generator's serialized JSON payloads as server-sent events and ends with `data: [DONE]`. When the client goes away,
  * `onCancel` runs first (it aborts the upstream call), then the generator is returned so its `finally` settles.
  */
-export function sseResponse(payloads: AsyncGenerator<unknown>, onCancel: () => void, headers: Record<string, string>): Response {
+export function sseResponse(payloads: AsyncGenerator<string>, onCancel: () => void, headers: Record<string, string>): Response {
   const body = new ReadableStream<Uint8Array>({
     async pull(controller) {
       try {
@@ -13,7 +13,7 @@ export function sseResponse(payloads: AsyncGenerator<unknown>, onCancel: () => v
           controller.enqueue(encodeDone());
           controller.close();
         } else {
-          controller.enqueue(encodeServerSentEvent(value));
+          controller.enqueue(encodeServerSentData(value));
         }
       } catch (error) {
         controller.error(error);

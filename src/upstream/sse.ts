@@ -16,9 +16,9 @@ export async function* readServerSentEvents(body: ReadableStream<Uint8Array>): A
 const encoder = new TextEncoder();
 const doneFrame = encoder.encode("data: [DONE]\n\n");
 
-/** Encodes one JSON payload as an SSE `data:` event; the one SSE encoder of Sluice. */
-export function encodeServerSentEvent(payload: unknown): Uint8Array {
-  return encoder.encode(`data: ${JSON.stringify(payload)}\n\n`);
+/** Encodes one serialized JSON payload as an SSE `data:` event; the one SSE encoder of Sluice. */
+export function encodeServerSentData(json: string): Uint8Array {
+  return encoder.encode(`data: ${json}\n\n`);
 }
 
 /** The stream's terminator, as OpenAI sends it. */

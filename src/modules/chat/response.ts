@@ -35,40 +35,34 @@ export function completionBody(identity: ResponseIdentity, completion: Completio
   };
 }
 
-function chunk(identity: ResponseIdentity, delta: Record<string, unknown>, finishReason: string | null) {
-  return {
-    id: identity.id,
-    object: "chat.completion.chunk" as const,
-    created: identity.created,
-    model: identity.model,
-    choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }],
-    usage: null,
-  };
-}
+/**
+ * Writes the `chat.completion.chunk` JSON of one stream. The parts every chunk shares are serialized once per
+ * stream; a chunk costs one small JSON.stringify of its delta (thousands of streams send hundreds of chunks each).
+ */
+export class ChunkEncoder {
+  private readonly head: string;
 
-/** The first chunk, which carries the role. */
-export function roleChunk(identity: ResponseIdentity) {
-  return chunk(identity, { role: "assistant", content: "" }, null);
-}
+  constructor(identity: ResponseIdentity) {
+    this.head = `{"id":${JSON.stringify(identity.id)},"object":"chat.completion.chunk","created":${identity.created},"model":${JSON.stringify(identity.model)},"choices":`;
+  }
 
-/** The chunk for one delta or finish event. */
-export function eventChunk(identity: ResponseIdentity, event: Exclude<CompletionEvent, { type: "usage" }>) {
-  if (event.type === "finish") return chunk(identity, {}, event.reason);
-  const delta: Record<string, unknown> = {};
-  if (event.reasoning !== undefined) delta.reasoning_content = event.reasoning;
-  if (event.content !== undefined) delta.content = event.content;
-  if (event.toolCalls !== undefined) delta.tool_calls = event.toolCalls;
-  return chunk(identity, delta, null);
-}
+  /** The first chunk, which carries the role. */
+  role(): string {
+    return `${this.head}[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}],"usage":null}`;
+  }
 
-/** The extra chunk sent when `stream_options.include_usage` is true: no choices, only usage. */
-export function usageChunk(identity: ResponseIdentity, usage: Usage) {
-  return {
-    id: identity.id,
-    object: "chat.completion.chunk" as const,
-    created: identity.created,
-    model: identity.model,
-    choices: [],
-    usage: usageBody(usage),
-  };
+  /** The chunk for one delta or finish event. */
+  event(event: Exclude<CompletionEvent, { type: "usage" }>): string {
+    if (event.type === "finish") return `${this.head}[{"index":0,"delta":{},"logprobs":null,"finish_reason":${JSON.stringify(event.reason)}}],"usage":null}`;
+    let delta = "";
+    if (event.reasoning !== undefined) delta += `"reasoning_content":${JSON.stringify(event.reasoning)}`;
+    if (event.content !== undefined) delta += `${delta ? "," : ""}"content":${JSON.stringify(event.content)}`;
+    if (event.toolCalls !== undefined) delta += `${delta ? "," : ""}"tool_calls":${JSON.stringify(event.toolCalls)}`;
+    return `${this.head}[{"index":0,"delta":{${delta}},"logprobs":null,"finish_reason":null}],"usage":null}`;
+  }
+
+  /** The extra chunk sent when `stream_options.include_usage` is true: no choices, only usage. */
+  usage(usage: Usage): string {
+    return `${this.head}[],"usage":${JSON.stringify(usageBody(usage))}}`;
+  }
 }

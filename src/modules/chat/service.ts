@@ -18,7 +18,7 @@ import { UsageMeter } from "./meter";
 import type { ChatRequest } from "./model";
 import { Permit } from "./permit";
 import { prepareRequest, type PreparedRequest } from "./prepare";
-import { completionBody, eventChunk, roleChunk, usageChunk, type ResponseIdentity } from "./response";
+import { ChunkEncoder, completionBody, type ResponseIdentity } from "./response";
 
 /**
  * What one request needs besides its body: who asks, its id, and its abort controller, which the route fires when
@@ -36,8 +36,8 @@ export interface RequestContext {
 
 export type ChatResult =
   | { kind: "whole"; body: ReturnType<typeof completionBody>; headers: Record<string, string> }
-  /** Chunks (or a final `{error}`) to send as SSE; the stream ends with `[DONE]` once the generator returns. */
-  | { kind: "stream"; chunks: AsyncGenerator<unknown>; headers: Record<string, string> };
+  /** Serialized chunks (or a final `{error}`) to send as SSE; the stream ends with `[DONE]` once the generator returns. */
+  | { kind: "stream"; chunks: AsyncGenerator<string>; headers: Record<string, string> };
 
 export interface ChatServiceDependencies {
   models: ModelRegistry;
@@ -165,12 +165,13 @@ export class ChatService {
     if (!prepared.stream) return { kind: "whole", body: completionBody(identity, completion, usage), headers: lease.headers };
     const includeUsage = prepared.includeUsage;
     if (context.record) context.record.deferred = true;
+    const encoder = new ChunkEncoder(identity);
     async function* chunks() {
       try {
-        yield roleChunk(identity);
-        yield eventChunk(identity, { type: "delta", content: text });
-        yield eventChunk(identity, { type: "finish", reason: "content_filter" });
-        if (includeUsage) yield usageChunk(identity, usage);
+        yield encoder.role();
+        yield encoder.event({ type: "delta", content: text });
+        yield encoder.event({ type: "finish", reason: "content_filter" });
+        if (includeUsage) yield encoder.usage(usage);
       } finally {
         context.finish?.();
       }
@@ -209,11 +210,12 @@ export class ChatService {
     return { kind: "stream", chunks: this.relay(run, identity, events, first), headers: run.permit.lease.headers };
   }
 
-  private async *relay(run: Run, identity: ResponseIdentity, events: AsyncGenerator<CompletionEvent>, first: IteratorResult<CompletionEvent>): AsyncGenerator<unknown> {
+  private async *relay(run: Run, identity: ResponseIdentity, events: AsyncGenerator<CompletionEvent>, first: IteratorResult<CompletionEvent>): AsyncGenerator<string> {
     let settled = false;
     const monitor = this.deps.safety.outputMonitor();
+    const encoder = new ChunkEncoder(identity);
     try {
-      yield roleChunk(identity);
+      yield encoder.role();
       for (let result = first; !result.done; result = await events.next()) {
         const event = result.value;
         run.meter.observe(event);
@@ -224,16 +226,16 @@ export class ChatService {
           await events.return(undefined);
           settled = true;
           const usage = await this.settle(run, { outcome: "content_filter", ruleId: rule.id });
-          yield eventChunk(identity, { type: "delta", content: refusalText(rule, "output") });
-          yield eventChunk(identity, { type: "finish", reason: "content_filter" });
-          if (run.prepared.includeUsage) yield usageChunk(identity, usage);
+          yield encoder.event({ type: "delta", content: refusalText(rule, "output") });
+          yield encoder.event({ type: "finish", reason: "content_filter" });
+          if (run.prepared.includeUsage) yield encoder.usage(usage);
           return;
         }
-        if (event.type !== "usage") yield eventChunk(identity, event);
+        if (event.type !== "usage") yield encoder.event(event);
       }
       settled = true;
       const usage = await this.settle(run, { outcome: "completed" });
-      if (run.prepared.includeUsage) yield usageChunk(identity, usage);
+      if (run.prepared.includeUsage) yield encoder.usage(usage);
     } catch (error) {
       if (!settled) {
         settled = true;
@@ -242,7 +244,7 @@ export class ChatService {
       if (!(error instanceof ClientGoneError)) {
         const callerError = asCallerError(error);
         if (run.context.record) run.context.record.code = callerError.code;
-        yield callerError.toBody();
+        yield JSON.stringify(callerError.toBody());
       }
     } finally {
       // Reached without settling only when the consumer stopped early (the client left between chunks).

@@ -12,6 +12,42 @@ export function matchRule(rules: readonly SafetyRuleConfig[], text: string, dire
   return undefined;
 }
 
+/**
+ * The rules of one direction folded into at most two regular expressions (one per set of flags), so that a text
+ * is scanned twice rather than once per pattern; which rule matched is worked out only after a hit.
+ */
+export class RuleMatcher {
+  private readonly combined: RegExp[];
+
+  constructor(
+    private readonly rules: readonly SafetyRuleConfig[],
+    private readonly direction: Direction,
+  ) {
+    const byFlags = new Map<string, string[]>();
+    for (const rule of rules) {
+      if (!rule.appliesTo[direction]) continue;
+      for (const pattern of rule.patterns) byFlags.set(pattern.flags, [...(byFlags.get(pattern.flags) ?? []), pattern.source]);
+    }
+    this.combined = [...byFlags].map(([flags, sources]) => {
+      // A back-reference would point at the wrong group once patterns are joined: keep such sets apart.
+      if (sources.some((source) => /\\[1-9]|\\k</.test(source))) return undefined;
+      return new RegExp(sources.map((source) => `(?:${source})`).join("|"), flags);
+    }).filter((pattern): pattern is RegExp => pattern !== undefined);
+    if (this.combined.length !== byFlags.size) this.combined = [];
+  }
+
+  /** Whether any rule can apply at all. */
+  get empty(): boolean {
+    return !this.rules.some((rule) => rule.appliesTo[this.direction] && rule.patterns.length > 0);
+  }
+
+  match(text: string): SafetyRuleConfig | undefined {
+    if (!text) return undefined;
+    if (this.combined.length > 0 && !this.combined.some((pattern) => pattern.test(text))) return undefined;
+    return matchRule(this.rules, text, this.direction);
+  }
+}
+
 /** The first rule for this direction that lists one of the flagged moderation categories. */
 export function ruleForCategories(rules: readonly SafetyRuleConfig[], flagged: readonly string[], direction: Direction): SafetyRuleConfig | undefined {
   return rules.find((rule) => rule.appliesTo[direction] && rule.categories.some((category) => flagged.includes(category)));
@@ -35,18 +71,18 @@ export class OutputMonitor {
   private content = "";
   private reasoning = "";
 
-  constructor(private readonly rules: readonly SafetyRuleConfig[]) {}
+  constructor(private readonly matcher: RuleMatcher) {}
 
   /** The rule the answer now breaks, if any, with this piece added. */
   observe(content: string | undefined, reasoning: string | undefined): SafetyRuleConfig | undefined {
     if (content) {
       this.content = (this.content + content).slice(-outputWindowChars);
-      const rule = matchRule(this.rules, this.content, "output");
+      const rule = this.matcher.match(this.content);
       if (rule) return rule;
     }
     if (reasoning) {
       this.reasoning = (this.reasoning + reasoning).slice(-outputWindowChars);
-      return matchRule(this.rules, this.reasoning, "output");
+      return this.matcher.match(this.reasoning);
     }
     return undefined;
   }

@@ -1,7 +1,7 @@
 import type { SafetyConfig, SafetyRuleConfig } from "../../config/schema";
 import type { CountableMessage } from "../../tokens/count";
 import { ModerationClient } from "./moderation";
-import { OutputMonitor, matchRule, ruleForCategories } from "./rules";
+import { OutputMonitor, RuleMatcher, ruleForCategories } from "./rules";
 
 /**
  * The red-line check: local rules (compiled once, always checked) and an optional external moderation service
@@ -9,11 +9,15 @@ import { OutputMonitor, matchRule, ruleForCategories } from "./rules";
  */
 export class SafetyService {
   private readonly moderation: ModerationClient | undefined;
+  private readonly inputRules: RuleMatcher;
+  private readonly outputRules: RuleMatcher;
 
   constructor(
     private readonly config: SafetyConfig,
     environment: Record<string, string | undefined> = process.env,
   ) {
+    this.inputRules = new RuleMatcher(config.rules, "input");
+    this.outputRules = new RuleMatcher(config.rules, "output");
     const moderation = config.moderation;
     this.moderation = moderation
       ? new ModerationClient(moderation.url, moderation.model, moderation.apiKeyEnv ? environment[moderation.apiKeyEnv] : undefined, config.timeoutMs)
@@ -24,7 +28,7 @@ export class SafetyService {
   async checkInput(messages: CountableMessage[], signal: AbortSignal): Promise<SafetyRuleConfig | undefined> {
     if (!this.config.enabled) return undefined;
     for (const message of messages) {
-      const rule = matchRule(this.config.rules, message.text, "input");
+      const rule = this.inputRules.match(message.text);
       if (rule) return rule;
     }
     if (!this.moderation) return undefined;
@@ -37,7 +41,7 @@ export class SafetyService {
   async checkOutput(texts: string[], signal: AbortSignal): Promise<SafetyRuleConfig | undefined> {
     if (!this.config.enabled) return undefined;
     for (const text of texts) {
-      const rule = matchRule(this.config.rules, text, "output");
+      const rule = this.outputRules.match(text);
       if (rule) return rule;
     }
     const nonEmpty = texts.filter(Boolean);
@@ -47,7 +51,7 @@ export class SafetyService {
 
   /** A watcher for a streamed answer; undefined when no rule applies to output. */
   outputMonitor(): OutputMonitor | undefined {
-    if (!this.config.enabled || !this.config.rules.some((rule) => rule.appliesTo.output && rule.patterns.length > 0)) return undefined;
-    return new OutputMonitor(this.config.rules);
+    if (!this.config.enabled || this.outputRules.empty) return undefined;
+    return new OutputMonitor(this.outputRules);
   }
 }
