@@ -8,6 +8,9 @@ import { join } from "node:path";
 import { hashKeySecret } from "../src/modules/keys/secret";
 
 const smoke = process.argv.includes("--smoke");
+/** `--only=streams,binary` runs some phases (results go to partial.json): nonstream, latency, streams, scale, binary. */
+const only = process.argv.find((argument) => argument.startsWith("--only="))?.slice(7).split(",");
+const phase = (name: string) => !only || only.includes(name);
 const root = join(import.meta.dir, "..");
 const bun = process.execPath;
 const sluiceBinary = join(root, "dist/sluice");
@@ -200,18 +203,18 @@ async function main(): Promise<void> {
 
   log("1/5 whole answers, closed loop");
   const rps: Record<string, number[]> = {};
-  for (const target of targets) await closedLoop(target, settings.warmupSeconds);
-  for (let round = 0; round < settings.rounds; round++) {
+  if (phase("nonstream")) for (const target of targets) await closedLoop(target, settings.warmupSeconds);
+  for (let round = 0; phase("nonstream") && round < settings.rounds; round++) {
     // Interleaved, so that drift in the machine affects every target alike.
     for (const target of targets) (rps[target.name] ??= []).push(await closedLoop(target, settings.seconds));
   }
   const nonstreamMedian = (name: string) => (rps[name] ? median(rps[name]) : null);
-  const sluiceRps = nonstreamMedian("sluice") as number;
+  const sluiceRps = nonstreamMedian("sluice") ?? Number.NaN;
 
   log(`2/5 latency at ${settings.rate} requests per second, open loop`);
   const latency: Record<string, { p50: number[]; p99: number[] }> = {};
-  for (const target of targets.slice(0, 3)) await runLoad("open", target, settings.rate, settings.warmupSeconds);
-  for (let round = 0; round < settings.rounds; round++) {
+  if (phase("latency")) for (const target of targets.slice(0, 3)) await runLoad("open", target, settings.rate, settings.warmupSeconds);
+  for (let round = 0; phase("latency") && round < settings.rounds; round++) {
     for (const target of targets.slice(0, 3)) {
       const result = await runLoad("open", target, settings.rate, settings.latencySeconds);
       const entry = (latency[target.name] ??= { p50: [], p99: [] });
@@ -238,28 +241,33 @@ async function main(): Promise<void> {
     await child.exited;
     return JSON.parse(output) as { concurrent: number; completed: number; ttft_p50_ms: number; ttft_p99_ms: number; seconds: number };
   };
-  const bareStreams = await streamRun(bareTarget.url, streamBody, {});
+  const skipped = { concurrent: 0, completed: 0, ttft_p50_ms: Number.NaN, ttft_p99_ms: Number.NaN, seconds: 0 };
+  const bareStreams = phase("streams") ? await streamRun(bareTarget.url, streamBody, {}) : skipped;
   const barePeak = memoryOf(bare.pid as number).peakMb;
-  const sluiceStreams = await streamRun(sluiceTarget(sluice.port).url, sluiceStreamBody, { Authorization: `Bearer ${key}` });
+  const sluiceStreams = phase("streams") ? await streamRun(sluiceTarget(sluice.port).url, sluiceStreamBody, { Authorization: `Bearer ${key}` }) : skipped;
   const sluicePeak = memoryOf(sluice.child.pid as number).peakMb;
 
   log(`4/5 scale: ${settings.scaleRows} keys and ${settings.scaleRows} ledger rows`);
-  const emptyRps = median(await rounds(() => closedLoop(sluiceTarget(sluice.port), settings.seconds)));
-  await stop(sluice.child);
-  const fullDirectory = join(work, "full");
-  require("node:fs").mkdirSync(fullDirectory);
-  const full = await prepareSluice(fullDirectory, upstreamPort);
-  fillDatabase(full.environment.SLUICE_DB as string, settings.scaleRows);
-  sluice = await startSluice(full.environment);
-  const fullTarget = { ...sluiceTarget(sluice.port), headers: { Authorization: `Bearer ${full.key}` } };
-  await closedLoop(fullTarget, settings.warmupSeconds);
-  const fullRps = median(await rounds(() => closedLoop(fullTarget, settings.seconds)));
+  let emptyRps = Number.NaN;
+  let fullRps = Number.NaN;
+  if (phase("scale")) {
+    emptyRps = median(await rounds(() => closedLoop(sluiceTarget(sluice.port), settings.seconds)));
+    await stop(sluice.child);
+    const fullDirectory = join(work, "full");
+    require("node:fs").mkdirSync(fullDirectory);
+    const full = await prepareSluice(fullDirectory, upstreamPort);
+    fillDatabase(full.environment.SLUICE_DB as string, settings.scaleRows);
+    sluice = await startSluice(full.environment);
+    const fullTarget = { ...sluiceTarget(sluice.port), headers: { Authorization: `Bearer ${full.key}` } };
+    await closedLoop(fullTarget, settings.warmupSeconds);
+    fullRps = median(await rounds(() => closedLoop(fullTarget, settings.seconds)));
+  }
   await stop(sluice.child);
 
   log("5/5 the executable: start-up to first answer, idle memory, size");
   const startups: number[] = [];
   let idleRss = Number.NaN;
-  for (let attempt = 0; attempt < (smoke ? 1 : 5); attempt++) {
+  for (let attempt = 0; phase("binary") && attempt < (smoke ? 1 : 5); attempt++) {
     const port = freePort();
     const began = performance.now();
     const child = start([sluiceBinary, "serve"], { ...environment, SLUICE_PORT: String(port) });
@@ -281,7 +289,7 @@ async function main(): Promise<void> {
     await stop(child);
   }
 
-  const bareRps = nonstreamMedian("bare") as number;
+  const bareRps = nonstreamMedian("bare") ?? Number.NaN;
   const portkeyRps = nonstreamMedian("portkey");
   const results = {
     date: new Date().toISOString(),
@@ -321,7 +329,7 @@ async function main(): Promise<void> {
     scale: { keys: settings.scaleRows, ledger_rows: settings.scaleRows, empty_rps: emptyRps, full_rps: fullRps, rps_full_vs_empty: fullRps / emptyRps },
     binary: { startup_ms: median(startups), idle_rss_mb: idleRss, size_mb: statSync(sluiceBinary).size / 1024 / 1024 },
   };
-  const output = join(import.meta.dir, "results", smoke ? "smoke.json" : "latest.json");
+  const output = join(import.meta.dir, "results", smoke ? "smoke.json" : only ? "partial.json" : "latest.json");
   await Bun.write(output, `${JSON.stringify(results, null, 2)}\n`);
   const fixed = (value: number | null, digits = 2) => (value === null || Number.isNaN(value) ? "-" : value.toFixed(digits));
   const n = results.nonstream;

@@ -1,29 +1,36 @@
-import { encodeDone, encodeServerSentData } from "../upstream/sse";
+import { doneEvent, serverSentData } from "../upstream/sse";
 
 /**
- * Streams a generator's serialized JSON payloads as server-sent events and ends with `data: [DONE]`. When the client goes away,
- * `onCancel` runs first (it aborts the upstream call), then the generator is returned so its `finally` settles.
+ * Streams a generator's serialized JSON payloads as server-sent events and ends with `data: [DONE]`. It is a Bun
+ * "direct" stream: text goes straight into the response, without a chunk queue (the queue cost more CPU than
+ * anything else with thousands of streams). When the client goes away, `onCancel` runs first (it aborts the
+ * upstream call), then the generator is returned so its `finally` settles the request.
  */
 export function sseResponse(payloads: AsyncGenerator<string>, onCancel: () => void, headers: Record<string, string>): Response {
-  const body = new ReadableStream<Uint8Array>({
-    async pull(controller) {
+  let cancelled = false;
+  const body = new ReadableStream({
+    type: "direct",
+    async pull(controller: ReadableStreamDirectController) {
       try {
-        const { value, done } = await payloads.next();
-        if (done) {
-          controller.enqueue(encodeDone());
-          controller.close();
-        } else {
-          controller.enqueue(encodeServerSentData(value));
+        for (let result = await payloads.next(); !result.done && !cancelled; result = await payloads.next()) {
+          controller.write(serverSentData(result.value));
+          await controller.flush();
         }
+        if (!cancelled) {
+          controller.write(doneEvent);
+          await controller.flush();
+        }
+        controller.close();
       } catch (error) {
-        controller.error(error);
+        controller.close(error as Error);
       }
     },
-    async cancel() {
+    cancel() {
+      cancelled = true;
       onCancel();
-      await payloads.return(undefined);
+      void payloads.return(undefined);
     },
-  });
+  } as unknown as ConstructorParameters<typeof ReadableStream<Uint8Array>>[0]);
   return new Response(body, {
     headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", ...headers },
   });

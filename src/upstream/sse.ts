@@ -13,15 +13,10 @@ export async function* readServerSentEvents(body: ReadableStream<Uint8Array>): A
   while (pending.length > 0) yield (pending.shift() as EventSourceMessage).data;
 }
 
-const encoder = new TextEncoder();
-const doneFrame = encoder.encode("data: [DONE]\n\n");
-
-/** Encodes one serialized JSON payload as an SSE `data:` event; the one SSE encoder of Sluice. */
-export function encodeServerSentData(json: string): Uint8Array {
-  return encoder.encode(`data: ${json}\n\n`);
+/** One serialized JSON payload as an SSE `data:` event; the one SSE encoder of Sluice. */
+export function serverSentData(json: string): string {
+  return `data: ${json}\n\n`;
 }
 
 /** The stream's terminator, as OpenAI sends it. */
-export function encodeDone(): Uint8Array {
-  return doneFrame;
-}
+export const doneEvent = "data: [DONE]\n\n";

@@ -1,0 +1,32 @@
+// Runs `bun src/main.ts serve` as a child process over a given database, for tests that kill or signal it.
+import { join } from "node:path";
+import { repositoryRoot } from "../helpers";
+
+export interface SluiceProcess {
+  url: string;
+  child: Bun.Subprocess<"ignore", "pipe", "pipe">;
+}
+
+export function sluiceEnvironment(databasePath: string, configPath: string, extra: Record<string, string> = {}): Record<string, string | undefined> {
+  return { ...process.env, SLUICE_DB: databasePath, SLUICE_CONFIG: configPath, SLUICE_PORT: "0", SLUICE_LOG_LEVEL: "warn", ...extra };
+}
+
+export function sluiceCommand(environment: Record<string, string | undefined>, ...args: string[]): { code: number; stdout: string; stderr: string } {
+  const result = Bun.spawnSync([process.execPath, join(repositoryRoot, "src/main.ts"), ...args], { env: environment, stdout: "pipe", stderr: "pipe" });
+  return { code: result.exitCode, stdout: result.stdout.toString(), stderr: result.stderr.toString() };
+}
+
+/** Starts the server and waits for its "listening" line, which names its URL. */
+export async function startSluiceProcess(environment: Record<string, string | undefined>): Promise<SluiceProcess> {
+  const child = Bun.spawn([process.execPath, join(repositoryRoot, "src/main.ts"), "serve"], { env: environment, stdout: "pipe", stderr: "pipe" });
+  const reader = child.stderr.getReader();
+  let log = "";
+  while (!log.includes("listening")) {
+    const { value, done } = await reader.read();
+    if (done) throw new Error(`sluice exited: ${log}`);
+    log += new TextDecoder().decode(value);
+  }
+  reader.releaseLock();
+  const line = log.split("\n").find((candidate) => candidate.includes("listening")) as string;
+  return { url: (JSON.parse(line) as { url: string }).url, child };
+}
