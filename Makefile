@@ -3,7 +3,7 @@ BUN_VERSION := 1.4.5
 BUN := node_modules/.bin/bun
 STAMP := node_modules/.sluice-installed
 
-.PHONY: run test build bench install clean
+.PHONY: run test build bench soak install clean
 
 run: $(STAMP)
 	$(BUN) src/main.ts serve
@@ -18,7 +18,11 @@ dist/sluice: $(STAMP) $(shell find src -type f)
 	$(BUN) build --compile --minify --sourcemap src/main.ts src/db/checkpoint-worker.ts --outfile dist/sluice
 
 bench: $(STAMP)
-	@echo "benchmarks: see issue 6 (bench/ is not written yet)"; exit 1
+	@command -v wrk >/dev/null || (command -v apt-get >/dev/null && apt-get install -y wrk >/dev/null) || echo "wrk not installed: bench/load.ts is used instead"
+	BUN_CONFIG_MAX_HTTP_REQUESTS=65535 $(BUN) bench/run.ts
+
+soak: $(STAMP)
+	BUN_CONFIG_MAX_HTTP_REQUESTS=65535 $(BUN) bench/soak.ts --seconds 600
 
 install: $(STAMP)
 

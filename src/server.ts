@@ -26,6 +26,8 @@ export interface ServerOptions {
   clock?: () => number;
   logger?: Logger;
   metricsToken?: string;
+  /** Seconds a connection may stay silent (a client trickling its body included); chat answers are exempt. */
+  idleTimeoutSeconds?: number;
 }
 
 export interface RunningServer {
@@ -69,7 +71,7 @@ export function startServer(options: ServerOptions): RunningServer {
   const app = createApp({ auth, models, chat, maxBodyBytes, metrics, logger, database: options.database, lifecycle, metricsToken: options.metricsToken }).listen({
     hostname: options.hostname ?? "127.0.0.1",
     port: options.port ?? 8080,
-    idleTimeout: 30,
+    idleTimeout: options.idleTimeoutSeconds ?? 30,
     // Bun's own limit only guards memory; the route answers 413 in the OpenAI format below it.
     maxRequestBodySize: maxBodyBytes + 1024 * 1024,
   });

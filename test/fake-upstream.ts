@@ -201,6 +201,23 @@ export function startFakeUpstream(): FakeUpstream {
         if (!stream) return Response.json(whole(model, "fine", "Thinking about nerve agent synthesis routes", usage));
         return sse(chunk(model, { role: "assistant", reasoning_content: "Thinking about nerve ag" }) + chunk(model, { reasoning_content: "ent synthesis routes" }) + chunk(model, { content: "x" }, "stop", usage) + "data: [DONE]\n\n");
       }
+      case "reset-midstream": {
+        // Two chunks, then the connection breaks.
+        let sent = 0;
+        return sse(
+          new ReadableStream({
+            async pull(controller) {
+              await Bun.sleep(10);
+              if (sent++ < 2) controller.enqueue(encoder.encode(chunk(model, { content: `part${sent} ` })));
+              else controller.error(new Error("connection reset"));
+            },
+          }),
+        );
+      }
+      case "goes-silent":
+        return sse(slowPieces(model, ["hello ", "there "], signal, onAbort));
+      case "endless":
+        return sse(slowStream(model, 1_000_000, 10, signal, false, onAbort));
       case "html-200":
         return new Response("<html><body>Bad gateway</body></html>", { headers: { "content-type": "text/html" } });
       case "midstream-error":

@@ -61,7 +61,15 @@ export interface LedgerRowView {
 /** Starts a real Sluice server on a free port over a temporary database, with one active organization and key. */
 export async function startSluice(
   configFile: ConfigFile,
-  options: { environment?: Record<string, string>; maxBodyBytes?: number; clock?: () => number; databasePath?: string; logger?: Logger; metricsToken?: string } = {},
+  options: {
+    environment?: Record<string, string>;
+    maxBodyBytes?: number;
+    clock?: () => number;
+    databasePath?: string;
+    logger?: Logger;
+    metricsToken?: string;
+    idleTimeoutSeconds?: number;
+  } = {},
 ): Promise<TestSluice> {
   const directory = temporaryDirectory();
   const config = resolveConfig(configFile);
@@ -78,6 +86,7 @@ export async function startSluice(
     // Tests keep stdout quiet unless they capture the log themselves.
     logger: options.logger ?? new Logger("silent"),
     metricsToken: options.metricsToken,
+    idleTimeoutSeconds: options.idleTimeoutSeconds,
   });
   const addOrganization = (name: string, organizationOptions: { plan?: string; status?: OrganizationStatus } = {}) => {
     const organization = organizations.findByName(name) ?? organizations.create({ name, ...organizationOptions });

@@ -89,3 +89,37 @@ describe("configuration", () => {
     expect(mistyped.stderr.toString()).toContain("models[0].context_window");
   });
 });
+
+describe("sluice backup and doctor", () => {
+  test("backup writes a consistent copy that opens and holds the same data; an existing target is refused", async () => {
+    const target = join(directory.path, "backup.db");
+    const result = sluice("backup", target);
+    expect(result.code).toBe(0);
+    const { Database } = await import("bun:sqlite");
+    const copy = new Database(target, { readonly: true });
+    expect(copy.query<{ integrity_check: string }, []>("PRAGMA integrity_check").get()?.integrity_check).toBe("ok");
+    expect(copy.query<{ count: number }, []>("SELECT count(*) AS count FROM organizations").get()?.count).toBe(2);
+    copy.close();
+    const again = sluice("backup", target);
+    expect(again.code).toBe(2);
+    expect(again.stderr).toContain("already exists");
+  });
+
+  test("doctor says in plain words what is wrong: an unreachable upstream, a missing key variable, an organization on an unknown plan", async () => {
+    const healthy = sluice("doctor");
+    expect(healthy.code).toBe(0);
+    expect(healthy.stdout).toContain("database: integrity ok");
+    expect(healthy.stdout).toContain("everything looks right");
+    const config = join(directory.path, "doctor.toml");
+    await Bun.write(
+      config,
+      '[[models]]\nid = "far"\nbackend = "openai"\nbase_url = "http://127.0.0.1:1/v1"\napi_key_env = "SLUICE_TEST_MISSING_KEY"\n\n[[plans]]\nid = "other"\nmodels = ["*"]\n',
+    );
+    const result = Bun.spawnSync([process.execPath, join(repositoryRoot, "src/main.ts"), "doctor"], { env: { ...environment, SLUICE_CONFIG: config }, stdout: "pipe" });
+    const output = result.stdout.toString();
+    expect(result.exitCode).toBe(1);
+    expect(output).toContain("model far: cannot reach http://127.0.0.1:1/v1");
+    expect(output).toContain("SLUICE_TEST_MISSING_KEY is not set");
+    expect(output).toContain('organization acme: its plan "default" is not in the configuration');
+  });
+});

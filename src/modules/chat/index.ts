@@ -30,6 +30,7 @@ async function readJson(request: Request, maxBodyBytes: number): Promise<unknown
   try {
     return JSON.parse(text);
   } catch {
+    // Malformed, or so deeply nested that parsing ran out of stack: either way not a request we can read.
     throw invalidRequest("We could not parse the JSON body of your request. (The body must be valid JSON.)");
   }
 }

@@ -105,11 +105,29 @@ function describe(error: ValueError, param: string): string {
   }
 }
 
+/** Deeper than this, a body is refused: it would only serve to exhaust the stack of whoever walks it next. */
+export const maxNestingDepth = 64;
+
+/** Whether a parsed JSON value nests deeper than `limit` (walked without recursion). */
+function nestsDeeperThan(value: unknown, limit: number): boolean {
+  const stack: [unknown, number][] = [[value, 0]];
+  while (stack.length > 0) {
+    const [current, depth] = stack.pop() as [unknown, number];
+    if (typeof current !== "object" || current === null) continue;
+    if (depth >= limit) return true;
+    for (const child of Array.isArray(current) ? current : Object.values(current)) {
+      if (typeof child === "object" && child !== null) stack.push([child, depth + 1]);
+    }
+  }
+  return false;
+}
+
 /** Validates a parsed JSON body; returns the typed request or a 400 invalid_request naming the field. */
 export function validateChatRequest(body: unknown): ChatRequest | SluiceError {
   if (typeof body !== "object" || body === null || Array.isArray(body)) {
     return invalidRequest(`The request body must be a JSON object, but got ${typeName(body)}.`);
   }
+  if (nestsDeeperThan(body, maxNestingDepth)) return invalidRequest(`The request body nests deeper than ${maxNestingDepth} levels.`);
   const record = body as Record<string, unknown>;
   for (const field of nullableFields) if (record[field] === null) delete record[field];
   if (compiled.Check(record)) return record as ChatRequest;
