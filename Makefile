@@ -10,6 +10,7 @@ run: $(STAMP)
 
 test: $(STAMP)
 	node_modules/.bin/tsc --noEmit -p .
+	node_modules/.bin/tsc --noEmit -p src/modules/console/ui
 	$(BUN) test --timeout 20000
 
 build: dist/sluice

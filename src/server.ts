@@ -7,6 +7,10 @@ import { MemoryAdmissionStore } from "./modules/admission/memory-store";
 import { syncAdmissionWithLedger } from "./modules/admission/service";
 import type { AdmissionStore } from "./modules/admission/store";
 import { AuthService } from "./modules/auth/service";
+import { AccountService } from "./modules/console/accounts";
+import { ConsoleService } from "./modules/console/service";
+import { KeyService } from "./modules/keys/service";
+import { OrganizationService } from "./modules/organizations/service";
 import { ChatService } from "./modules/chat/service";
 import { ModelRegistry } from "./modules/models/registry";
 import type { Lifecycle } from "./modules/observability/index";
@@ -68,10 +72,26 @@ export function startServer(options: ServerOptions): RunningServer {
   const lifecycle: Lifecycle = { draining: false };
   const chat = new ChatService({ models, ledger, admission, queues, safety, clock, metrics });
   const maxBodyBytes = options.maxBodyBytes ?? defaultMaxBodyBytes;
-  const app = createApp({ auth, models, chat, maxBodyBytes, metrics, logger, database: options.database, lifecycle, metricsToken: options.metricsToken }).listen({
+  const organizations = new OrganizationService(options.database.db, new Set(plans.keys()));
+  const keys = new KeyService(options.database.db);
+  const accounts = new AccountService(options.database.db);
+  const consoleService = new ConsoleService({ accounts, organizations, keys, auth, admission, models, queues, config: options.config, sqlite: options.database.sqlite, clock });
+  const app = createApp({
+    auth,
+    models,
+    chat,
+    maxBodyBytes,
+    metrics,
+    logger,
+    database: options.database,
+    lifecycle,
+    metricsToken: options.metricsToken,
+    console: { service: consoleService, accounts },
+  }).listen({
     hostname: options.hostname ?? "127.0.0.1",
     port: options.port ?? 8080,
     idleTimeout: options.idleTimeoutSeconds ?? 30,
+    development: false,
     // Bun's own limit only guards memory; the route answers 413 in the OpenAI format below it.
     maxRequestBodySize: maxBodyBytes + 1024 * 1024,
   });

@@ -9,6 +9,7 @@ import { runServe } from "./serve";
 import { runUsage } from "./usage-command";
 import { runBackup } from "./backup";
 import { runDoctor } from "./doctor";
+import { runOperator } from "./operator";
 import { UsageError, parseCommand, usageText } from "./usage";
 
 const commands: Record<string, (args: string[]) => void | number | Promise<number>> = {
@@ -18,6 +19,7 @@ const commands: Record<string, (args: string[]) => void | number | Promise<numbe
   usage: runUsage,
   refusals: runRefusals,
   backup: runBackup,
+  operator: runOperator,
   doctor: (args) => {
     parseCommand(args, {}, 0);
     return runDoctor();

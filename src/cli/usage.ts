@@ -17,6 +17,7 @@ export const usageText = `Usage: sluice <command>
   usage --org NAME                        5-hour and monthly usage: used, limit, remaining
   usage reset --org NAME                  forget the organization's usage so far (a running server honours it)
   refusals [--since 24h]                  red-line refusals by rule, then the latest ones (never their text)
+  operator create EMAIL                   a console operator (password from SLUICE_OPERATOR_PASSWORD, or asked)
   backup PATH                             a consistent copy of the database, safe while the server runs
   doctor                                  check the configuration, the database and every upstream
 

@@ -91,3 +91,31 @@ export const usageMonths = sqliteTable(
   },
   (table) => [primaryKey({ columns: [table.organizationId, table.month] })],
 );
+
+/** People who sign in to the console: members of one organization, or operators of the whole installation. */
+export const users = sqliteTable("users", {
+  id: text("id").primaryKey(),
+  email: text("email").notNull().unique(),
+  /** Bun.password (argon2id). */
+  passwordHash: text("password_hash").notNull(),
+  role: text("role", { enum: ["member", "operator"] }).notNull(),
+  /** Null for operators. */
+  organizationId: text("organization_id").references(() => organizations.id),
+  createdAt: integer("created_at").notNull(),
+});
+
+/** Console sessions; the cookie holds the token, the database only its SHA-256. */
+export const sessions = sqliteTable(
+  "sessions",
+  {
+    tokenHash: text("token_hash").primaryKey(),
+    userId: text("user_id")
+      .notNull()
+      .references(() => users.id),
+    /** Sent back by the pages in `x-csrf-token` with every change. */
+    csrfToken: text("csrf_token").notNull(),
+    createdAt: integer("created_at").notNull(),
+    expiresAt: integer("expires_at").notNull(),
+  },
+  (table) => [index("sessions_user_idx").on(table.userId)],
+);

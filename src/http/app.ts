@@ -3,6 +3,9 @@ import type { DatabaseHandle } from "../db/client";
 import { newRequestId } from "../ids";
 import type { AuthService } from "../modules/auth/service";
 import { chatRoutes } from "../modules/chat/index";
+import type { AccountService } from "../modules/console/accounts";
+import { consolePage, consoleRoutes } from "../modules/console/index";
+import type { ConsoleService } from "../modules/console/service";
 import type { ChatService } from "../modules/chat/service";
 import { modelRoutes } from "../modules/models/index";
 import type { ModelRegistry } from "../modules/models/registry";
@@ -15,6 +18,7 @@ import { errorResponse, toSluiceError } from "./error-response";
 import { openApiDocument } from "./openapi";
 
 export interface AppDependencies {
+  console: { service: ConsoleService; accounts: AccountService };
   auth: AuthService;
   models: ModelRegistry;
   chat: ChatService;
@@ -39,7 +43,9 @@ function routeOf(url: string): string {
 
 /** Composes the feature plugins into the HTTP application; every error leaves through one mapping. */
 export function createApp(deps: AppDependencies) {
-  return new Elysia({ name: "sluice" })
+  // The console's page is a Bun HTML import: Bun bundles it (Preact, uPlot, CSS), also into the compiled executable,
+  // and serves it natively; Elysia hands such routes to Bun.serve only through `serve.routes`.
+  return new Elysia({ name: "sluice", serve: { routes: { "/": consolePage } } })
     .onRequest(({ request, set }) => {
       const requestId = newRequestId();
       set.headers["x-request-id"] = requestId;
@@ -68,6 +74,7 @@ export function createApp(deps: AppDependencies) {
     })
     .get("/openapi.json", () => openApiDocument)
     .use(observabilityRoutes({ metrics: deps.metrics, database: deps.database, lifecycle: deps.lifecycle, metricsToken: deps.metricsToken }))
+    .use(consoleRoutes(deps.console.service, deps.console.accounts))
     .use(modelRoutes(deps.models, deps.auth))
     .use(chatRoutes(deps.chat, deps.auth, { maxBodyBytes: deps.maxBodyBytes, lifecycle: deps.lifecycle, finish: (record) => finishRecord(record, deps.metrics, deps.logger), models: deps.models }));
 }

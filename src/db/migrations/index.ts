@@ -5,6 +5,7 @@ import init from "./0000_init.sql" with { type: "text" };
 import quotas from "./0001_quotas.sql" with { type: "text" };
 import refusals from "./0002_refusals.sql" with { type: "text" };
 import usageAggregates from "./0003_usage_aggregates.sql" with { type: "text" };
+import consoleTables from "./0004_console.sql" with { type: "text" };
 
 export interface EmbeddedMigration {
   tag: string;
@@ -16,6 +17,7 @@ const sqlByTag: Record<string, string> = {
   "0001_quotas": quotas,
   "0002_refusals": refusals,
   "0003_usage_aggregates": usageAggregates,
+  "0004_console": consoleTables,
 };
 
 export const journalTags: string[] = journal.entries.map((entry) => entry.tag);

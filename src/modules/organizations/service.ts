@@ -40,6 +40,10 @@ export class OrganizationService {
     return this.db.select().from(organizations).orderBy(asc(organizations.createdAt)).all();
   }
 
+  findById(id: string): Organization | undefined {
+    return this.db.select().from(organizations).where(eq(organizations.id, id)).get();
+  }
+
   findByName(name: string): Organization | undefined {
     return this.db.select().from(organizations).where(eq(organizations.name, name)).get();
   }

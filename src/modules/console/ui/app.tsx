@@ -1,0 +1,409 @@
+// The Sluice console: sign-up and sign-in, API keys (shown once), usage at a glance, and the operator's pages.
+import { render } from "preact";
+import { useEffect, useRef, useState } from "preact/hooks";
+import uPlot from "uplot";
+import "uplot/dist/uPlot.min.css";
+import { ApiError, api, setCsrfToken } from "./api";
+
+interface Me {
+  email: string;
+  role: "member" | "operator";
+  csrfToken: string;
+  organization: { id: string; name: string; status: string; plan: string } | null;
+}
+interface Key {
+  id: string;
+  name: string;
+  prefix: string;
+  createdAt: number;
+  lastUsedAt: number | null;
+  expiresAt: number | null;
+  revokedAt: number | null;
+}
+interface Window {
+  used: number;
+  limit?: number;
+  remaining?: number;
+  resetsAt: number;
+}
+interface Usage {
+  plan: string;
+  snapshot?: { fiveHours: Window; month: Window };
+  series: { hours: number[]; byModel: Record<string, number[]>; byKey: Record<string, number[]> };
+}
+
+const time = (value: number | null) => (value === null ? "—" : new Date(value).toLocaleString());
+
+function ErrorText({ error }: { error: string }) {
+  return error ? (
+    <p class="error" role="alert">
+      {error}
+    </p>
+  ) : null;
+}
+
+function SignIn({ onSignedIn }: { onSignedIn: (me: Me) => void }) {
+  const [mode, setMode] = useState<"signin" | "signup">("signin");
+  const [error, setError] = useState("");
+  const [notice, setNotice] = useState("");
+  const submit = async (event: Event) => {
+    event.preventDefault();
+    const form = new FormData(event.target as HTMLFormElement);
+    setError("");
+    try {
+      if (mode === "signup") {
+        await api("/signup", { email: form.get("email"), password: form.get("password"), organization: form.get("organization") });
+        setNotice("Your organization is on the waitlist. You can sign in now; keys work once an operator activates it.");
+      }
+      onSignedIn(await api<Me>("/signin", { email: form.get("email"), password: form.get("password") }));
+    } catch (caught) {
+      setError((caught as Error).message);
+    }
+  };
+  return (
+    <section aria-labelledby="auth-title">
+      <h2 id="auth-title">{mode === "signin" ? "Sign in" : "Create an account"}</h2>
+      {notice && <p class="notice">{notice}</p>}
+      <form onSubmit={submit}>
+        <label>
+          Email
+          <input name="email" type="email" autocomplete="email" required />
+        </label>
+        <label>
+          Password
+          <input name="password" type="password" autocomplete={mode === "signin" ? "current-password" : "new-password"} minLength={10} required />
+        </label>
+        {mode === "signup" && (
+          <label>
+            Organization
+            <input name="organization" required />
+          </label>
+        )}
+        <button class="primary" type="submit">
+          {mode === "signin" ? "Sign in" : "Sign up"}
+        </button>
+        <ErrorText error={error} />
+      </form>
+      <p>
+        <button type="button" onClick={() => setMode(mode === "signin" ? "signup" : "signin")}>
+          {mode === "signin" ? "No account yet? Sign up" : "Have an account? Sign in"}
+        </button>
+      </p>
+    </section>
+  );
+}
+
+function Keys({ me }: { me: Me }) {
+  const [keys, setKeys] = useState<Key[]>([]);
+  const [created, setCreated] = useState<{ secret: string; name: string } | null>(null);
+  const [copied, setCopied] = useState(false);
+  const [error, setError] = useState("");
+  const load = () => api<Key[]>("/keys").then(setKeys, (caught: Error) => setError(caught.message));
+  useEffect(() => void load(), []);
+  const create = async (event: Event) => {
+    event.preventDefault();
+    const form = new FormData(event.target as HTMLFormElement);
+    setError("");
+    try {
+      const result = await api<{ key: Key; secret: string }>("/keys", { name: form.get("name"), expires_in: form.get("expires_in") || undefined });
+      setCreated({ secret: result.secret, name: result.key.name });
+      setCopied(false);
+      (event.target as HTMLFormElement).reset();
+      await load();
+    } catch (caught) {
+      setError((caught as Error).message);
+    }
+  };
+  const revoke = async (key: Key) => {
+    if (!confirm(`Revoke the key "${key.name}"? Programs using it stop working at once.`)) return;
+    await api(`/keys/${key.id}/revoke`, {});
+    await load();
+  };
+  const active = me.organization?.status === "active";
+  return (
+    <section aria-labelledby="keys-title">
+      <h2 id="keys-title">API keys</h2>
+      {!active && (
+        <p class="notice" role="status">
+          Your organization is {me.organization?.status === "suspended" ? "suspended" : "on the waitlist"}. Keys can be created and used once an operator activates it.
+        </p>
+      )}
+      {created && (
+        <div class="notice" role="status" aria-live="polite">
+          <p>
+            <strong>Copy your new key "{created.name}" now.</strong> It is shown this once and never again.
+          </p>
+          <p class="secret" data-testid="new-key">
+            {created.secret}
+          </p>
+          <button
+            type="button"
+            onClick={async () => {
+              await navigator.clipboard?.writeText(created.secret).catch(() => undefined);
+              setCopied(true);
+            }}
+          >
+            {copied ? "Copied" : "Copy"}
+          </button>{" "}
+          <button type="button" onClick={() => setCreated(null)}>
+            I have stored it
+          </button>
+        </div>
+      )}
+      {active && (
+        <form onSubmit={create}>
+          <label>
+            Label
+            <input name="name" required maxLength={100} />
+          </label>
+          <label>
+            Expires after (optional)
+            <select name="expires_in">
+              <option value="">Never</option>
+              <option value="1d">1 day</option>
+              <option value="30d">30 days</option>
+              <option value="90d">90 days</option>
+            </select>
+          </label>
+          <button class="primary" type="submit">
+            Create key
+          </button>
+        </form>
+      )}
+      <ErrorText error={error} />
+      <div class="table-wrap">
+        <table>
+          <caption class="visually-hidden">Your organization's keys</caption>
+          <thead>
+            <tr>
+              <th scope="col">Label</th>
+              <th scope="col">Prefix</th>
+              <th scope="col">Created</th>
+              <th scope="col">Last used</th>
+              <th scope="col">Expires</th>
+              <th scope="col">Status</th>
+              <th scope="col" />
+            </tr>
+          </thead>
+          <tbody>
+            {keys.map((key) => (
+              <tr key={key.id}>
+                <td>{key.name}</td>
+                <td>
+                  <code>{key.prefix}…</code>
+                </td>
+                <td>{time(key.createdAt)}</td>
+                <td>{time(key.lastUsedAt)}</td>
+                <td>{time(key.expiresAt)}</td>
+                <td>{key.revokedAt ? "revoked" : key.expiresAt && key.expiresAt < Date.now() ? "expired" : "active"}</td>
+                <td>
+                  {!key.revokedAt && (
+                    <button type="button" onClick={() => revoke(key)} aria-label={`Revoke ${key.name}`}>
+                      Revoke
+                    </button>
+                  )}
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </div>
+    </section>
+  );
+}
+
+function Chart({ title, hours, series }: { title: string; hours: number[]; series: Record<string, number[]> }) {
+  const container = useRef<HTMLDivElement>(null);
+  useEffect(() => {
+    if (!container.current) return;
+    const names = Object.keys(series);
+    const colors = ["#0b5cd5", "#d5530b", "#1a8a3a", "#8a1a7a", "#6b6b00"];
+    const plot = new uPlot(
+      {
+        title,
+        width: Math.min(900, container.current.clientWidth || 340),
+        height: 220,
+        series: [{}, ...names.map((name, index) => ({ label: name, stroke: colors[index % colors.length], width: 2 }))],
+        axes: [{}, { label: "tokens" }],
+      },
+      [hours.map((hour) => hour / 1000), ...names.map((name) => series[name] ?? [])],
+      container.current,
+    );
+    return () => plot.destroy();
+  }, [title, hours, series]);
+  return <div class="chart" ref={container} role="img" aria-label={`${title}: ${Object.keys(series).join(", ") || "no usage yet"}`} />;
+}
+
+function UsagePage() {
+  const [usage, setUsage] = useState<Usage | null>(null);
+  const [error, setError] = useState("");
+  useEffect(() => void api<Usage>("/usage").then(setUsage, (caught: Error) => setError(caught.message)), []);
+  if (error) return <ErrorText error={error} />;
+  if (!usage) return <p>Loading…</p>;
+  const figure = (label: string, window: Window | undefined) => (
+    <div class="figure" data-testid={`usage-${label}`}>
+      <span>{label}</span>
+      <strong>{window?.used.toLocaleString() ?? 0} tokens used</strong>
+      <span>
+        {window?.limit === undefined ? "no limit" : `${window.remaining?.toLocaleString()} of ${window.limit.toLocaleString()} left`} · frees up {window ? new Date(window.resetsAt).toLocaleString() : "—"}
+      </span>
+    </div>
+  );
+  return (
+    <section aria-labelledby="usage-title">
+      <h2 id="usage-title">Usage</h2>
+      <div class="figures">
+        {figure("5 hours", usage.snapshot?.fiveHours)}
+        {figure("month", usage.snapshot?.month)}
+      </div>
+      <Chart title="Tokens per hour by model (last 24 h)" hours={usage.series.hours} series={usage.series.byModel} />
+      <Chart title="Tokens per hour by key (last 24 h)" hours={usage.series.hours} series={usage.series.byKey} />
+    </section>
+  );
+}
+
+function Operator() {
+  const [organizations, setOrganizations] = useState<{ id: string; name: string; plan: string; status: string; fiveHourTokens: number; monthTokens: number }[]>([]);
+  const [models, setModels] = useState<{ id: string; backend: string; enabled: boolean; active: number; queued: number }[]>([]);
+  const [plans, setPlans] = useState<string[]>([]);
+  const load = async () => {
+    setOrganizations(await api("/operator/organizations"));
+    setModels(await api("/operator/models"));
+    setPlans(await api("/plans"));
+  };
+  useEffect(() => void load(), []);
+  const update = async (id: string, change: { status?: string; plan?: string }) => {
+    await api(`/operator/organizations/${id}`, change);
+    await load();
+  };
+  return (
+    <>
+      <section aria-labelledby="orgs-title">
+        <h2 id="orgs-title">Organizations</h2>
+        <div class="table-wrap">
+          <table>
+            <thead>
+              <tr>
+                <th scope="col">Name</th>
+                <th scope="col">Status</th>
+                <th scope="col">Plan</th>
+                <th scope="col">5 h tokens</th>
+                <th scope="col">Month tokens</th>
+                <th scope="col" />
+              </tr>
+            </thead>
+            <tbody>
+              {organizations.map((organization) => (
+                <tr key={organization.id} data-testid={`org-${organization.name}`}>
+                  <td>{organization.name}</td>
+                  <td>{organization.status}</td>
+                  <td>
+                    <select aria-label={`Plan of ${organization.name}`} value={organization.plan} onChange={(event) => update(organization.id, { plan: (event.target as HTMLSelectElement).value })}>
+                      {plans.map((plan) => (
+                        <option key={plan}>{plan}</option>
+                      ))}
+                    </select>
+                  </td>
+                  <td>{organization.fiveHourTokens.toLocaleString()}</td>
+                  <td>{organization.monthTokens.toLocaleString()}</td>
+                  <td>
+                    {organization.status !== "active" && (
+                      <button type="button" onClick={() => update(organization.id, { status: "active" })}>
+                        Activate {organization.name}
+                      </button>
+                    )}
+                    {organization.status === "active" && (
+                      <button type="button" onClick={() => update(organization.id, { status: "suspended" })}>
+                        Suspend {organization.name}
+                      </button>
+                    )}
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+      </section>
+      <section aria-labelledby="models-title">
+        <h2 id="models-title">Models</h2>
+        <div class="table-wrap">
+          <table>
+            <thead>
+              <tr>
+                <th scope="col">Model</th>
+                <th scope="col">Backend</th>
+                <th scope="col">State</th>
+                <th scope="col">In flight</th>
+                <th scope="col">Queued</th>
+              </tr>
+            </thead>
+            <tbody>
+              {models.map((model) => (
+                <tr key={model.id}>
+                  <td>{model.id}</td>
+                  <td>{model.backend}</td>
+                  <td>{model.enabled ? "enabled" : "disabled"}</td>
+                  <td>{model.active}</td>
+                  <td>{model.queued}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+      </section>
+    </>
+  );
+}
+
+function App() {
+  const [me, setMe] = useState<Me | null | undefined>(undefined);
+  const [page, setPage] = useState<"keys" | "usage" | "operator">("keys");
+  useEffect(() => {
+    api<Me>("/me").then(
+      (current) => {
+        setCsrfToken(current.csrfToken);
+        setMe(current);
+        if (current.role === "operator") setPage("operator");
+      },
+      (caught: ApiError) => setMe(caught.status === 401 ? null : null),
+    );
+  }, []);
+  const signedIn = (current: Me) => {
+    setCsrfToken(current.csrfToken);
+    setMe(current);
+    setPage(current.role === "operator" ? "operator" : "keys");
+  };
+  const signOut = async () => {
+    await api("/signout", {});
+    setMe(null);
+  };
+  if (me === undefined) return <p>Loading…</p>;
+  const tabs = me?.role === "operator" ? (["operator"] as const) : (["keys", "usage"] as const);
+  const labels = { keys: "API keys", usage: "Usage", operator: "Organizations and models" };
+  return (
+    <>
+      <header>
+        <h1>Sluice console</h1>
+        {me && (
+          <nav aria-label="Console">
+            {tabs.map((tab) => (
+              <button type="button" key={tab} aria-current={page === tab ? "page" : undefined} onClick={() => setPage(tab)}>
+                {labels[tab]}
+              </button>
+            ))}
+            <button type="button" onClick={signOut}>
+              Sign out {me.email}
+            </button>
+          </nav>
+        )}
+      </header>
+      {!me && <SignIn onSignedIn={signedIn} />}
+      {me && me.organization && <p>Organization: {me.organization.name} ({me.organization.status}, plan {me.organization.plan})</p>}
+      {me && page === "keys" && <Keys me={me} />}
+      {me && page === "usage" && <UsagePage />}
+      {me && page === "operator" && <Operator />}
+    </>
+  );
+}
+
+render(<App />, document.getElementById("app") as HTMLElement);

@@ -1,0 +1,4 @@
+declare module "*.html" {
+  const page: import("bun").HTMLBundle;
+  export default page;
+}
