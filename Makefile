@@ -3,12 +3,12 @@ BUN_VERSION := 1.4.5
 BUN := node_modules/.bin/bun
 STAMP := node_modules/.sluice-installed
 
-.PHONY: run test build bench soak install clean
+.PHONY: run test build bench soak install clean chromium
 
 run: $(STAMP)
 	$(BUN) src/main.ts serve
 
-test: $(STAMP)
+test: $(STAMP) chromium
 	node_modules/.bin/tsc --noEmit -p .
 	node_modules/.bin/tsc --noEmit -p src/modules/console/ui
 	$(BUN) test --timeout 20000
@@ -34,6 +34,10 @@ $(STAMP): package.json bun.lock
 	@[ -x $(BUN) ] || npm install --prefix $(BOOTSTRAP) --no-save --no-package-lock --no-audit --no-fund --loglevel=error bun@$(BUN_VERSION)
 	@if [ -x $(BUN) ]; then $(BUN) install --frozen-lockfile; else $(BOOTSTRAP)/node_modules/.bin/bun install --frozen-lockfile; fi
 	@touch $(STAMP)
+
+# The console's browser tests drive Debian's Chromium (never a downloaded browser).
+chromium:
+	@command -v chromium >/dev/null || (apt-get update -qq >/dev/null && apt-get install -y -qq chromium >/dev/null) || (sudo apt-get update -qq >/dev/null && sudo apt-get install -y -qq chromium >/dev/null)
 
 clean:
 	rm -rf dist node_modules

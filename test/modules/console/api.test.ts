@@ -1,0 +1,165 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { AccountService } from "../../../src/modules/console/accounts";
+import { startFakeUpstream, type FakeUpstream } from "../../fake-upstream";
+import { fakeModel, startSluice, type TestSluice } from "../../helpers";
+import { ConsoleClient } from "./console-client";
+
+let upstream: FakeUpstream;
+let sluice: TestSluice;
+const password = "correct horse battery";
+
+beforeAll(async () => {
+  upstream = startFakeUpstream();
+  sluice = await startSluice({
+    models: [fakeModel(upstream.url, "m", "usage-10-5")],
+    plans: [{ id: "default", models: ["*"], tokens_per_5h: 100_000, tokens_per_month: 1_000_000 }, { id: "pro", models: ["*"] }],
+  });
+  await new AccountService(sluice.database.db).createUser({ email: "op@example.com", password, role: "operator", organizationId: null });
+});
+afterAll(async () => {
+  await sluice.stop();
+  await upstream.stop();
+});
+
+async function member(email: string, organization: string, activate = true): Promise<ConsoleClient> {
+  const client = new ConsoleClient(sluice.url);
+  expect((await client.json("POST", "/signup", { email, password, organization })).status).toBe(201);
+  await client.signIn(email, password);
+  if (activate) {
+    const operator = new ConsoleClient(sluice.url);
+    await operator.signIn("op@example.com", password);
+    const organizations = (await operator.json<{ id: string; name: string }[]>("GET", "/operator/organizations")).body;
+    const id = organizations.find((candidate) => candidate.name === organization)?.id;
+    expect((await operator.json("POST", `/operator/organizations/${id}`, { status: "active" })).status).toBe(200);
+  }
+  return client;
+}
+
+describe("sign-up, sign-in, sessions", () => {
+  test("sign-up puts the organization on the waitlist: its member signs in, sees it, cannot create keys", async () => {
+    const client = await member("wait@example.com", "Waiting Co", false);
+    const me = await client.json<{ organization: { status: string }; role: string }>("GET", "/me");
+    expect(me.body).toMatchObject({ role: "member", organization: { status: "waitlist" } });
+    const key = await client.json<{ error: { code: string } }>("POST", "/keys", { name: "early" });
+    expect(key.status).toBe(403);
+    expect(key.body.error.code).toBe("organization_inactive");
+  });
+
+  test("validation: bad email, short password, duplicate email or organization, not JSON", async () => {
+    const client = new ConsoleClient(sluice.url);
+    const cases: [unknown, string][] = [
+      [{ email: "nope", password, organization: "X1" }, "email"],
+      [{ email: "a@b.co", password: "short", organization: "X2" }, "password"],
+      [{ email: "a@b.co", password, organization: "" }, "organization"],
+      [{ email: "wait@example.com", password, organization: "X3" }, "email"],
+      [{ email: "new@example.com", password, organization: "Waiting Co" }, "organization"],
+    ];
+    for (const [body, param] of cases) {
+      const response = await client.json<{ error: { param: string } }>("POST", "/signup", body);
+      expect({ status: response.status, param: response.body.error.param }).toEqual({ status: 400, param });
+    }
+    const form = await client.request("POST", "/signup", "email=a@b.co", { contentType: "application/x-www-form-urlencoded" });
+    expect(form.status).toBe(400);
+  });
+
+  test("the session cookie is HttpOnly and SameSite=Strict; sign-out ends it", async () => {
+    const client = new ConsoleClient(sluice.url);
+    const response = await client.request("POST", "/signin", { email: "wait@example.com", password });
+    const cookie = response.headers.get("set-cookie") as string;
+    expect(cookie).toContain("HttpOnly");
+    expect(cookie).toContain("SameSite=Strict");
+    expect(cookie).not.toContain("Secure");
+    client.csrf = ((await response.json()) as { csrfToken: string }).csrfToken;
+    expect((await client.request("GET", "/me")).status).toBe(200);
+    expect((await client.request("POST", "/signout", {})).status).toBe(200);
+    expect((await client.request("GET", "/me")).status).toBe(401);
+  });
+
+  test("wrong passwords: 401, then 429 after five failures, without telling whether the email exists", async () => {
+    const client = new ConsoleClient(sluice.url);
+    await member("guess@example.com", "Guess Co", false);
+    for (let attempt = 0; attempt < 5; attempt++) expect((await client.request("POST", "/signin", { email: "guess@example.com", password: "wrong password!" })).status).toBe(401);
+    const blocked = await client.request("POST", "/signin", { email: "guess@example.com", password });
+    expect(blocked.status).toBe(429);
+    expect(Number(blocked.headers.get("retry-after"))).toBeGreaterThan(0);
+    const unknown = await client.json<{ error: { message: string } }>("POST", "/signin", { email: "nobody@example.com", password });
+    expect(unknown.status).toBe(401);
+    expect(unknown.body.error.message).toBe("Wrong email or password.");
+  });
+
+  test("no session: 401 on every console route", async () => {
+    const client = new ConsoleClient(sluice.url);
+    for (const path of ["/me", "/keys", "/usage", "/operator/organizations", "/operator/models"]) expect((await client.request("GET", path)).status).toBe(401);
+    expect((await client.request("POST", "/keys", { name: "x" })).status).toBe(401);
+  });
+});
+
+describe("keys", () => {
+  test("a key is shown once, works with the API, is listed without its secret, and is revoked at once", async () => {
+    const client = await member("keys@example.com", "Keys Co");
+    const created = await client.json<{ secret: string; key: { id: string; name: string; prefix: string } }>("POST", "/keys", { name: "laptop", expires_in: "30d" });
+    expect(created.status).toBe(201);
+    expect(created.body.secret).toMatch(/^sk-sluice-/);
+    const list = await client.request("GET", "/keys");
+    const text = await list.text();
+    expect(text).not.toContain(created.body.secret);
+    expect(JSON.parse(text)[0]).toMatchObject({ name: "laptop", prefix: created.body.key.prefix });
+    const call = () => sluice.post("/v1/chat/completions", { model: "m", messages: [{ role: "user", content: "hi" }] }, { authorization: `Bearer ${created.body.secret}` });
+    expect((await call()).status).toBe(200);
+    expect((await client.json("POST", `/keys/${created.body.key.id}/revoke`, {})).status).toBe(200);
+    expect((await call()).status).toBe(401);
+    const bad = await client.json<{ error: { param: string } }>("POST", "/keys", { name: "x", expires_in: "forever" });
+    expect(bad.body.error.param).toBe("expires_in");
+  });
+
+  test("CSRF: a change without the session's token is refused", async () => {
+    const client = await member("csrf@example.com", "Csrf Co");
+    expect((await client.request("POST", "/keys", { name: "x" }, { csrf: null })).status).toBe(400);
+    expect((await client.request("POST", "/keys", { name: "x" }, { csrf: "forged" })).status).toBe(400);
+    expect((await client.request("POST", "/keys", { name: "x" })).status).toBe(201);
+  });
+
+  test("a member of organization A cannot list, create or revoke keys of organization B, nor reach operator routes", async () => {
+    const alice = await member("alice@example.com", "Org A");
+    const bob = await member("bob@example.com", "Org B");
+    const bobKey = (await bob.json<{ key: { id: string } }>("POST", "/keys", { name: "bob's" })).body.key;
+    const aliceKeys = (await alice.json<{ id: string }[]>("GET", "/keys")).body;
+    expect(aliceKeys.some((key) => key.id === bobKey.id)).toBe(false);
+    expect((await alice.json("POST", `/keys/${bobKey.id}/revoke`, {})).status).toBe(404);
+    expect((await bob.json<{ revokedAt: number | null }[]>("GET", "/keys")).body[0]?.revokedAt).toBeNull();
+    for (const path of ["/operator/organizations", "/operator/models"]) expect((await alice.request("GET", path)).status).toBe(403);
+    const orgB = (await bob.json<{ organization: { id: string } }>("GET", "/me")).body.organization.id;
+    expect((await alice.request("POST", `/operator/organizations/${orgB}`, { status: "suspended" })).status).toBe(403);
+    // The organization in a created key always comes from the session, never from the body.
+    const sneaky = await alice.json<{ key: { organizationId: string } }>("POST", "/keys", { name: "sneaky", organizationId: orgB, organization_id: orgB });
+    expect(sneaky.body.key.organizationId).not.toBe(orgB);
+  });
+});
+
+describe("usage and operator", () => {
+  test("usage shows the 5-hour window and the month, and hourly series by model and key", async () => {
+    const client = await member("usage@example.com", "Usage Co");
+    const { secret } = (await client.json<{ secret: string }>("POST", "/keys", { name: "ci" })).body;
+    for (let index = 0; index < 3; index++) await (await sluice.post("/v1/chat/completions", { model: "m", messages: [{ role: "user", content: "hi" }] }, { authorization: `Bearer ${secret}` })).arrayBuffer();
+    const usage = (await client.json<{ snapshot: { fiveHours: { used: number; limit: number; remaining: number }; month: { used: number } }; series: { hours: number[]; byModel: Record<string, number[]>; byKey: Record<string, number[]> } }>("GET", "/usage")).body;
+    expect(usage.snapshot.fiveHours).toMatchObject({ used: 45, limit: 100_000, remaining: 100_000 - 45 });
+    expect(usage.snapshot.month.used).toBe(45);
+    expect(usage.series.hours.length).toBe(24);
+    expect(usage.series.byModel.m?.reduce((sum, value) => sum + value, 0)).toBe(45);
+    expect(usage.series.byKey.ci?.at(-1)).toBe(45);
+  });
+
+  test("the operator lists organizations with usage, activates, suspends, moves plans, and sees models", async () => {
+    const operator = new ConsoleClient(sluice.url);
+    await operator.signIn("op@example.com", password);
+    const organizations = (await operator.json<{ id: string; name: string; status: string }[]>("GET", "/operator/organizations")).body;
+    const target = organizations.find((organization) => organization.name === "Usage Co") as { id: string };
+    expect((await operator.json("POST", `/operator/organizations/${target.id}`, { plan: "pro" })).body).toMatchObject({ plan: "pro" });
+    expect((await operator.json("POST", `/operator/organizations/${target.id}`, { plan: "platinum" })).status).toBe(400);
+    expect((await operator.json("POST", `/operator/organizations/${target.id}`, { status: "sleeping" })).status).toBe(400);
+    expect((await operator.json("POST", "/operator/organizations/org_missing", { status: "active" })).status).toBe(404);
+    const models = (await operator.json<{ id: string; enabled: boolean; active: number; queued: number }[]>("GET", "/operator/models")).body;
+    expect(models).toEqual([{ id: "m", backend: "openai", enabled: true, active: 0, queued: 0 }]);
+    expect((await operator.request("GET", "/keys")).status).toBe(403);
+  });
+});

@@ -1,0 +1,110 @@
+// The whole console path in a real browser: Debian's Chromium, driven by playwright-core. Screenshots of each page
+// go to test/artifacts/ for review.
+import { afterAll, beforeAll, expect, test } from "bun:test";
+import { mkdirSync } from "node:fs";
+import { join } from "node:path";
+import OpenAI from "openai";
+import { chromium, type Browser, type Locator, type Page } from "playwright-core";
+import { AccountService } from "../../../src/modules/console/accounts";
+import { startFakeUpstream, type FakeUpstream } from "../../fake-upstream";
+import { fakeModel, repositoryRoot, startSluice, type TestSluice } from "../../helpers";
+
+const artifacts = join(repositoryRoot, "test/artifacts");
+let upstream: FakeUpstream;
+let sluice: TestSluice;
+let browser: Browser;
+
+beforeAll(async () => {
+  mkdirSync(artifacts, { recursive: true });
+  upstream = startFakeUpstream();
+  sluice = await startSluice({ models: [fakeModel(upstream.url, "qwen3", "usage-12-30")], plans: [{ id: "default", models: ["*"], tokens_per_5h: 200_000, tokens_per_month: 5_000_000 }] });
+  await new AccountService(sluice.database.db).createUser({ email: "operator@example.com", password: "operator password", role: "operator", organizationId: null });
+  browser = await chromium.launch({
+    executablePath: "/usr/bin/chromium",
+    headless: true,
+    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"],
+  });
+});
+afterAll(async () => {
+  await browser?.close();
+  await sluice?.stop();
+  await upstream?.stop();
+});
+
+/** Waits until the element is on screen (bun:test has no Playwright matchers). */
+async function visible(locator: Locator): Promise<void> {
+  await locator.waitFor({ state: "visible", timeout: 10_000 });
+}
+
+/** Waits until the element's text contains `text`. */
+async function showsText(locator: Locator, text: string): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  while (!((await locator.textContent().catch(() => "")) ?? "").includes(text)) {
+    if (Date.now() > deadline) throw new Error(`"${text}" never appeared; saw "${await locator.textContent().catch(() => "")}"`);
+    await Bun.sleep(50);
+  }
+}
+
+async function shot(page: Page, name: string): Promise<void> {
+  await page.screenshot({ path: join(artifacts, `${name}.png`), fullPage: true });
+}
+
+test("sign up, waitlist, operator activates, sign in, create a key, use it, usage moves, revoke, 401", async () => {
+  const member = await (await browser.newContext({ viewport: { width: 1024, height: 800 } })).newPage();
+  await member.goto(sluice.url);
+  await member.getByRole("button", { name: "No account yet? Sign up" }).click();
+  await shot(member, "01-sign-up");
+  await member.getByLabel("Email").fill("dana@example.com");
+  await member.getByLabel("Password").fill("a long enough password");
+  await member.getByLabel("Organization").fill("Dana Labs");
+  await member.getByRole("button", { name: "Sign up" }).click();
+  await visible(member.getByText("Your organization is on the waitlist").first());
+  expect(await member.getByRole("button", { name: "Create key" }).count()).toBe(0);
+  await shot(member, "02-waitlist");
+
+  const operator = await (await browser.newContext()).newPage();
+  await operator.goto(sluice.url);
+  await operator.getByLabel("Email").fill("operator@example.com");
+  await operator.getByLabel("Password").fill("operator password");
+  await operator.getByRole("button", { name: "Sign in" }).click();
+  await operator.getByRole("button", { name: "Activate Dana Labs" }).click();
+  await visible(operator.getByTestId("org-Dana Labs").getByText("active"));
+  await shot(operator, "03-operator-organizations");
+
+  await member.reload();
+  await member.getByLabel("Label").fill("notebook");
+  await member.getByRole("button", { name: "Create key" }).click();
+  const secret = (await member.getByTestId("new-key").textContent())?.trim() as string;
+  expect(secret).toMatch(/^sk-sluice-/);
+  await visible(member.getByText("It is shown this once and never again"));
+  await shot(member, "04-key-created");
+  await member.getByRole("button", { name: "I have stored it" }).click();
+  expect(await member.content()).not.toContain(secret);
+
+  const client = new OpenAI({ baseURL: sluice.baseURL, apiKey: secret, maxRetries: 0 });
+  const completion = await client.chat.completions.create({ model: "qwen3", messages: [{ role: "user", content: "hello" }] });
+  expect(completion.usage?.total_tokens).toBe(42);
+
+  await member.getByRole("button", { name: "Usage" }).click();
+  await showsText(member.getByTestId("usage-5 hours"), "42 tokens used");
+  await visible(member.locator(".uplot").first());
+  await shot(member, "05-usage");
+
+  await member.getByRole("button", { name: "API keys" }).click();
+  member.once("dialog", (dialog) => void dialog.accept());
+  await member.getByRole("button", { name: "Revoke notebook" }).click();
+  await visible(member.getByRole("cell", { name: "revoked" }));
+  await shot(member, "06-key-revoked");
+  const error = await client.chat.completions.create({ model: "qwen3", messages: [{ role: "user", content: "hello" }] }).catch((caught: unknown) => caught);
+  expect(error).toBeInstanceOf(OpenAI.AuthenticationError);
+
+  const phone = await (await browser.newContext({ viewport: { width: 375, height: 740 } })).newPage();
+  await phone.goto(sluice.url);
+  await phone.getByLabel("Email").fill("dana@example.com");
+  await phone.getByLabel("Password").fill("a long enough password");
+  await phone.keyboard.press("Enter");
+  await visible(phone.getByRole("heading", { name: "API keys" }));
+  const overflow = await phone.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+  expect(overflow).toBeLessThanOrEqual(0);
+  await shot(phone, "07-keys-375px");
+}, 60_000);
