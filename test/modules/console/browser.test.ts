@@ -104,7 +104,7 @@ test("sign up, waitlist, operator activates, sign in, create a key, use it, usag
   await phone.getByLabel("Password").fill("a long enough password");
   await phone.keyboard.press("Enter");
   await visible(phone.getByRole("heading", { name: "API keys" }));
-  const overflow = await phone.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+  const overflow = (await phone.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")) as number;
   expect(overflow).toBeLessThanOrEqual(0);
   await shot(phone, "07-keys-375px");
 }, 60_000);
