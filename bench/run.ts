@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { hashKeySecret } from "../src/modules/keys/secret";
 
 const smoke = process.argv.includes("--smoke");
-/** `--only=streams,binary` runs some phases (results go to partial.json): nonstream, latency, streams, scale, binary. */
+/** `--only=streams,binary` runs some phases (results go to partial.json): nonstream, latency, streams, scale, binary, safety. */
 const only = process.argv.find((argument) => argument.startsWith("--only="))?.slice(7).split(",");
 const phase = (name: string) => !only || only.includes(name);
 const root = join(import.meta.dir, "..");
@@ -289,6 +289,9 @@ async function main(): Promise<void> {
     await stop(child);
   }
 
+  const safetyRun = phase("safety") ? Bun.spawnSync([bun, join(import.meta.dir, "safety.ts")], { stdout: "pipe" }).stdout.toString().trim() : "{}";
+  const safety = JSON.parse(safetyRun || "{}") as { input_check_us?: number; output_chunk_us?: number; prompt_chars?: number };
+
   const bareRps = nonstreamMedian("bare") ?? Number.NaN;
   const portkeyRps = nonstreamMedian("portkey");
   const results = {
@@ -328,6 +331,7 @@ async function main(): Promise<void> {
     },
     scale: { keys: settings.scaleRows, ledger_rows: settings.scaleRows, empty_rps: emptyRps, full_rps: fullRps, rps_full_vs_empty: fullRps / emptyRps },
     binary: { startup_ms: median(startups), idle_rss_mb: idleRss, size_mb: statSync(sluiceBinary).size / 1024 / 1024 },
+    safety: { prompt_chars: safety.prompt_chars ?? null, input_check_us: safety.input_check_us ?? null, output_chunk_us: safety.output_chunk_us ?? null },
   };
   const output = join(import.meta.dir, "results", smoke ? "smoke.json" : only ? "partial.json" : "latest.json");
   await Bun.write(output, `${JSON.stringify(results, null, 2)}\n`);
@@ -347,6 +351,7 @@ Streams: ${s.concurrent} x ${s.tokens} tokens
   TTFT p50 / p99 ms: bare ${fixed(s.bare_ttft_p50_ms)} / ${fixed(s.bare_ttft_p99_ms)}, Sluice ${fixed(s.sluice_ttft_p50_ms)} / ${fixed(s.sluice_ttft_p99_ms)} (target p99 <= 1.3 x bare: ${fixed(s.sluice_ttft_p99_ms / s.bare_ttft_p99_ms)})
 Scale: ${results.scale.keys} keys, ${results.scale.ledger_rows} ledger rows: ${fixed(results.scale.full_rps, 0)} rps vs ${fixed(results.scale.empty_rps, 0)} empty = ${fixed(results.scale.rps_full_vs_empty)} (target >= 0.9)
 Executable: start-up to first answer ${fixed(results.binary.startup_ms, 0)} ms (target < 100), idle RSS ${fixed(results.binary.idle_rss_mb, 0)} MB (target < 60), ${fixed(results.binary.size_mb, 0)} MB
+Safety rules alone: input check of a ${results.safety.prompt_chars ?? "-"}-character prompt ${fixed(results.safety.input_check_us, 1)} µs, output check per streamed chunk ${fixed(results.safety.output_chunk_us, 1)} µs
 Written to ${output}`);
 }
 

@@ -6,6 +6,7 @@ import quotas from "./0001_quotas.sql" with { type: "text" };
 import refusals from "./0002_refusals.sql" with { type: "text" };
 import usageAggregates from "./0003_usage_aggregates.sql" with { type: "text" };
 import consoleTables from "./0004_console.sql" with { type: "text" };
+import dropTimeIndex from "./0005_drop_time_index.sql" with { type: "text" };
 
 export interface EmbeddedMigration {
   tag: string;
@@ -18,6 +19,7 @@ const sqlByTag: Record<string, string> = {
   "0002_refusals": refusals,
   "0003_usage_aggregates": usageAggregates,
   "0004_console": consoleTables,
+  "0005_drop_time_index": dropTimeIndex,
 };
 
 export const journalTags: string[] = journal.entries.map((entry) => entry.tag);

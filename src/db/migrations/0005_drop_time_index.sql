@@ -1,0 +1,1 @@
+DROP INDEX `usage_ledger_time_idx`;
