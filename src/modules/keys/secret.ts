@@ -1,5 +1,3 @@
-import { timingSafeEqual } from "node:crypto";
-
 export const keyPrefix = "sk-sluice-";
 /** How many leading characters of a key are stored and shown to tell keys apart. */
 const shownLength = keyPrefix.length + 4;
@@ -21,5 +19,6 @@ export function shownPrefix(secret: string): string {
 /** Constant-time comparison of two hex hashes of equal length. */
 export function hashesEqual(left: string, right: string): boolean {
   if (left.length !== right.length) return false;
-  return timingSafeEqual(Buffer.from(left), Buffer.from(right));
+  // Bun's crypto.timingSafeEqual (as node:crypto's, without loading node:crypto at start-up).
+  return crypto.timingSafeEqual(Buffer.from(left), Buffer.from(right));
 }

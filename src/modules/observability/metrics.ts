@@ -1,37 +1,25 @@
-import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { ModelQueue } from "../queue/model-queue";
+import { Counter, Gauge, Histogram, Registry } from "./prometheus";
 
 const latencyBuckets = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
 
 /** Every metric Sluice exports, in one Prometheus registry. */
 export class Metrics {
   readonly registry = new Registry();
-  readonly requests = new Counter({ name: "sluice_requests_total", help: "Requests by route, model, HTTP status and error code", labelNames: ["route", "model", "status", "code"], registers: [this.registry] });
-  readonly duration = new Histogram({ name: "sluice_request_duration_seconds", help: "Time from request to the end of the answer", labelNames: ["route", "model"], buckets: latencyBuckets, registers: [this.registry] });
-  readonly timeToFirstToken = new Histogram({ name: "sluice_time_to_first_token_seconds", help: "Time from request to the first streamed token", labelNames: ["model"], buckets: latencyBuckets, registers: [this.registry] });
-  readonly tokens = new Counter({ name: "sluice_tokens_total", help: "Tokens billed, by model and kind (prompt, completion, reasoning)", labelNames: ["model", "kind"], registers: [this.registry] });
-  readonly quotaRejections = new Counter({ name: "sluice_quota_rejections_total", help: "Requests refused by admission, by kind (five_hour, month, concurrency)", labelNames: ["kind"], registers: [this.registry] });
-  readonly upstreamErrors = new Counter({ name: "sluice_upstream_errors_total", help: "Upstream failures by model and error code", labelNames: ["model", "code"], registers: [this.registry] });
-  readonly refusals = new Counter({ name: "sluice_safety_refusals_total", help: "Red-line refusals by rule", labelNames: ["rule"], registers: [this.registry] });
+  readonly requests = new Counter(this.registry, "sluice_requests_total", "Requests by route, model, HTTP status and error code", ["route", "model", "status", "code"]);
+  readonly duration = new Histogram(this.registry, "sluice_request_duration_seconds", "Time from request to the end of the answer", ["route", "model"], latencyBuckets);
+  readonly timeToFirstToken = new Histogram(this.registry, "sluice_time_to_first_token_seconds", "Time from request to the first streamed token", ["model"], latencyBuckets);
+  readonly tokens = new Counter(this.registry, "sluice_tokens_total", "Tokens billed, by model and kind (prompt, completion, reasoning)", ["model", "kind"]);
+  readonly quotaRejections = new Counter(this.registry, "sluice_quota_rejections_total", "Requests refused by admission, by kind (five_hour, month, concurrency)", ["kind"]);
+  readonly upstreamErrors = new Counter(this.registry, "sluice_upstream_errors_total", "Upstream failures by model and error code", ["model", "code"]);
+  readonly refusals = new Counter(this.registry, "sluice_safety_refusals_total", "Red-line refusals by rule", ["rule"]);
 
   constructor(queues: ReadonlyMap<string, ModelQueue>) {
-    new Gauge({
-      name: "sluice_in_flight",
-      help: "Requests holding an upstream slot, by model",
-      labelNames: ["model"],
-      registers: [this.registry],
-      collect() {
-        for (const [model, queue] of queues) this.set({ model }, queue.stats().active);
-      },
+    new Gauge(this.registry, "sluice_in_flight", "Requests holding an upstream slot, by model", ["model"], (gauge) => {
+      for (const [model, queue] of queues) gauge.set({ model }, queue.stats().active);
     });
-    new Gauge({
-      name: "sluice_queued",
-      help: "Requests waiting in a model's queue",
-      labelNames: ["model"],
-      registers: [this.registry],
-      collect() {
-        for (const [model, queue] of queues) this.set({ model }, queue.stats().queued);
-      },
+    new Gauge(this.registry, "sluice_queued", "Requests waiting in a model's queue", ["model"], (gauge) => {
+      for (const [model, queue] of queues) gauge.set({ model }, queue.stats().queued);
     });
   }
 }
