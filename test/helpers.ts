@@ -116,6 +116,16 @@ export async function startSluice(
   };
 }
 
+/** Runs a test body against a fresh server and always stops it. */
+export async function withSluice(configFile: ConfigFile, run: (sluice: TestSluice) => Promise<void>, options: Parameters<typeof startSluice>[1] = {}): Promise<void> {
+  const sluice = await startSluice(configFile, options);
+  try {
+    await run(sluice);
+  } finally {
+    await sluice.stop();
+  }
+}
+
 const ajv = new Ajv2020({ strict: false, allErrors: true });
 addFormats(ajv);
 ajv.addFormat("unixtime", { type: "number", validate: (value: number) => Number.isInteger(value) });

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:test";
 import { startFakeUpstream, type FakeUpstream } from "../fake-upstream";
-import { eventually, readSse, startSluice, type TestSluice } from "../helpers";
+import { eventually, readSse, withSluice, type TestSluice } from "../helpers";
 
 let upstream: FakeUpstream;
 beforeAll(() => {
@@ -14,13 +14,8 @@ beforeEach(() => upstream.reset());
 const messages = [{ role: "user", content: "hi" }];
 const refused = "http://127.0.0.1:1/v1";
 
-async function withSluice(models: Record<string, unknown>[], run: (sluice: TestSluice) => Promise<void>) {
-  const sluice = await startSluice({ models: models as never, plans: [{ id: "default", models: ["*"], tokens_per_5h: 1_000_000 }] });
-  try {
-    await run(sluice);
-  } finally {
-    await sluice.stop();
-  }
+function withModels(models: Record<string, unknown>[], run: (sluice: TestSluice) => Promise<void>) {
+  return withSluice({ models: models as never, plans: [{ id: "default", models: ["*"], tokens_per_5h: 1_000_000 }] }, run);
 }
 
 async function codeOf(response: Response) {
@@ -29,7 +24,7 @@ async function codeOf(response: Response) {
 
 describe("several upstreams per model", () => {
   test("a refused connection is retried once on the model's other upstream; round-robin spreads the rest", async () => {
-    await withSluice([{ id: "m", backend: "openai", base_url: [refused, upstream.url], upstream_model: "usage-10-5" }], async (sluice) => {
+    await withModels([{ id: "m", backend: "openai", base_url: [refused, upstream.url], upstream_model: "usage-10-5" }], async (sluice) => {
       for (let index = 0; index < 6; index++) {
         const response = await sluice.post("/v1/chat/completions", { model: "m", messages, stream: index % 2 === 0 });
         expect(response.status).toBe(200);
@@ -41,7 +36,7 @@ describe("several upstreams per model", () => {
   });
 
   test("a circuit breaker opens after repeated failures: 503 model_unavailable with Retry-After until a probe succeeds", async () => {
-    await withSluice([{ id: "m", backend: "openai", base_url: upstream.url, upstream_model: "fail-500", breaker_failures: 3, breaker_cooldown_ms: 300 }], async (sluice) => {
+    await withModels([{ id: "m", backend: "openai", base_url: upstream.url, upstream_model: "fail-500", breaker_failures: 3, breaker_cooldown_ms: 300 }], async (sluice) => {
       for (let index = 0; index < 3; index++) expect(await codeOf(await sluice.post("/v1/chat/completions", { model: "m", messages }))).toEqual({ status: 502, code: "upstream_error" });
       const open = await sluice.post("/v1/chat/completions", { model: "m", messages });
       expect(Number(open.headers.get("retry-after"))).toBeGreaterThan(0);
@@ -57,14 +52,14 @@ describe("several upstreams per model", () => {
   });
 
   test("a probe that succeeds closes the breaker", async () => {
-    await withSluice(
+    await withModels(
       [{ id: "m", backend: "openai", base_url: [refused], upstream_model: "usage-10-5", breaker_failures: 1, breaker_cooldown_ms: 200 }],
       async (sluice) => {
         expect((await sluice.post("/v1/chat/completions", { model: "m", messages })).status).toBe(502);
         expect((await sluice.post("/v1/chat/completions", { model: "m", messages })).status).toBe(503);
       },
     );
-    await withSluice([{ id: "m", backend: "openai", base_url: upstream.url, upstream_model: "hang", timeout_ms: 100, breaker_failures: 1, breaker_cooldown_ms: 200 }], async (sluice) => {
+    await withModels([{ id: "m", backend: "openai", base_url: upstream.url, upstream_model: "hang", timeout_ms: 100, breaker_failures: 1, breaker_cooldown_ms: 200 }], async (sluice) => {
       expect((await sluice.post("/v1/chat/completions", { model: "m", messages })).status).toBe(502);
       expect((await sluice.post("/v1/chat/completions", { model: "m", messages })).status).toBe(503);
     });
@@ -73,7 +68,7 @@ describe("several upstreams per model", () => {
 
 describe("time limits", () => {
   test("first byte: an upstream that never answers is cut off at first_byte_timeout_ms", async () => {
-    await withSluice([{ id: "m", backend: "openai", base_url: upstream.url, upstream_model: "hang", first_byte_timeout_ms: 150 }], async (sluice) => {
+    await withModels([{ id: "m", backend: "openai", base_url: upstream.url, upstream_model: "hang", first_byte_timeout_ms: 150 }], async (sluice) => {
       const started = performance.now();
       expect(await codeOf(await sluice.post("/v1/chat/completions", { model: "m", messages, stream: true }))).toEqual({ status: 502, code: "upstream_error" });
       expect(performance.now() - started).toBeLessThan(1000);
@@ -82,7 +77,7 @@ describe("time limits", () => {
   });
 
   test("idle stream: a stream that goes silent ends with a final error event; an endless one ends at timeout_ms", async () => {
-    await withSluice(
+    await withModels(
       [
         { id: "silent", backend: "openai", base_url: upstream.url, upstream_model: "goes-silent", idle_timeout_ms: 150 },
         { id: "endless", backend: "openai", base_url: upstream.url, upstream_model: "endless", timeout_ms: 400 },
@@ -104,7 +99,7 @@ describe("time limits", () => {
 
 describe("upstream faults mid-stream", () => {
   test("a connection reset mid-stream: a final error event, the partial answer billed, nothing left in flight", async () => {
-    await withSluice([{ id: "m", backend: "openai", base_url: upstream.url, upstream_model: "reset-midstream" }], async (sluice) => {
+    await withModels([{ id: "m", backend: "openai", base_url: upstream.url, upstream_model: "reset-midstream" }], async (sluice) => {
       const response = await sluice.post("/v1/chat/completions", { model: "m", messages, stream: true, stream_options: { include_usage: true } });
       const events = await readSse(response);
       expect(events.at(-1)).toBe("[DONE]");

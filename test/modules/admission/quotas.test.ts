@@ -4,7 +4,7 @@ import OpenAI from "openai";
 import type { ConfigFile } from "../../../src/config/schema";
 import { countChatTokens, loadTokenizer } from "../../../src/tokens/count";
 import { startFakeUpstream, type FakeUpstream } from "../../fake-upstream";
-import { eventually, fakeModel, repositoryRoot, startSluice, temporaryDirectory, type TestSluice } from "../../helpers";
+import { eventually, fakeModel, repositoryRoot, startSluice, temporaryDirectory, withSluice } from "../../helpers";
 
 let upstream: FakeUpstream;
 beforeAll(() => {
@@ -19,15 +19,6 @@ const messages = [{ role: "user", content: "hi" }];
 
 function config(plan: Record<string, unknown>, models: ReturnType<typeof fakeModel>[]): ConfigFile {
   return { models, plans: [{ id: "limited", models: ["*"], ...plan }] };
-}
-
-async function withSluice(configFile: ConfigFile, run: (sluice: TestSluice) => Promise<void>, options: Parameters<typeof startSluice>[1] = {}) {
-  const sluice = await startSluice(configFile, options);
-  try {
-    await run(sluice);
-  } finally {
-    await sluice.stop();
-  }
 }
 
 async function codeOf(response: Response): Promise<string | null> {
