@@ -1,4 +1,4 @@
-import { and, eq, gt } from "drizzle-orm";
+import { and, eq, gt, lt } from "drizzle-orm";
 import type { Drizzle } from "../../db/client";
 import { sessions, users } from "../../db/schema";
 import { SluiceError, invalidRequest } from "../../errors";
@@ -21,6 +21,7 @@ const sessionLifetimeMs = 7 * 24 * 3_600_000;
 const minimumPasswordLength = 10;
 const failureWindowMs = 15 * 60_000;
 const maxFailures = 5;
+const maxTrackedEmails = 10_000;
 
 function token(): string {
   return Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString("base64url");
@@ -74,10 +75,15 @@ export class AccountService {
     if (!user || !valid) {
       const current = failure && now - failure.since < failureWindowMs ? failure : { count: 0, since: now };
       current.count++;
+      // Guessing across many emails must not grow this map without end: past windows are dropped.
+      if (this.failures.size > maxTrackedEmails) {
+        for (const [key, entry] of this.failures) if (now - entry.since >= failureWindowMs) this.failures.delete(key);
+      }
       this.failures.set(email, current);
       throw new SluiceError("invalid_api_key", "Wrong email or password.");
     }
     this.failures.delete(email);
+    this.db.delete(sessions).where(lt(sessions.expiresAt, now)).run();
     const sessionToken = token();
     const csrfToken = token();
     this.db.insert(sessions).values({ tokenHash: hashKeySecret(sessionToken), userId: user.id, csrfToken, createdAt: now, expiresAt: now + sessionLifetimeMs }).run();
