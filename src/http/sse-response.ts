@@ -1,19 +1,20 @@
 import { doneEvent, serverSentData } from "../upstream/sse";
 
 /**
- * Streams a generator's serialized JSON payloads as server-sent events and ends with `data: [DONE]`. It is a Bun
+ * Streams a generator's batches of serialized JSON payloads as server-sent events and ends with `data: [DONE]`. It is a Bun
  * "direct" stream: text goes straight into the response, without a chunk queue (the queue cost more CPU than
  * anything else with thousands of streams). When the client goes away, `onCancel` runs first (it aborts the
  * upstream call), then the generator is returned so its `finally` settles the request.
  */
-export function sseResponse(payloads: AsyncGenerator<string>, onCancel: () => void, headers: Record<string, string>): Response {
+export function sseResponse(payloads: AsyncGenerator<string[]>, onCancel: () => void, headers: Record<string, string>): Response {
   let cancelled = false;
   const body = new ReadableStream({
     type: "direct",
     async pull(controller: ReadableStreamDirectController) {
       try {
         for (let result = await payloads.next(); !result.done && !cancelled; result = await payloads.next()) {
-          controller.write(serverSentData(result.value));
+          // A batch (the events of one upstream read) goes out in one write.
+          controller.write(result.value.length === 1 ? serverSentData(result.value[0] as string) : result.value.map(serverSentData).join(""));
           await controller.flush();
         }
         if (!cancelled) {

@@ -46,7 +46,7 @@ export class DemoBackend implements Backend {
     };
   }
 
-  async *stream(request: BackendRequest): AsyncGenerator<CompletionEvent> {
+  async *stream(request: BackendRequest): AsyncGenerator<CompletionEvent[]> {
     const script = await this.script(request);
     const delay = request.model.streamDelayMs;
     for (const [kind, parts] of [["reasoning", script.reasoning], ["content", script.content]] as const) {
@@ -54,11 +54,13 @@ export class DemoBackend implements Backend {
         if (delay > 0) await Bun.sleep(delay);
         const aborted = abortError(request.model.id, request.signal);
         if (aborted) throw aborted;
-        yield kind === "reasoning" ? { type: "delta", reasoning: part } : { type: "delta", content: part };
+        yield [kind === "reasoning" ? { type: "delta", reasoning: part } : { type: "delta", content: part }];
       }
     }
-    yield { type: "finish", reason: script.finishReason };
-    yield { type: "usage", usage: script.usage };
+    yield [
+      { type: "finish", reason: script.finishReason },
+      { type: "usage", usage: script.usage },
+    ];
   }
 
   private async script(request: BackendRequest): Promise<Script> {

@@ -69,7 +69,7 @@ export class OpenAIBackend implements Backend {
     }
   }
 
-  async *stream(request: BackendRequest): AsyncGenerator<CompletionEvent> {
+  async *stream(request: BackendRequest): AsyncGenerator<CompletionEvent[]> {
     let finished = false;
     let answered = false;
     const call = callSignal(request, request.model);
@@ -80,25 +80,22 @@ export class OpenAIBackend implements Backend {
       answered = true;
       call.arm(idle);
       if (!response.body) throw new UpstreamError(`The upstream for model ${this.modelId} sent no body.`, { isRetryable: true });
-      for await (const data of readServerSentEvents(response.body)) {
+      for await (const batch of readServerSentEvents(response.body)) {
         if (idle !== undefined) call.arm(idle);
-        if (data === "[DONE]") return;
-        let chunk: unknown;
-        try {
-          chunk = JSON.parse(data);
-        } catch (error) {
-          throw new UpstreamError(`The upstream for model ${this.modelId} sent a malformed stream event.`, { isRetryable: true, cause: error });
+        const events: CompletionEvent[] = [];
+        let failure: UpstreamError | undefined;
+        for (const data of batch) {
+          if (data === "[DONE]") {
+            if (events.length > 0) yield events;
+            return;
+          }
+          failure = this.collect(data, events);
+          if (failure) break;
         }
-        const upstreamError = (chunk as { error?: { message?: string } }).error;
-        if (upstreamError) {
-          throw new UpstreamError(`The upstream for model ${this.modelId} failed mid-stream: ${upstreamError.message ?? "unknown error"}`, {
-            isRetryable: true,
-          });
-        }
-        for (const event of eventsOfChunk(chunk)) {
-          if (event.type === "finish") finished = true;
-          yield event;
-        }
+        if (!finished) finished = events.some((event) => event.type === "finish");
+        // What arrived before a failure in the same read is still relayed (and billed) before the failure.
+        if (events.length > 0) yield events;
+        if (failure) throw failure;
       }
       if (!finished) throw new UpstreamError(`The upstream stream for model ${this.modelId} ended before the answer did.`, { isRetryable: true });
     } catch (error) {
@@ -108,6 +105,26 @@ export class OpenAIBackend implements Backend {
     } finally {
       call.done();
     }
+  }
+
+  /** Adds one stream event's CompletionEvents to `events`; returns the failure it reports or is. */
+  private collect(data: string, events: CompletionEvent[]): UpstreamError | undefined {
+    let chunk: unknown;
+    try {
+      chunk = JSON.parse(data);
+    } catch (error) {
+      return new UpstreamError(`The upstream for model ${this.modelId} sent a malformed stream event.`, { isRetryable: true, cause: error });
+    }
+    const upstreamError = (chunk as { error?: { message?: string } }).error;
+    if (upstreamError) {
+      return new UpstreamError(`The upstream for model ${this.modelId} failed mid-stream: ${upstreamError.message ?? "unknown error"}`, { isRetryable: true });
+    }
+    try {
+      for (const event of eventsOfChunk(chunk)) events.push(event);
+    } catch (error) {
+      return new UpstreamError(`The upstream for model ${this.modelId} sent a stream event that is not an object.`, { isRetryable: true, cause: error });
+    }
+    return undefined;
   }
 
   private async post(request: BackendRequest, signal: AbortSignal): Promise<Response> {

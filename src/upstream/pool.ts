@@ -57,10 +57,10 @@ export class UpstreamPool implements Backend {
     }
   }
 
-  async *stream(request: BackendRequest): AsyncGenerator<CompletionEvent> {
+  async *stream(request: BackendRequest): AsyncGenerator<CompletionEvent[]> {
     let endpoint = this.pick(undefined);
     let events = endpoint.backend.stream(request);
-    let first: IteratorResult<CompletionEvent>;
+    let first: IteratorResult<CompletionEvent[]>;
     try {
       first = await events.next();
     } catch (error) {

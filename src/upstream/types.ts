@@ -31,8 +31,12 @@ export interface BackendRequest {
   signal: AbortSignal;
 }
 
-/** An OpenAI-compatible model server, or the built-in demo. Failures are thrown as UpstreamError. */
+/**
+ * An OpenAI-compatible model server, or the built-in demo. Failures are thrown as UpstreamError. A stream yields
+ * events in batches, as they arrived together: one step per network read, not per event, so that a busy server
+ * (whose reads carry many events) spends one await per read.
+ */
 export interface Backend {
   complete(request: BackendRequest): Promise<Completion>;
-  stream(request: BackendRequest): AsyncGenerator<CompletionEvent>;
+  stream(request: BackendRequest): AsyncGenerator<CompletionEvent[]>;
 }

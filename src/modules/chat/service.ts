@@ -36,8 +36,11 @@ export interface RequestContext {
 
 export type ChatResult =
   | { kind: "whole"; body: ReturnType<typeof completionBody>; headers: Record<string, string> }
-  /** Serialized chunks (or a final `{error}`) to send as SSE; the stream ends with `[DONE]` once the generator returns. */
-  | { kind: "stream"; chunks: AsyncGenerator<string>; headers: Record<string, string> };
+  /**
+   * Batches of serialized chunks (or a final `{error}`) to send as SSE, one batch per upstream read; the stream
+   * ends with `[DONE]` once the generator returns.
+   */
+  | { kind: "stream"; chunks: AsyncGenerator<string[]>; headers: Record<string, string> };
 
 export interface ChatServiceDependencies {
   models: ModelRegistry;
@@ -168,10 +171,9 @@ export class ChatService {
     const encoder = new ChunkEncoder(identity);
     async function* chunks() {
       try {
-        yield encoder.role();
-        yield encoder.event({ type: "delta", content: text });
-        yield encoder.event({ type: "finish", reason: "content_filter" });
-        if (includeUsage) yield encoder.usage(usage);
+        const batch = [encoder.role(), encoder.event({ type: "delta", content: text }), encoder.event({ type: "finish", reason: "content_filter" })];
+        if (includeUsage) batch.push(encoder.usage(usage));
+        yield batch;
       } finally {
         context.finish?.();
       }
@@ -197,8 +199,8 @@ export class ChatService {
   /** Waits for the upstream's first event, so that a failure before it is still an HTTP error, then relays. */
   private async stream(run: Run, identity: ResponseIdentity): Promise<ChatResult> {
     const { prepared, context } = run;
-    let events: AsyncGenerator<CompletionEvent>;
-    let first: IteratorResult<CompletionEvent>;
+    let events: AsyncGenerator<CompletionEvent[]>;
+    let first: IteratorResult<CompletionEvent[]>;
     try {
       events = prepared.entry.backend.stream({ model: prepared.entry.config, body: prepared.upstreamBody, signal: context.abort.signal });
       first = await events.next();
@@ -210,32 +212,36 @@ export class ChatService {
     return { kind: "stream", chunks: this.relay(run, identity, events, first), headers: run.permit.lease.headers };
   }
 
-  private async *relay(run: Run, identity: ResponseIdentity, events: AsyncGenerator<CompletionEvent>, first: IteratorResult<CompletionEvent>): AsyncGenerator<string> {
+  private async *relay(run: Run, identity: ResponseIdentity, events: AsyncGenerator<CompletionEvent[]>, first: IteratorResult<CompletionEvent[]>): AsyncGenerator<string[]> {
     let settled = false;
     const monitor = this.deps.safety.outputMonitor();
     const encoder = new ChunkEncoder(identity);
+    const record = run.context.record;
     try {
-      yield encoder.role();
+      yield [encoder.role()];
       for (let result = first; !result.done; result = await events.next()) {
-        const event = result.value;
-        run.meter.observe(event);
-        if (event.type === "delta" && run.context.record && run.context.record.firstTokenAt === undefined) run.context.record.firstTokenAt = performance.now();
-        const rule = event.type === "delta" ? monitor?.observe(event.content, event.reasoning) : undefined;
-        if (rule) {
-          // Stop the upstream at once; the piece that completed the match is never sent.
-          await events.return(undefined);
-          settled = true;
-          const usage = await this.settle(run, { outcome: "content_filter", ruleId: rule.id });
-          yield encoder.event({ type: "delta", content: refusalText(rule, "output") });
-          yield encoder.event({ type: "finish", reason: "content_filter" });
-          if (run.prepared.includeUsage) yield encoder.usage(usage);
-          return;
+        const out: string[] = [];
+        for (const event of result.value) {
+          run.meter.observe(event);
+          if (event.type === "delta" && record && record.firstTokenAt === undefined) record.firstTokenAt = performance.now();
+          const rule = event.type === "delta" ? monitor?.observe(event.content, event.reasoning) : undefined;
+          if (rule) {
+            // Stop the upstream at once; the piece that completed the match is never sent.
+            await events.return(undefined);
+            settled = true;
+            const usage = await this.settle(run, { outcome: "content_filter", ruleId: rule.id });
+            out.push(encoder.event({ type: "delta", content: refusalText(rule, "output") }), encoder.event({ type: "finish", reason: "content_filter" }));
+            if (run.prepared.includeUsage) out.push(encoder.usage(usage));
+            yield out;
+            return;
+          }
+          if (event.type !== "usage") out.push(encoder.event(event));
         }
-        if (event.type !== "usage") yield encoder.event(event);
+        if (out.length > 0) yield out;
       }
       settled = true;
       const usage = await this.settle(run, { outcome: "completed" });
-      if (run.prepared.includeUsage) yield encoder.usage(usage);
+      if (run.prepared.includeUsage) yield [encoder.usage(usage)];
     } catch (error) {
       if (!settled) {
         settled = true;
@@ -243,8 +249,8 @@ export class ChatService {
       }
       if (!(error instanceof ClientGoneError)) {
         const callerError = asCallerError(error);
-        if (run.context.record) run.context.record.code = callerError.code;
-        yield JSON.stringify(callerError.toBody());
+        if (record) record.code = callerError.code;
+        yield [JSON.stringify(callerError.toBody())];
       }
     } finally {
       // Reached without settling only when the consumer stopped early (the client left between chunks).
