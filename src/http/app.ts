@@ -79,4 +79,3 @@ export function createApp(deps: AppDependencies) {
     .use(chatRoutes(deps.chat, deps.auth, { maxBodyBytes: deps.maxBodyBytes, lifecycle: deps.lifecycle, finish: (record) => finishRecord(record, deps.metrics, deps.logger), models: deps.models }));
 }
 
-export type App = ReturnType<typeof createApp>;

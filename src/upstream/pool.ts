@@ -34,12 +34,6 @@ export class UpstreamPool implements Backend {
     this.endpoints = model.baseUrls.map((url) => new Endpoint(new OpenAIBackend(model.id, url, apiKey)));
   }
 
-  /** The health of each server, for operators. */
-  health(): { url: string; healthy: boolean; failures: number }[] {
-    const now = this.clock();
-    return this.endpoints.map((endpoint) => ({ url: endpoint.backend.baseUrl, healthy: endpoint.openUntil <= now, failures: endpoint.failures }));
-  }
-
   async complete(request: BackendRequest): Promise<Completion> {
     const first = this.pick(undefined);
     try {
