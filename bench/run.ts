@@ -5,6 +5,7 @@ import { Database } from "bun:sqlite";
 import { existsSync, mkdtempSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { freePort, waitForPort } from "./ports";
 import { hashKeySecret } from "../src/modules/keys/secret";
 
 const smoke = process.argv.includes("--smoke");
@@ -30,13 +31,6 @@ function median(values: number[]): number {
   return sorted[Math.floor(sorted.length / 2)] ?? Number.NaN;
 }
 
-function freePort(): number {
-  const probe = Bun.serve({ port: 0, fetch: () => new Response() });
-  const port = probe.port as number;
-  probe.stop(true);
-  return port;
-}
-
 function start(command: string[], environment: Record<string, string | undefined> = process.env): Bun.Subprocess {
   const child = Bun.spawn(command, { env: environment, stdout: "ignore", stderr: "ignore" });
   children.push(child);
@@ -46,19 +40,6 @@ function start(command: string[], environment: Record<string, string | undefined
 async function stop(child: Bun.Subprocess): Promise<void> {
   child.kill();
   await child.exited;
-}
-
-async function waitForPort(port: number, timeoutMs = 15_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    try {
-      await fetch(`http://127.0.0.1:${port}/`, { signal: AbortSignal.timeout(500) });
-      return;
-    } catch {
-      await Bun.sleep(25);
-    }
-  }
-  throw new Error(`nothing listening on ${port}`);
 }
 
 function memoryOf(pid: number): { rssMb: number; peakMb: number } {

@@ -4,6 +4,7 @@
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { freePort, waitForPort } from "./ports";
 
 const secondsArgument = process.argv.indexOf("--seconds");
 const seconds = secondsArgument === -1 ? 600 : Number(process.argv[secondsArgument + 1]);
@@ -12,25 +13,6 @@ const root = join(import.meta.dir, "..");
 const binary = join(root, "dist/sluice");
 const work = mkdtempSync(join(tmpdir(), "sluice-soak-"));
 const children: Bun.Subprocess[] = [];
-
-function freePort(): number {
-  const probe = Bun.serve({ port: 0, fetch: () => new Response() });
-  const port = probe.port as number;
-  probe.stop(true);
-  return port;
-}
-
-async function waitForPort(port: number): Promise<void> {
-  for (let attempt = 0; attempt < 300; attempt++) {
-    try {
-      await fetch(`http://127.0.0.1:${port}/`);
-      return;
-    } catch {
-      await Bun.sleep(20);
-    }
-  }
-  throw new Error(`nothing on ${port}`);
-}
 
 async function main(): Promise<number> {
   if (Bun.spawnSync(["make", "-s", "build"], { cwd: root, stdout: "inherit", stderr: "inherit" }).exitCode !== 0) throw new Error("make build failed");

@@ -2,6 +2,7 @@ import { afterAll, expect, test } from "bun:test";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { repositoryRoot, temporaryDirectory } from "./helpers";
+import { startSluiceProcess } from "./support/sluice-process";
 
 const directory = temporaryDirectory();
 afterAll(() => directory.remove());
@@ -18,12 +19,8 @@ test("dist/sluice runs from another directory: creates an org and a key, serves 
   expect(run("org", "create", "acme").exitCode).toBe(0);
   const key = run("key", "create", "--org", "acme").stdout.toString().trim().split("\n").at(-1) as string;
   expect(existsSync(join(directory.path, "data/sluice.db"))).toBe(true);
-  const server = Bun.spawn([executable, "serve"], { cwd: directory.path, env: environment, stderr: "pipe" });
+  const { url, child: server } = await startSluiceProcess(environment, [executable, "serve"], directory.path);
   try {
-    const reader = server.stderr.getReader();
-    let log = "";
-    while (!log.includes("listening")) log += new TextDecoder().decode((await reader.read()).value);
-    const url = (JSON.parse(log.split("\n").find((line) => line.includes("listening")) as string) as { url: string }).url;
     const response = await fetch(`${url}/v1/chat/completions`, {
       method: "POST",
       headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },

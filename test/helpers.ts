@@ -160,6 +160,15 @@ export function httpPost(url: string, body: string, headers: Record<string, stri
   });
 }
 
+/** One `chat.completion.chunk` as a test reads it. */
+export interface StreamChunk {
+  id: string;
+  object: string;
+  model: string;
+  choices: { index: number; delta: { role?: string; content?: string; reasoning_content?: string; [field: string]: unknown }; finish_reason: string | null }[];
+  usage: { prompt_tokens: number; completion_tokens: number; total_tokens: number; completion_tokens_details?: { reasoning_tokens: number } } | null;
+}
+
 /** Reads an SSE response into its `data:` payloads, parsed when JSON, `[DONE]` kept as a string. */
 export async function readSse(response: Response): Promise<unknown[]> {
   const text = await response.text();

@@ -90,8 +90,9 @@ describe("hostile shapes", () => {
     const many: Record<string, string> = {};
     for (let index = 0; index < 90; index++) many[`x-flood-${index}`] = "y".repeat(50);
     expect(await statusOf(JSON.stringify(good), many)).toBe(200);
-    const huge = await fetch(`${sluice.url}/v1/chat/completions`, { method: "POST", headers: { authorization: `Bearer ${sluice.key}`, "content-type": "application/json", "x-huge": "z".repeat(200_000) }, body: JSON.stringify(good) }).catch(() => undefined);
-    if (huge) expect(huge.status).toBeLessThan(500);
+    // Bun refuses headers this large before any handler runs: 431, never a 5xx, and the server goes on.
+    const huge = await fetch(`${sluice.url}/v1/chat/completions`, { method: "POST", headers: { authorization: `Bearer ${sluice.key}`, "content-type": "application/json", "x-huge": "z".repeat(200_000) }, body: JSON.stringify(good) });
+    expect(huge.status).toBe(431);
     await stillServes();
   });
 

@@ -4,7 +4,7 @@ import { repositoryRoot } from "../helpers";
 
 export interface SluiceProcess {
   url: string;
-  child: Bun.Subprocess<"ignore", "pipe", "pipe">;
+  child: Bun.Subprocess<"ignore", "ignore", "pipe">;
 }
 
 export function sluiceEnvironment(databasePath: string, configPath: string, extra: Record<string, string> = {}): Record<string, string | undefined> {
@@ -16,9 +16,17 @@ export function sluiceCommand(environment: Record<string, string | undefined>, .
   return { code: result.exitCode, stdout: result.stdout.toString(), stderr: result.stderr.toString() };
 }
 
-/** Starts the server and waits for its "listening" line, which names its URL. */
-export async function startSluiceProcess(environment: Record<string, string | undefined>): Promise<SluiceProcess> {
-  const child = Bun.spawn([process.execPath, join(repositoryRoot, "src/main.ts"), "serve"], { env: environment, stdout: "pipe", stderr: "pipe" });
+/**
+ * Starts the server (`bun src/main.ts serve`, or another command such as `dist/sluice serve`) and waits for its
+ * "listening" line, which names its URL; fails if the process exits first.
+ */
+export async function startSluiceProcess(
+  environment: Record<string, string | undefined>,
+  command: string[] = [process.execPath, join(repositoryRoot, "src/main.ts"), "serve"],
+  cwd?: string,
+): Promise<SluiceProcess> {
+  // stdout (the request log) is not read here: a pipe nobody drains would fill up and hold the server back.
+  const child = Bun.spawn(command, { env: environment, cwd, stdout: "ignore", stderr: "pipe" });
   const reader = child.stderr.getReader();
   let log = "";
   while (!log.includes("listening")) {

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, expect, test } from "bun:test";
 import { join } from "node:path";
 import { startFakeUpstream, type FakeUpstream } from "../fake-upstream";
 import { repositoryRoot, temporaryDirectory } from "../helpers";
+import { sluiceCommand, startSluiceProcess } from "../support/sluice-process";
 
 let upstream: FakeUpstream;
 const directory = temporaryDirectory();
@@ -14,9 +15,6 @@ afterAll(async () => {
   directory.remove();
 });
 
-function run(args: string[], environment: Record<string, string | undefined>) {
-  return Bun.spawnSync([process.execPath, join(repositoryRoot, "src/main.ts"), ...args], { env: environment, stderr: "pipe", stdout: "pipe" });
-}
 
 test("`sluice serve`, started without BUN_CONFIG_MAX_HTTP_REQUESTS, sends more than 256 upstream requests at once", async () => {
   const environment: Record<string, string | undefined> = {
@@ -30,14 +28,10 @@ test("`sluice serve`, started without BUN_CONFIG_MAX_HTTP_REQUESTS, sends more t
     environment.SLUICE_CONFIG as string,
     `[[models]]\nid = "wide"\nbackend = "openai"\nbase_url = "${upstream.url}"\nupstream_model = "slow-1-500"\n\n[[plans]]\nid = "default"\nmodels = ["*"]\n`,
   );
-  expect(run(["org", "create", "acme"], environment).exitCode).toBe(0);
-  const key = run(["key", "create", "--org", "acme"], environment).stdout.toString().trim().split("\n").at(-1) as string;
-  const server = Bun.spawn([process.execPath, join(repositoryRoot, "src/main.ts"), "serve"], { env: environment, stderr: "pipe" });
+  expect(sluiceCommand(environment, "org", "create", "acme").code).toBe(0);
+  const key = sluiceCommand(environment, "key", "create", "--org", "acme").stdout.trim().split("\n").at(-1) as string;
+  const { url, child: server } = await startSluiceProcess(environment);
   try {
-    const reader = server.stderr.getReader();
-    let log = "";
-    while (!log.includes("listening")) log += new TextDecoder().decode((await reader.read()).value);
-    const url = (JSON.parse(log.split("\n").find((line) => line.includes("listening")) as string) as { url: string }).url;
     const client = Bun.spawn([process.execPath, join(repositoryRoot, "test/support/burst-client.ts"), url, key, "wide", "300"], {
       env: { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: "1000" },
       stdout: "pipe",

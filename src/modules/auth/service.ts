@@ -24,6 +24,10 @@ interface KeyRecord {
 }
 
 const maxCachedKeys = 100_000;
+
+function invalidKey(): SluiceError {
+  return new SluiceError("invalid_api_key", "Incorrect API key provided. Check the key, or create a new one in the console.");
+}
 const lastUsedFlushMs = 1000;
 
 /**
@@ -60,13 +64,12 @@ export class AuthService {
   /** Throws missing_api_key, invalid_api_key or organization_inactive; returns the caller otherwise. */
   authenticate(bearer: string | undefined, now = Date.now()): Caller {
     if (!bearer) throw new SluiceError("missing_api_key", "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'.");
-    const invalid = () => new SluiceError("invalid_api_key", "Incorrect API key provided. Check the key, or create a new one in the console.");
-    if (!bearer.startsWith(keyPrefix)) throw invalid();
+    if (!bearer.startsWith(keyPrefix)) throw invalidKey();
     this.database.pollExternalChanges();
     const hash = hashKeySecret(bearer);
     const record = this.cache.get(hash) ?? this.load(hash);
-    if (!record || !hashesEqual(record.hash, hash)) throw invalid();
-    if (record.revokedAt !== null || (record.expiresAt !== null && record.expiresAt <= now)) throw invalid();
+    if (!record || !hashesEqual(record.hash, hash)) throw invalidKey();
+    if (record.revokedAt !== null || (record.expiresAt !== null && record.expiresAt <= now)) throw invalidKey();
     if (record.organizationStatus !== "active") {
       throw new SluiceError(
         "organization_inactive",

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:test";
 import { startFakeUpstream, type FakeUpstream } from "../../fake-upstream";
-import { fakeModel, readSse, schemaErrors, startSluice, type TestSluice } from "../../helpers";
+import { fakeModel, readSse, type StreamChunk, schemaErrors, startSluice, type TestSluice } from "../../helpers";
 
 let upstream: FakeUpstream;
 let sluice: TestSluice;
@@ -136,19 +136,19 @@ describe("streams", () => {
     expect(response.headers.get("x-request-id")).toMatch(/^req_/);
     const events = await readSse(response);
     expect(events.at(-1)).toBe("[DONE]");
-    const chunks = events.slice(0, -1) as Record<string, any>[];
+    const chunks = events.slice(0, -1) as StreamChunk[];
     for (const chunk of chunks) {
       expect(schemaErrors("CreateChatCompletionStreamResponse", chunk)).toEqual([]);
       expect(chunk.model).toBe("qwen3");
       expect(chunk.usage).toBeNull();
     }
-    expect(chunks[0]!.choices[0].delta.role).toBe("assistant");
+    expect(chunks[0]!.choices[0]?.delta.role).toBe("assistant");
     const reasoning = chunks.map((chunk) => chunk.choices[0]?.delta.reasoning_content ?? "").join("");
     const content = chunks.map((chunk) => chunk.choices[0]?.delta.content ?? "").join("");
     expect(reasoning).toBe("The user asks for 2+2.");
     expect(content).toBe("2+2 is 4.");
     expect(chunks.some((chunk) => "reasoning" in (chunk.choices[0]?.delta ?? {}))).toBe(false);
-    expect(chunks.at(-1)!.choices[0].finish_reason).toBe("stop");
+    expect(chunks.at(-1)!.choices[0]?.finish_reason).toBe("stop");
     // Sluice always asks the upstream for usage.
     expect(upstream.bodies[0]!.stream_options).toEqual({ include_usage: true });
   });

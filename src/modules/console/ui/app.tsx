@@ -3,7 +3,7 @@ import { render } from "preact";
 import { useEffect, useRef, useState } from "preact/hooks";
 import uPlot from "uplot";
 import "uplot/dist/uPlot.min.css";
-import { ApiError, api, setCsrfToken } from "./api";
+import { api, setCsrfToken } from "./api";
 
 interface Me {
   email: string;
@@ -365,7 +365,8 @@ function App() {
         setMe(current);
         if (current.role === "operator") setPage("operator");
       },
-      (caught: ApiError) => setMe(caught.status === 401 ? null : null),
+      // Not signed in (401), or the console cannot be reached: show the sign-in form.
+      () => setMe(null),
     );
   }, []);
   const signedIn = (current: Me) => {
