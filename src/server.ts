@@ -106,7 +106,6 @@ export function startServer(options: ServerOptions): RunningServer {
     metrics,
     async stop({ drainMs = 0 } = {}) {
       lifecycle.draining = true;
-      chat.beginShutdown();
       await waitUntil(() => chat.inFlight() === 0, drainMs);
       chat.abortAll();
       await waitUntil(() => chat.inFlight() === 0, settleWaitMs);

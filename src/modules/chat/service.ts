@@ -96,16 +96,10 @@ function asCallerError(error: unknown): SluiceError {
  * answer, and settle on every path: the permit is released and the ledger row written exactly once.
  */
 export class ChatService {
-  private stopping = false;
   /** Requests holding a permit, so that a shutdown can end them cleanly. */
   private readonly active = new Set<AbortController>();
 
   constructor(private readonly deps: ChatServiceDependencies) {}
-
-  /** From now on, requests cut off by the server stopping are recorded as `shutdown`, not as the client leaving. */
-  beginShutdown(): void {
-    this.stopping = true;
-  }
 
   /** Requests in flight upstream. */
   inFlight(): number {
@@ -288,9 +282,8 @@ export class ChatService {
     }
     const endedAt = this.deps.clock();
     run.permit.release(measured.usage, endedAt);
-    const outcome = ending.outcome === "client_disconnected" && this.stopping ? "shutdown" : ending.outcome;
-    this.note(context, prepared.modelId, measured.usage, { ...ending, outcome });
-    await this.deps.ledger.record(this.ledgerRow(prepared, context, measured.usage, measured.source, run.startedAt, endedAt, { ...ending, outcome }));
+    this.note(context, prepared.modelId, measured.usage, ending);
+    await this.deps.ledger.record(this.ledgerRow(prepared, context, measured.usage, measured.source, run.startedAt, endedAt, ending));
     return measured.usage;
   }
 
