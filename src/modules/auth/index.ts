@@ -1,21 +1,26 @@
-import { bearer } from "@elysiajs/bearer";
 import { Elysia } from "elysia";
 import { recordOf } from "../observability/request-record";
 import type { AuthService } from "./service";
 
+/** The key of `Authorization: Bearer KEY`; only that header (never a query parameter, which lands in access logs). */
+export function bearerKey(request: Request): string | undefined {
+  const authorization = request.headers.get("authorization");
+  return authorization?.startsWith("Bearer ") ? authorization.slice(7).trim() : undefined;
+}
+
 /**
- * Adds `caller` to every route of the plugin that uses it. The key is read from `Authorization: Bearer` only:
- * the bearer plugin would also accept an `access_token` query parameter, which would put keys in access logs.
+ * Adds `caller` to every route of the plugin that uses it. It reads the header itself rather than through
+ * @elysiajs/bearer: that plugin derives globally, so Elysia would copy every header into an object and parse the
+ * query string on every request of every route (measured: ~6% of the whole-answer throughput), and it would also
+ * accept an `access_token` query parameter.
  */
 export const authPlugin = (auth: AuthService) =>
-  new Elysia({ name: "auth" })
-    .use(bearer())
-    .resolve({ as: "scoped" }, ({ bearer: token, headers, request }) => {
-      const caller = auth.authenticate(headers.authorization?.startsWith("Bearer ") ? token?.trim() : undefined);
-      const record = recordOf(request);
-      if (record) {
-        record.organizationId = caller.organizationId;
-        record.keyId = caller.keyId;
-      }
-      return { caller };
-    });
+  new Elysia({ name: "auth" }).resolve({ as: "scoped" }, ({ request }) => {
+    const caller = auth.authenticate(bearerKey(request));
+    const record = recordOf(request);
+    if (record) {
+      record.organizationId = caller.organizationId;
+      record.keyId = caller.keyId;
+    }
+    return { caller };
+  });

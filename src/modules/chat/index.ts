@@ -41,7 +41,7 @@ export const chatRoutes = (chat: ChatService, auth: AuthService, options: ChatRo
     .use(authPlugin(auth))
     .post(
       "/v1/chat/completions",
-      async ({ caller, request, set, server }) => {
+      async ({ caller, request, server }) => {
         if (options.lifecycle.draining) {
           throw new SluiceError("server_overloaded", "The server is restarting and takes no new requests. Retry shortly.", { retryAfterSeconds: 2 });
         }
@@ -51,13 +51,13 @@ export const chatRoutes = (chat: ChatService, auth: AuthService, options: ChatRo
         record.model = options.models.has(body.model) ? body.model : "unknown";
         // Reasoning models may think for minutes before the first byte; the idle timeout must not cut them off.
         server?.timeout(request, 0);
-        const requestId = set.headers["x-request-id"] as string;
+        const requestId = record.requestId;
         const upstreamAbort = new AbortController();
         const onClientGone = () => upstreamAbort.abort();
         request.signal.addEventListener("abort", onClientGone, { once: true });
         const result = await chat.create(body, { caller, requestId, abort: upstreamAbort, record, finish: () => options.finish(record) });
+        // The abort listener stays: once the answer is complete, aborting its controller does nothing.
         if (result.kind === "whole") {
-          request.signal.removeEventListener("abort", onClientGone);
           return new Response(JSON.stringify(result.body), { headers: { ...result.headers, "content-type": "application/json", "x-request-id": requestId } });
         }
         return sseResponse(result.chunks, onClientGone, { ...result.headers, "x-request-id": requestId });
