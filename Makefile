@@ -16,7 +16,7 @@ test: $(STAMP) chromium
 build: dist/sluice
 
 dist/sluice: $(STAMP) $(shell find src -type f)
-	$(BUN) build --compile --minify --sourcemap src/main.ts src/cli/run.ts src/db/checkpoint-worker.ts --outfile dist/sluice
+	$(BUN) build --compile --minify --sourcemap src/main.ts src/cli/run.ts src/db/checkpoint-worker.ts src/ledger/ledger-worker.ts --outfile dist/sluice
 
 bench: $(STAMP)
 	@command -v wrk >/dev/null || (command -v apt-get >/dev/null && apt-get install -y wrk >/dev/null) || echo "wrk not installed: bench/load.ts is used instead"

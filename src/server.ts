@@ -60,16 +60,16 @@ async function waitUntil(condition: () => boolean, timeoutMs: number): Promise<v
 export function startServer(options: ServerOptions): RunningServer {
   const clock = options.clock ?? Date.now;
   const plans = new Map(options.config.plans.map((plan) => [plan.id, plan]));
-  const auth = new AuthService(options.database, plans);
-  const models = new ModelRegistry(options.config, options.environment);
   const ledger = new Ledger(options.database.sqlite);
+  const auth = new AuthService(options.database, plans, (entries) => ledger.touchKeys(entries));
+  const models = new ModelRegistry(options.config, options.environment);
   const admission = new MemoryAdmissionStore();
   syncAdmissionWithLedger(admission, options.database, ledger, clock);
   const queues = new Map(options.config.models.map((model) => [model.id, new ModelQueue(model)]));
   const safety = new SafetyService(options.config.safety, options.environment);
   const metrics = new Metrics(queues);
   const logger = options.logger ?? new Logger();
-  const lifecycle: Lifecycle = { draining: false };
+  const lifecycle: Lifecycle = { draining: false, openAnswers: 0 };
   const chat = new ChatService({ models, ledger, admission, queues, safety, clock, metrics });
   const maxBodyBytes = options.maxBodyBytes ?? defaultMaxBodyBytes;
   const organizations = new OrganizationService(options.database.db, new Set(plans.keys()));
@@ -97,7 +97,7 @@ export function startServer(options: ServerOptions): RunningServer {
   });
   const server = app.server;
   if (!server) throw new Error("server did not start");
-  const stopCheckpointer = startCheckpointer(options.database);
+  const stopCheckpointer = startCheckpointer(options.database, () => ledger.checkpointAfterCommits());
   return {
     url: `http://${server.hostname}:${server.port}`,
     port: server.port as number,
@@ -109,10 +109,12 @@ export function startServer(options: ServerOptions): RunningServer {
       await waitUntil(() => chat.inFlight() === 0, drainMs);
       chat.abortAll();
       await waitUntil(() => chat.inFlight() === 0, settleWaitMs);
+      // A settled answer still waits for its ledger commit before its last bytes go out.
+      await waitUntil(() => lifecycle.openAnswers === 0, settleWaitMs);
       await app.stop(true);
       await waitUntil(() => admission.inFlight() === 0, settleWaitMs);
-      ledger.flush();
       auth.close();
+      ledger.close();
       stopCheckpointer();
       logger.flush();
     },

@@ -1,5 +1,6 @@
 import { afterAll, expect, test } from "bun:test";
-import { existsSync } from "node:fs";
+import { Database } from "bun:sqlite";
+import { copyFileSync, existsSync } from "node:fs";
 import { join } from "node:path";
 import { repositoryRoot, temporaryDirectory } from "./helpers";
 import { startSluiceProcess } from "./support/sluice-process";
@@ -29,6 +30,20 @@ test("dist/sluice runs from another directory: creates an org and a key, serves 
     const body = (await response.json()) as { choices: { message: { content: string } }[] };
     expect(response.status).toBe(200);
     expect(body.choices[0]?.message.content).toContain("2 words");
+    // The ledger's writer and the checkpoint thread are extra entry points of the executable: the answer proves the
+    // writer ran (it waits for the row's commit); the row reaching the database file itself, without its WAL, proves
+    // the checkpoints run (without them the WAL would grow for ever).
+    const requestId = response.headers.get("x-request-id");
+    const copy = join(directory.path, "copy.db");
+    let checkpointed = false;
+    for (let attempt = 0; attempt < 40 && !checkpointed; attempt++) {
+      await Bun.sleep(100);
+      copyFileSync(join(directory.path, "data/sluice.db"), copy);
+      const database = new Database(copy, { readonly: true });
+      checkpointed = database.query("SELECT 1 FROM usage_ledger WHERE request_id = ?").get(requestId) !== null;
+      database.close();
+    }
+    expect(checkpointed).toBe(true);
   } finally {
     server.kill();
     await server.exited;

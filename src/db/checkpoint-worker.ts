@@ -1,9 +1,10 @@
-// Runs SQLite checkpoints on a thread of its own. A checkpoint copies the WAL into the database file and fsyncs
-// it, which takes milliseconds; on the server's event loop that would stall every request in flight (measured:
-// p99 latency +2 ms at 1,000 requests per second). In WAL mode a checkpoint from another connection does not
-// block the server's writes. Under steady writes, though, a passive checkpoint never finds the WAL idle, so the
-// WAL would grow without end; every few passes a RESTART checkpoint (which briefly holds back new writers, after
-// the passive ones did the copying) lets the next write start the WAL from its beginning again.
+// Runs SQLite checkpoints on a thread of its own. A checkpoint copies the WAL into the database file and fsyncs it;
+// here an fsync takes ~1 ms and sometimes 30 ms or more, so a checkpoint must never run inside a commit that an
+// answer waits for (the ledger's writer runs with wal_autocheckpoint = 0). A PASSIVE checkpoint never blocks the
+// writer, but under steady writes it never finds the WAL idle, so the WAL would grow without end (seen: 370 MB);
+// every few passes a RESTART lets the next commit start the WAL from its beginning again. There is no busy handler:
+// a RESTART waiting for readers would hold the writer's lock while it slept (measured: answers stalled up to
+// 180 ms); without one it does what it can at once, and when it could not finish, the next pass tries again.
 import { Database } from "bun:sqlite";
 
 declare const self: Worker;
@@ -12,15 +13,18 @@ const restartEvery = 5;
 
 self.onmessage = (event: MessageEvent<{ path: string; intervalMs: number }>) => {
   const database = new Database(event.data.path);
-  database.run("PRAGMA busy_timeout = 1000");
-  const passive = database.query("PRAGMA wal_checkpoint(PASSIVE)");
-  const restart = database.query("PRAGMA wal_checkpoint(RESTART)");
+  database.run("PRAGMA busy_timeout = 0");
+  const passive = database.query<{ busy: number }, []>("PRAGMA wal_checkpoint(PASSIVE)");
+  const restart = database.query<{ busy: number }, []>("PRAGMA wal_checkpoint(RESTART)");
   let pass = 0;
+  let restartDue = false;
   setInterval(() => {
+    restartDue ||= ++pass % restartEvery === 0;
     try {
-      (++pass % restartEvery === 0 ? restart : passive).get();
+      if (!restartDue) passive.get();
+      else restartDue = (restart.get()?.busy ?? 0) !== 0;
     } catch {
-      // busy: the next tick tries again
+      // the database is locked right now: the next pass tries again
     }
   }, event.data.intervalMs);
 };

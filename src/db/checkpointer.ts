@@ -1,12 +1,21 @@
+import { workerModule } from "../workers";
 import type { DatabaseHandle } from "./client";
 
-/** Moves the database's checkpoints to a worker thread; returns the function that stops it. */
-export function startCheckpointer(database: DatabaseHandle, intervalMs = 200): () => void {
+/**
+ * Moves the database's checkpoints to a thread of their own (see checkpoint-worker.ts); returns the function that
+ * stops it. If the thread cannot run, `onFailure` is called so that writers checkpoint by themselves again.
+ */
+export function startCheckpointer(database: DatabaseHandle, onFailure: () => void, intervalMs = 200): () => void {
   const path = database.sqlite.filename;
   if (!path || path === ":memory:") return () => {};
   database.sqlite.run("PRAGMA wal_autocheckpoint = 0");
-  const worker = new Worker(new URL("./checkpoint-worker.ts", import.meta.url).href);
+  const worker = new Worker(workerModule("db/checkpoint-worker.ts"));
   worker.unref();
+  worker.onerror = (event) => {
+    database.sqlite.run("PRAGMA wal_autocheckpoint = 1000");
+    onFailure();
+    console.error(JSON.stringify({ level: "error", message: "the checkpoint thread stopped; SQLite checkpoints after commits instead", error: event.message }));
+  };
   worker.postMessage({ path, intervalMs });
   return () => {
     worker.terminate();

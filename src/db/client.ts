@@ -10,9 +10,12 @@ export type Drizzle = BunSQLiteDatabase<typeof schema>;
 export interface DatabaseHandle {
   sqlite: Database;
   db: Drizzle;
-  /** Runs `listener` whenever a poll finds that another connection (the CLI, another process) wrote. */
+  /**
+   * Runs `listener` whenever a poll finds that another connection (the CLI, another process) changed what the
+   * server caches: keys, organizations, usage resets (see `change_counter`).
+   */
   onExternalChange(listener: () => void): void;
-  /** One cheap `PRAGMA data_version`; calls the listeners if another connection wrote since the last poll. */
+  /** One cheap `PRAGMA data_version`, and only if that moved, one read of `change_counter`; then the listeners. */
   pollExternalChanges(): void;
   close(): void;
 }
@@ -27,7 +30,9 @@ export function openDatabase(path = process.env.SLUICE_DB ?? "data/sluice.db"): 
   sqlite.run("PRAGMA foreign_keys = ON");
   migrate(sqlite);
   const dataVersion = sqlite.query<{ data_version: number }, []>("PRAGMA data_version");
+  const changeVersion = sqlite.query<{ version: number }, []>("SELECT version FROM change_counter WHERE id = 1");
   let lastVersion = dataVersion.get()?.data_version ?? 0;
+  let lastChange = changeVersion.get()?.version ?? 0;
   const listeners: (() => void)[] = [];
   return {
     sqlite,
@@ -39,6 +44,10 @@ export function openDatabase(path = process.env.SLUICE_DB ?? "data/sluice.db"): 
       const version = dataVersion.get()?.data_version ?? 0;
       if (version === lastVersion) return;
       lastVersion = version;
+      // data_version also moves with every ledger commit of the writer thread; only a changed counter matters.
+      const change = changeVersion.get()?.version ?? 0;
+      if (change === lastChange) return;
+      lastChange = change;
       for (const listener of listeners) listener();
     },
     close() {

@@ -4,10 +4,17 @@ import { doneEvent, serverSentData } from "../upstream/sse";
  * Streams a generator's batches of serialized JSON payloads as server-sent events and ends with `data: [DONE]`. It is a Bun
  * "direct" stream: text goes straight into the response, without a chunk queue (the queue cost more CPU than
  * anything else with thousands of streams). When the client goes away, `onCancel` runs first (it aborts the
- * upstream call), then the generator is returned so its `finally` settles the request.
+ * upstream call), then the generator is returned so its `finally` settles the request. `onEnd` runs once, when the
+ * stream has been written to its end or cancelled.
  */
-export function sseResponse(payloads: AsyncGenerator<string[]>, onCancel: () => void, headers: Record<string, string>): Response {
+export function sseResponse(payloads: AsyncGenerator<string[]>, onCancel: () => void, headers: Record<string, string>, onEnd: () => void): Response {
   let cancelled = false;
+  let ended = false;
+  const end = () => {
+    if (ended) return;
+    ended = true;
+    onEnd();
+  };
   const body = new ReadableStream({
     type: "direct",
     async pull(controller: ReadableStreamDirectController) {
@@ -24,10 +31,13 @@ export function sseResponse(payloads: AsyncGenerator<string[]>, onCancel: () => 
         controller.close();
       } catch (error) {
         controller.close(error as Error);
+      } finally {
+        end();
       }
     },
     cancel() {
       cancelled = true;
+      end();
       onCancel();
       void payloads.return(undefined);
     },

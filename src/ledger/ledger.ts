@@ -1,6 +1,7 @@
 import type { Database } from "bun:sqlite";
-import { monthOf } from "../modules/admission/month";
-import { bucketMs } from "../modules/admission/window";
+import { encodeRow, LedgerWriter, type LedgerValue } from "./ledger-writer";
+import { workerModule } from "../workers";
+import type { LedgerWorkerMessage, LedgerWorkerReply } from "./ledger-worker";
 
 export interface LedgerRow {
   requestId: string;
@@ -18,99 +19,173 @@ export interface LedgerRow {
   endedAt: number;
 }
 
-interface Pending {
-  row: LedgerRow;
+interface Waiter {
   resolve: () => void;
   reject: (error: unknown) => void;
 }
 
 /**
- * A commit writes every page it touched to the WAL, so it costs far more than a row (measured here: 40 µs for a
- * one-row commit, 6 µs a row in commits of 32). When traffic is light, a row is committed on the next turn of the
- * event loop, adding no wait; once commits carry several rows (the server is busy), they are spaced this far
- * apart so that the rows finishing in between share one transaction.
+ * Handing a batch to the writer thread costs this thread a few microseconds (a copy and a wake-up), and a commit
+ * costs the writer far more than a row (measured: 40 µs alone, 6 µs a row in commits of 32). When traffic is light
+ * a row is sent on the next turn of the event loop, adding no wait; once batches carry several rows (the server
+ * is busy), they are sent this far apart, so that the rows finishing in between travel and commit together.
  */
-const busyCommitIntervalMs = 2;
-const busyBatchSize = 4;
+const busyIntervalMs = 2;
+const busyRows = 4;
+
+/** How long `flush` waits for the writer thread before giving up on what it has not committed. */
+const flushTimeoutMs = 10_000;
+
+class LedgerWriteError extends Error {
+  override name = "LedgerWriteError";
+}
 
 /**
- * The usage ledger's writer: a group commit. `record` resolves only once its row is committed, so a caller that
- * waits for it before finishing an answer never answers a request the ledger could lose.
+ * The usage ledger: a group commit on a writer thread of its own (see ledger-worker.ts). `record` resolves only
+ * once its row is committed, so a caller that waits for it before finishing an answer never answers a request the
+ * ledger could lose. The rows of one turn of the event loop travel together; an in-memory database (no file the
+ * thread could open) is written on this thread instead.
  */
 export class Ledger {
-  private pending: Pending[] = [];
+  private unsent: LedgerValue[] = [];
+  private unsentWaiters: Waiter[] = [];
+  private readonly sent: { sequence: number; waiters: Waiter[] }[] = [];
+  private sequence = 0;
   private scheduled = false;
-  private lastCommit = 0;
-  private lastBatchSize = 0;
-  private readonly insert;
-  private readonly insertBatch;
+  private lastSend = 0;
+  private lastRows = 0;
+  private failuresSeen = 0;
+  private worker: Worker | undefined;
+  private progress = new Int32Array(new SharedArrayBuffer(8));
+  private readonly local: LedgerWriter | undefined;
+  private workerStartedAt = 0;
+  private autocheckpoint = false;
 
-  constructor(private readonly sqlite: Database) {
-    this.insert = sqlite.query<unknown, [string, string, string, string, number, number, number, string, string | null, string | null, string, number, number]>(
-      `INSERT OR IGNORE INTO usage_ledger (request_id, organization_id, key_id, model, prompt_tokens, completion_tokens,
-         reasoning_tokens, outcome, error_code, rule_id, usage_source, started_at, ended_at)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-    );
-    const addMinute = sqlite.query<unknown, [string, number, number, number]>(
-      `INSERT INTO usage_minutes (organization_id, minute, tokens, last_time) VALUES (?, ?, ?, ?)
-       ON CONFLICT (organization_id, minute) DO UPDATE SET tokens = tokens + excluded.tokens, last_time = max(last_time, excluded.last_time)`,
-    );
-    const addMonth = sqlite.query<unknown, [string, number, number]>(
-      `INSERT INTO usage_months (organization_id, month, tokens) VALUES (?, ?, ?)
-       ON CONFLICT (organization_id, month) DO UPDATE SET tokens = tokens + excluded.tokens`,
-    );
-    this.insertBatch = sqlite.transaction((rows: Pending[]) => {
-      // The aggregates are summed here first: a busy batch of one organization is one upsert, not one per row.
-      const minutes = new Map<string, { organizationId: string; minute: number; tokens: number; lastTime: number }>();
-      const months = new Map<string, { organizationId: string; month: number; tokens: number }>();
-      for (const { row } of rows) {
-        this.insert.run(
-          row.requestId, row.organizationId, row.keyId, row.model, row.promptTokens, row.completionTokens,
-          row.reasoningTokens, row.outcome, row.errorCode, row.ruleId, row.usageSource, row.startedAt, row.endedAt,
-        );
-        const tokens = row.promptTokens + row.completionTokens;
-        if (tokens === 0) continue;
-        const minute = Math.floor(row.endedAt / bucketMs);
-        const minuteEntry = minutes.get(`${row.organizationId} ${minute}`);
-        if (minuteEntry) {
-          minuteEntry.tokens += tokens;
-          minuteEntry.lastTime = Math.max(minuteEntry.lastTime, row.endedAt);
-        } else minutes.set(`${row.organizationId} ${minute}`, { organizationId: row.organizationId, minute, tokens, lastTime: row.endedAt });
-        const month = monthOf(row.endedAt);
-        const monthEntry = months.get(`${row.organizationId} ${month}`);
-        if (monthEntry) monthEntry.tokens += tokens;
-        else months.set(`${row.organizationId} ${month}`, { organizationId: row.organizationId, month, tokens });
-      }
-      for (const entry of minutes.values()) addMinute.run(entry.organizationId, entry.minute, entry.tokens, entry.lastTime);
-      for (const entry of months.values()) addMonth.run(entry.organizationId, entry.month, entry.tokens);
-    });
+  constructor(sqlite: Database) {
+    const path = sqlite.filename;
+    if (!path || path === ":memory:") this.local = new LedgerWriter(sqlite);
+    else this.startWorker(path);
   }
 
   /** Queues a row for the next group commit; resolves when it is committed. */
   record(row: LedgerRow): Promise<void> {
     return new Promise((resolve, reject) => {
-      this.pending.push({ row, resolve, reject });
+      encodeRow(row, this.unsent);
+      this.unsentWaiters.push({ resolve, reject });
       if (this.scheduled) return;
       this.scheduled = true;
-      const wait = this.lastBatchSize < busyBatchSize ? 0 : this.lastCommit + busyCommitIntervalMs - performance.now();
-      if (wait <= 0) setImmediate(() => this.flush());
-      else setTimeout(() => this.flush(), wait);
+      const wait = this.lastRows < busyRows ? 0 : this.lastSend + busyIntervalMs - performance.now();
+      if (wait <= 0) setImmediate(() => this.send(false));
+      else setTimeout(() => this.send(false), wait);
     });
   }
 
-  /** Commits everything queued now (also called at shutdown). */
+  /**
+   * Commits everything recorded so far before returning (it blocks this thread until the writer is done): used
+   * before usage is read back from the database, and at shutdown.
+   */
   flush(): void {
-    this.scheduled = false;
-    const batch = this.pending;
-    if (batch.length === 0) return;
-    this.pending = [];
-    this.lastCommit = performance.now();
-    this.lastBatchSize = batch.length;
-    try {
-      this.insertBatch(batch);
-      for (const entry of batch) entry.resolve();
-    } catch (error) {
-      for (const entry of batch) entry.reject(error);
+    // Posted even when nothing is waiting: the writer handles messages in order, so this also waits for the
+    // last-used times sent before it.
+    this.send(true, true);
+    if (!this.worker) return;
+    const deadline = performance.now() + flushTimeoutMs;
+    for (let done = Atomics.load(this.progress, 0); done < this.sequence; done = Atomics.load(this.progress, 0)) {
+      const left = deadline - performance.now();
+      if (left <= 0) break;
+      Atomics.wait(this.progress, 0, done, left);
     }
+    const failures = Atomics.load(this.progress, 1);
+    // A failure whose reply has not arrived yet may be among these batches: refuse them all rather than guess.
+    this.acknowledge(Atomics.load(this.progress, 0), failures !== this.failuresSeen ? "the ledger could not be written" : undefined);
+    this.failuresSeen = failures;
+  }
+
+  /** Records when keys were last used ([key id, time] pairs), on the writer thread; nothing waits for it. */
+  touchKeys(entries: [string, number][]): void {
+    if (this.local) this.local.touchKeys(entries);
+    else if (this.worker) {
+      const message: LedgerWorkerMessage = { type: "touch", entries };
+      this.worker.postMessage(message);
+    }
+  }
+
+  /** Lets SQLite checkpoint after the writer's commits: for when the checkpoint thread cannot run. */
+  checkpointAfterCommits(): void {
+    this.autocheckpoint = true;
+    const message: LedgerWorkerMessage = { type: "autocheckpoint", enabled: true };
+    this.worker?.postMessage(message);
+  }
+
+  /** Flushes, then stops the writer thread; rows it never committed are refused. */
+  close(): void {
+    this.flush();
+    this.worker?.terminate();
+    this.worker = undefined;
+    this.acknowledge(Number.POSITIVE_INFINITY, "the ledger was closed before the row was written");
+  }
+
+  private send(urgent: boolean, evenIfEmpty = false): void {
+    this.scheduled = false;
+    if (this.unsentWaiters.length === 0 && !evenIfEmpty) return;
+    const values = this.unsent;
+    const waiters = this.unsentWaiters;
+    this.lastSend = performance.now();
+    this.lastRows = waiters.length;
+    this.unsent = [];
+    this.unsentWaiters = [];
+    if (this.local) {
+      try {
+        this.local.commit([values]);
+        for (const waiter of waiters) waiter.resolve();
+      } catch (error) {
+        for (const waiter of waiters) waiter.reject(error);
+      }
+      return;
+    }
+    if (!this.worker) {
+      for (const waiter of waiters) waiter.reject(new LedgerWriteError("the ledger is closed"));
+      return;
+    }
+    const sequence = ++this.sequence;
+    this.sent.push({ sequence, waiters });
+    const message: LedgerWorkerMessage = { type: "rows", sequence, values, urgent };
+    this.worker.postMessage(message);
+  }
+
+  /** Settles every sent batch up to `upTo`: committed, or refused with `error`. */
+  private acknowledge(upTo: number, error: string | undefined): void {
+    while (this.sent.length > 0 && (this.sent[0] as { sequence: number }).sequence <= upTo) {
+      const batch = this.sent.shift() as { waiters: Waiter[] };
+      for (const waiter of batch.waiters) {
+        if (error === undefined) waiter.resolve();
+        else waiter.reject(new LedgerWriteError(error));
+      }
+    }
+  }
+
+  private startWorker(path: string): void {
+    const worker = new Worker(workerModule("ledger/ledger-worker.ts"));
+    worker.unref();
+    worker.onmessage = (event: MessageEvent<LedgerWorkerReply>) => {
+      const reply = event.data;
+      this.failuresSeen = Math.max(this.failuresSeen, reply.failures);
+      this.acknowledge(reply.upTo, reply.error);
+    };
+    worker.onerror = (event) => {
+      // The thread died: what it had not committed is refused, and a new thread takes the next rows.
+      this.acknowledge(Number.POSITIVE_INFINITY, `the ledger's writer stopped: ${event.message}`);
+      if (this.worker !== worker) return;
+      // A thread that dies at once (the file cannot be opened) is not restarted in a loop: rows are refused instead.
+      if (performance.now() - this.workerStartedAt > 1000) this.startWorker(path);
+      else this.worker = undefined;
+    };
+    this.progress = new Int32Array(new SharedArrayBuffer(8));
+    this.sequence = 0;
+    this.failuresSeen = 0;
+    this.worker = worker;
+    this.workerStartedAt = performance.now();
+    const open: LedgerWorkerMessage = { type: "open", path, progress: this.progress.buffer as SharedArrayBuffer, autocheckpoint: this.autocheckpoint };
+    worker.postMessage(open);
   }
 }

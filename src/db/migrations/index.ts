@@ -8,6 +8,7 @@ import refusals from "./0002_refusals.sql" with { type: "text" };
 import usageAggregates from "./0003_usage_aggregates.sql" with { type: "text" };
 import consoleTables from "./0004_console.sql" with { type: "text" };
 import dropTimeIndex from "./0005_drop_time_index.sql" with { type: "text" };
+import changeCounter from "./0006_change_counter.sql" with { type: "text" };
 
 export interface EmbeddedMigration {
   tag: string;
@@ -21,6 +22,7 @@ const sqlByTag: Record<string, string> = {
   "0003_usage_aggregates": usageAggregates,
   "0004_console": consoleTables,
   "0005_drop_time_index": dropTimeIndex,
+  "0006_change_counter": changeCounter,
 };
 
 export const journalTags: string[] = journal.entries.map((entry) => entry.tag);

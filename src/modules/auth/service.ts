@@ -39,12 +39,13 @@ export class AuthService {
   private readonly cache = new Map<string, KeyRecord>();
   private readonly lastUsed = new Map<string, number>();
   private readonly lookup;
-  private readonly touch;
   private readonly flushTimer: Timer;
 
   constructor(
     private readonly database: DatabaseHandle,
     private readonly plans: ReadonlyMap<string, PlanConfig>,
+    /** Writes [key id, time] pairs of last use; off the request thread (the ledger's writer), as it is a write. */
+    private readonly touchKeys: (entries: [string, number][]) => void,
   ) {
     const sqlite: Database = database.sqlite;
     this.lookup = sqlite.query<KeyRecord, [string]>(
@@ -52,9 +53,6 @@ export class AuthService {
               o.status AS organizationStatus, o.plan AS planId, k.expires_at AS expiresAt, k.revoked_at AS revokedAt
          FROM api_keys k JOIN organizations o ON o.id = k.organization_id
         WHERE k.hash = ?`,
-    );
-    this.touch = sqlite.query<unknown, [number, string]>(
-      "UPDATE api_keys SET last_used_at = max(coalesce(last_used_at, 0), ?) WHERE id = ?",
     );
     database.onExternalChange(() => this.cache.clear());
     this.flushTimer = setInterval(() => this.flushLastUsed(), lastUsedFlushMs);
@@ -89,14 +87,12 @@ export class AuthService {
     this.cache.clear();
   }
 
-  /** Writes pending last-used times in one transaction. */
+  /** Hands the pending last-used times to the writer. */
   flushLastUsed(): void {
     if (this.lastUsed.size === 0) return;
     const pending = [...this.lastUsed];
     this.lastUsed.clear();
-    this.database.sqlite.transaction(() => {
-      for (const [keyId, time] of pending) this.touch.run(time, keyId);
-    })();
+    this.touchKeys(pending);
   }
 
   close(): void {

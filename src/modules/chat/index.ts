@@ -55,12 +55,20 @@ export const chatRoutes = (chat: ChatService, auth: AuthService, options: ChatRo
         const upstreamAbort = new AbortController();
         const onClientGone = () => upstreamAbort.abort();
         request.signal.addEventListener("abort", onClientGone, { once: true });
-        const result = await chat.create(body, { caller, requestId, abort: upstreamAbort, record, finish: () => options.finish(record) });
-        // The abort listener stays: once the answer is complete, aborting its controller does nothing.
-        if (result.kind === "whole") {
-          return new Response(JSON.stringify(result.body), { headers: { ...result.headers, "content-type": "application/json", "x-request-id": requestId } });
+        const lifecycle = options.lifecycle;
+        lifecycle.openAnswers++;
+        let streaming = false;
+        try {
+          const result = await chat.create(body, { caller, requestId, abort: upstreamAbort, record, finish: () => options.finish(record) });
+          // The abort listener stays: once the answer is complete, aborting its controller does nothing.
+          if (result.kind === "whole") {
+            return new Response(JSON.stringify(result.body), { headers: { ...result.headers, "content-type": "application/json", "x-request-id": requestId } });
+          }
+          streaming = true;
+          return sseResponse(result.chunks, onClientGone, { ...result.headers, "x-request-id": requestId }, () => lifecycle.openAnswers--);
+        } finally {
+          if (!streaming) lifecycle.openAnswers--;
         }
-        return sseResponse(result.chunks, onClientGone, { ...result.headers, "x-request-id": requestId });
       },
       { parse: "none" },
     );

@@ -8,6 +8,8 @@ import type { RequestRecord } from "./request-record";
 export interface Lifecycle {
   /** Set when the server is stopping: new work is refused and /readyz answers 503. */
   draining: boolean;
+  /** Chat answers whose last byte is not yet handed to the socket; a stop waits for them before closing connections. */
+  openAnswers: number;
 }
 
 export interface ObservabilityOptions {

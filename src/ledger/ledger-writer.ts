@@ -1,0 +1,82 @@
+import type { Database } from "bun:sqlite";
+import { monthOf } from "../modules/admission/month";
+import { bucketMs } from "../modules/admission/window";
+import type { LedgerRow } from "./ledger";
+
+/** A row as it crosses to the writer thread: its 13 fields in a flat array (cheaper to copy than objects). */
+export type LedgerValue = string | number | null;
+export const fieldsPerRow = 13;
+
+/** Appends one row's fields to `values`, in the order of the INSERT below. */
+export function encodeRow(row: LedgerRow, values: LedgerValue[]): void {
+  values.push(
+    row.requestId, row.organizationId, row.keyId, row.model, row.promptTokens, row.completionTokens, row.reasoningTokens,
+    row.outcome, row.errorCode, row.ruleId, row.usageSource, row.startedAt, row.endedAt,
+  );
+}
+
+/**
+ * The writes of the request path: ledger rows with the usage aggregates beside them (usage_minutes, usage_months),
+ * and keys' last-used times.
+ */
+export class LedgerWriter {
+  private readonly write: (batches: LedgerValue[][]) => void;
+  private readonly touch: (entries: [string, number][]) => void;
+
+  constructor(sqlite: Database) {
+    const insert = sqlite.query<unknown, LedgerValue[]>(
+      `INSERT OR IGNORE INTO usage_ledger (request_id, organization_id, key_id, model, prompt_tokens, completion_tokens,
+         reasoning_tokens, outcome, error_code, rule_id, usage_source, started_at, ended_at)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    );
+    const addMinute = sqlite.query<unknown, [string, number, number, number]>(
+      `INSERT INTO usage_minutes (organization_id, minute, tokens, last_time) VALUES (?, ?, ?, ?)
+       ON CONFLICT (organization_id, minute) DO UPDATE SET tokens = tokens + excluded.tokens, last_time = max(last_time, excluded.last_time)`,
+    );
+    const addMonth = sqlite.query<unknown, [string, number, number]>(
+      `INSERT INTO usage_months (organization_id, month, tokens) VALUES (?, ?, ?)
+       ON CONFLICT (organization_id, month) DO UPDATE SET tokens = tokens + excluded.tokens`,
+    );
+    const touchKey = sqlite.query<unknown, [number, string]>("UPDATE api_keys SET last_used_at = max(coalesce(last_used_at, 0), ?) WHERE id = ?");
+    this.touch = sqlite.transaction((entries: [string, number][]) => {
+      for (const [keyId, time] of entries) touchKey.run(time, keyId);
+    });
+    this.write = sqlite.transaction((batches: LedgerValue[][]) => {
+      // The aggregates are summed here first: a busy batch of one organization is one upsert, not one per row.
+      const minutes = new Map<string, { organizationId: string; minute: number; tokens: number; lastTime: number }>();
+      const months = new Map<string, { organizationId: string; month: number; tokens: number }>();
+      for (const values of batches) {
+        for (let start = 0; start < values.length; start += fieldsPerRow) {
+          const row = values.slice(start, start + fieldsPerRow);
+          insert.run(...row);
+          const organizationId = row[1] as string;
+          const tokens = (row[4] as number) + (row[5] as number);
+          const endedAt = row[12] as number;
+          if (tokens === 0) continue;
+          const minute = Math.floor(endedAt / bucketMs);
+          const minuteEntry = minutes.get(`${organizationId} ${minute}`);
+          if (minuteEntry) {
+            minuteEntry.tokens += tokens;
+            minuteEntry.lastTime = Math.max(minuteEntry.lastTime, endedAt);
+          } else minutes.set(`${organizationId} ${minute}`, { organizationId, minute, tokens, lastTime: endedAt });
+          const month = monthOf(endedAt);
+          const monthEntry = months.get(`${organizationId} ${month}`);
+          if (monthEntry) monthEntry.tokens += tokens;
+          else months.set(`${organizationId} ${month}`, { organizationId, month, tokens });
+        }
+      }
+      for (const entry of minutes.values()) addMinute.run(entry.organizationId, entry.minute, entry.tokens, entry.lastTime);
+      for (const entry of months.values()) addMonth.run(entry.organizationId, entry.month, entry.tokens);
+    });
+  }
+
+  /** Commits batches of encoded rows in one transaction; throws (and commits nothing) if any write fails. */
+  commit(batches: LedgerValue[][]): void {
+    this.write(batches);
+  }
+
+  /** Records when keys were last used: [key id, time] pairs, in one transaction. */
+  touchKeys(entries: [string, number][]): void {
+    this.touch(entries);
+  }
+}

@@ -1,0 +1,36 @@
+import { Database } from "bun:sqlite";
+import { expect, test } from "bun:test";
+import { join } from "node:path";
+import { openDatabase } from "../../src/db/client";
+import { temporaryDirectory } from "../helpers";
+
+test("another connection's writes: ledger rows do not wake the server's caches; keys, organizations and resets do", () => {
+  const directory = temporaryDirectory();
+  const path = join(directory.path, "sluice.db");
+  const database = openDatabase(path);
+  let wakes = 0;
+  database.onExternalChange(() => wakes++);
+  const other = new Database(path);
+  const poll = () => {
+    database.pollExternalChanges();
+    return wakes;
+  };
+  other.run("INSERT INTO usage_ledger (request_id, organization_id, key_id, model, prompt_tokens, completion_tokens, reasoning_tokens, outcome, usage_source, started_at, ended_at) VALUES ('r1', 'o', 'k', 'm', 1, 1, 0, 'completed', 'upstream', 0, 0)");
+  other.run("INSERT INTO usage_minutes (organization_id, minute, tokens, last_time) VALUES ('o', 1, 2, 0)");
+  expect(poll()).toBe(0);
+  other.run("INSERT INTO organizations (id, name, plan, status, created_at) VALUES ('o', 'acme', 'default', 'active', 0)");
+  expect(poll()).toBe(1);
+  other.run("INSERT INTO api_keys (id, organization_id, name, prefix, hash, created_at) VALUES ('k', 'o', 'k', 'p', 'h', 0)");
+  expect(poll()).toBe(2);
+  other.run("UPDATE api_keys SET last_used_at = 5 WHERE id = 'k'");
+  expect(poll()).toBe(2);
+  other.run("UPDATE api_keys SET revoked_at = 6 WHERE id = 'k'");
+  expect(poll()).toBe(3);
+  other.run("UPDATE organizations SET status = 'suspended' WHERE id = 'o'");
+  expect(poll()).toBe(4);
+  other.run("INSERT INTO usage_resets (organization_id, reset_at) VALUES ('o', 7)");
+  expect(poll()).toBe(5);
+  other.close();
+  database.close();
+  directory.remove();
+});

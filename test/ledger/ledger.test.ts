@@ -1,0 +1,125 @@
+import { Database } from "bun:sqlite";
+import { afterEach, expect, test } from "bun:test";
+import { copyFileSync } from "node:fs";
+import { join } from "node:path";
+import { startCheckpointer } from "../../src/db/checkpointer";
+import { openDatabase, type DatabaseHandle } from "../../src/db/client";
+import { Ledger, type LedgerRow } from "../../src/ledger/ledger";
+import { eventually, temporaryDirectory } from "../helpers";
+
+const cleanups: (() => void)[] = [];
+afterEach(() => {
+  for (const cleanup of cleanups.splice(0)) cleanup();
+});
+
+function setup(): { database: DatabaseHandle; ledger: Ledger; path: string; reader: Database } {
+  const directory = temporaryDirectory();
+  const path = join(directory.path, "sluice.db");
+  const database = openDatabase(path);
+  const ledger = new Ledger(database.sqlite);
+  // Another connection, as the CLI or a crash-restarted server would read it.
+  const reader = new Database(path, { readonly: true });
+  cleanups.push(() => {
+    ledger.close();
+    reader.close();
+    database.close();
+    directory.remove();
+  });
+  return { database, ledger, path, reader };
+}
+
+let counter = 0;
+function row(overrides: Partial<LedgerRow> = {}): LedgerRow {
+  const now = Date.now();
+  return {
+    requestId: `req_test${String(++counter).padStart(8, "0")}`,
+    organizationId: "org_a",
+    keyId: "key_a",
+    model: "m",
+    promptTokens: 10,
+    completionTokens: 5,
+    reasoningTokens: 2,
+    outcome: "completed",
+    errorCode: null,
+    ruleId: null,
+    usageSource: "upstream",
+    startedAt: now,
+    endedAt: now,
+    ...overrides,
+  };
+}
+
+const count = (reader: Database, sql: string) => (reader.query(sql).get() as { value: number }).value;
+
+test("500 rows recorded at once: each promise resolves only when another connection can read its row, aggregates included", async () => {
+  const { ledger, reader } = setup();
+  const rows = Array.from({ length: 500 }, () => row());
+  const seenAtResolve: boolean[] = [];
+  const lookup = reader.query("SELECT 1 FROM usage_ledger WHERE request_id = ?");
+  await Promise.all(rows.map((entry) => ledger.record(entry).then(() => seenAtResolve.push(lookup.get(entry.requestId) !== null))));
+  expect(seenAtResolve).toHaveLength(500);
+  expect(seenAtResolve.every(Boolean)).toBe(true);
+  expect(count(reader, "SELECT count(*) AS value FROM usage_ledger")).toBe(500);
+  expect(count(reader, "SELECT sum(tokens) AS value FROM usage_minutes")).toBe(500 * 15);
+  expect(count(reader, "SELECT sum(tokens) AS value FROM usage_months")).toBe(500 * 15);
+});
+
+test("flush commits everything recorded so far before it returns", async () => {
+  const { ledger, reader } = setup();
+  const pending = [ledger.record(row()), ledger.record(row()), ledger.record(row())];
+  ledger.flush();
+  expect(count(reader, "SELECT count(*) AS value FROM usage_ledger")).toBe(3);
+  await Promise.all(pending);
+});
+
+test("a commit that fails refuses its rows (never a silent loss); the next rows are written", async () => {
+  const { database, ledger, reader } = setup();
+  database.sqlite.run("CREATE TRIGGER poison BEFORE INSERT ON usage_ledger WHEN NEW.model = 'poison' BEGIN SELECT RAISE(ABORT, 'poisoned row'); END");
+  const refused = ledger.record(row({ model: "poison" }));
+  await expect(refused).rejects.toThrow("poisoned row");
+  await ledger.record(row());
+  expect(count(reader, "SELECT count(*) AS value FROM usage_ledger")).toBe(1);
+});
+
+test("after close, rows are refused rather than left waiting", async () => {
+  const { ledger } = setup();
+  await ledger.record(row());
+  ledger.close();
+  await expect(ledger.record(row())).rejects.toThrow("closed");
+});
+
+test("an in-memory database is written on the server's thread", async () => {
+  const database = openDatabase(":memory:");
+  const ledger = new Ledger(database.sqlite);
+  await ledger.record(row());
+  expect((database.sqlite.query("SELECT count(*) AS value FROM usage_ledger").get() as { value: number }).value).toBe(1);
+  ledger.close();
+  database.close();
+});
+
+test("keys' last-used times are written by the writer thread", async () => {
+  const { database, ledger, reader } = setup();
+  database.sqlite.run("INSERT INTO organizations (id, name, plan, status, created_at) VALUES ('org_a', 'a', 'default', 'active', 0)");
+  database.sqlite.run("INSERT INTO api_keys (id, organization_id, name, prefix, hash, created_at) VALUES ('key_a', 'org_a', 'k', 'sk-sluice-ab', 'h', 0)");
+  ledger.touchKeys([["key_a", 1234]]);
+  ledger.flush();
+  expect(count(reader, "SELECT last_used_at AS value FROM api_keys WHERE id = 'key_a'")).toBe(1234);
+});
+
+test("with the checkpoint thread, committed rows reach the database file itself while writes go on", async () => {
+  const { database, ledger, path } = setup();
+  const stop = startCheckpointer(database, () => ledger.checkpointAfterCommits(), 20);
+  cleanups.unshift(stop);
+  const last = row();
+  for (let batch = 0; batch < 20; batch++) await Promise.all(Array.from({ length: 50 }, () => ledger.record(row())));
+  await ledger.record(last);
+  const copy = `${path}.copy`;
+  // The database file alone (no WAL beside it) holds only what a checkpoint copied into it.
+  await eventually(() => {
+    copyFileSync(path, copy);
+    const snapshot = new Database(copy, { readonly: true });
+    const found = snapshot.query("SELECT 1 FROM usage_ledger WHERE request_id = ?").get(last.requestId) !== null;
+    snapshot.close();
+    return found;
+  }, 5000);
+});
