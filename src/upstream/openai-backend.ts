@@ -3,7 +3,7 @@ import { UpstreamError } from "../errors";
 import { abortAfter } from "./deadlines";
 import { errorFromFailure, errorFromStatus } from "./errors";
 import { eventsOfChunk, reasoningOf, usageOf } from "./normalize";
-import { readServerSentEvents } from "./sse";
+import { ServerSentEventDecoder } from "./sse";
 import type { Backend, BackendRequest, Completion, CompletionEvent, ToolCallDelta } from "./types";
 
 /**
@@ -80,27 +80,36 @@ export class OpenAIBackend implements Backend {
       answered = true;
       call.arm(idle);
       if (!response.body) throw new UpstreamError(`The upstream for model ${this.modelId} sent no body.`, { isRetryable: true });
-      for await (const batch of readServerSentEvents(response.body)) {
-        if (idle !== undefined) call.arm(idle);
-        const events: CompletionEvent[] = [];
-        let failure: UpstreamError | undefined;
-        for (const data of batch) {
-          if (data === "[DONE]") {
-            if (events.length > 0) yield events;
-            return;
+      const decoder = new ServerSentEventDecoder();
+      const reads = response.body[Symbol.asyncIterator]();
+      try {
+        for (let read = await reads.next(); ; read = await reads.next()) {
+          if (idle !== undefined) call.arm(idle);
+          // At the end, the decoder gives what the last bytes completed.
+          const batch = decoder.feed(read.done ? undefined : read.value);
+          const events: CompletionEvent[] = [];
+          let failure: UpstreamError | undefined;
+          for (const data of batch) {
+            if (data === "[DONE]") {
+              if (events.length > 0) yield events;
+              return;
+            }
+            failure = this.collect(data, events);
+            if (failure) break;
           }
-          failure = this.collect(data, events);
-          if (failure) break;
+          if (!finished) finished = events.some((event) => event.type === "finish");
+          // What arrived before a failure in the same read is still relayed (and billed) before the failure.
+          if (events.length > 0) yield events;
+          if (failure) throw failure;
+          if (read.done) break;
         }
-        if (!finished) finished = events.some((event) => event.type === "finish");
-        // What arrived before a failure in the same read is still relayed (and billed) before the failure.
-        if (events.length > 0) yield events;
-        if (failure) throw failure;
+      } finally {
+        // Leaving early (the consumer stopped, a failure) cancels the body, and so the upstream request.
+        await reads.return?.();
       }
       if (!finished) throw new UpstreamError(`The upstream stream for model ${this.modelId} ended before the answer did.`, { isRetryable: true });
     } catch (error) {
-      // A stream reached the upstream once its status line arrived. Returning early (the consumer stopped) ends the
-      // body's iteration, which cancels the body and so the upstream request.
+      // A stream reached the upstream once its status line arrived.
       throw errorFromFailure(this.modelId, error, call.signal, answered);
     } finally {
       call.done();
