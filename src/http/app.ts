@@ -12,7 +12,7 @@ import type { ModelRegistry } from "../modules/models/registry";
 import { finishRecord, observabilityRoutes, type Lifecycle } from "../modules/observability/index";
 import type { Logger } from "../modules/observability/logger";
 import type { Metrics } from "../modules/observability/metrics";
-import { recordOf, startRecord } from "../modules/observability/request-record";
+import { recordOf, startRecord, type RequestRecord } from "../modules/observability/request-record";
 import { ClientGoneError } from "../upstream/errors";
 import { errorResponse, toSluiceError } from "./error-response";
 import { openApiDocument } from "./openapi";
@@ -46,7 +46,8 @@ function routeOf(url: string): string {
 export function createApp(deps: AppDependencies) {
   // The console's page is a Bun HTML import: Bun bundles it (Preact, uPlot, CSS), also into the compiled executable,
   // and serves it natively; Elysia hands such routes to Bun.serve only through `serve.routes`.
-  return new Elysia({ name: "sluice", serve: { routes: { "/": consolePage } } })
+  const finish = (record: RequestRecord) => finishRecord(record, deps.metrics, deps.logger);
+  const app = new Elysia({ name: "sluice", serve: { routes: { "/": consolePage } } })
     .onRequest(({ request, set }) => {
       const requestId = newRequestId();
       const route = routeOf(request.url);
@@ -63,6 +64,8 @@ export function createApp(deps: AppDependencies) {
         record.status = sluiceError.status;
         record.code = sluiceError.code;
         record.deferred = false;
+        // The chat route has no onAfterResponse (see below): its failures are logged here.
+        if (record.route === chatRoute) finish(record);
       }
       // A caller who left gets no answer; that is not a server fault worth logging.
       if (sluiceError.code === "internal_error" && !(error instanceof ClientGoneError)) {
@@ -70,16 +73,27 @@ export function createApp(deps: AppDependencies) {
       }
       return errorResponse(sluiceError, requestId);
     })
+    // Mounted before onAfterResponse, so that the hottest route pays for no hook it does not need: it logs and
+    // counts its own requests (hooks apply to the routes registered after them).
+    .use(
+      chatRoutes(deps.chat, deps.auth, {
+        maxBodyBytes: deps.maxBodyBytes,
+        lifecycle: deps.lifecycle,
+        finish,
+        models: deps.models,
+        waitWithoutTimeout: (request) => app.server?.timeout(request, 0),
+      }),
+    )
     .onAfterResponse(({ request, set }) => {
       const record = recordOf(request);
       if (!record || record.deferred) return;
       record.status ??= typeof set.status === "number" ? set.status : 200;
-      finishRecord(record, deps.metrics, deps.logger);
+      finish(record);
     })
     .get("/openapi.json", () => openApiDocument)
     .use(observabilityRoutes({ metrics: deps.metrics, database: deps.database, lifecycle: deps.lifecycle, metricsToken: deps.metricsToken }))
     .use(consoleRoutes(deps.console.service, deps.console.accounts))
-    .use(modelRoutes(deps.models, deps.auth))
-    .use(chatRoutes(deps.chat, deps.auth, { maxBodyBytes: deps.maxBodyBytes, lifecycle: deps.lifecycle, finish: (record) => finishRecord(record, deps.metrics, deps.logger), models: deps.models }));
+    .use(modelRoutes(deps.models, deps.auth));
+  return app;
 }
 

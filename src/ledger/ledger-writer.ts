@@ -47,11 +47,16 @@ export class LedgerWriter {
       const months = new Map<string, { organizationId: string; month: number; tokens: number }>();
       for (const values of batches) {
         for (let start = 0; start < values.length; start += fieldsPerRow) {
-          const row = values.slice(start, start + fieldsPerRow);
-          insert.run(...row);
-          const organizationId = row[1] as string;
-          const tokens = (row[4] as number) + (row[5] as number);
-          const endedAt = row[12] as number;
+          // Positional, without slicing each row out: fewer allocations, fewer collections on this thread.
+          insert.run(
+            values[start] as LedgerValue, values[start + 1] as LedgerValue, values[start + 2] as LedgerValue, values[start + 3] as LedgerValue,
+            values[start + 4] as LedgerValue, values[start + 5] as LedgerValue, values[start + 6] as LedgerValue, values[start + 7] as LedgerValue,
+            values[start + 8] as LedgerValue, values[start + 9] as LedgerValue, values[start + 10] as LedgerValue, values[start + 11] as LedgerValue,
+            values[start + 12] as LedgerValue,
+          );
+          const organizationId = values[start + 1] as string;
+          const tokens = (values[start + 4] as number) + (values[start + 5] as number);
+          const endedAt = values[start + 12] as number;
           if (tokens === 0) continue;
           const minute = Math.floor(endedAt / bucketMs);
           const minuteEntry = minutes.get(`${organizationId} ${minute}`);

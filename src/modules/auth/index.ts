@@ -1,11 +1,22 @@
 import { Elysia } from "elysia";
 import { recordOf } from "../observability/request-record";
-import type { AuthService } from "./service";
+import type { AuthService, Caller } from "./service";
 
 /** The key of `Authorization: Bearer KEY`; only that header (never a query parameter, which lands in access logs). */
 export function bearerKey(request: Request): string | undefined {
   const authorization = request.headers.get("authorization");
   return authorization?.startsWith("Bearer ") ? authorization.slice(7).trim() : undefined;
+}
+
+/** The caller of a request, noted in its record (for the log line and metrics); throws 401/403 as SluiceErrors. */
+export function authenticateRequest(auth: AuthService, request: Request): Caller {
+  const caller = auth.authenticate(bearerKey(request));
+  const record = recordOf(request);
+  if (record) {
+    record.organizationId = caller.organizationId;
+    record.keyId = caller.keyId;
+  }
+  return caller;
 }
 
 /**
@@ -15,12 +26,4 @@ export function bearerKey(request: Request): string | undefined {
  * accept an `access_token` query parameter.
  */
 export const authPlugin = (auth: AuthService) =>
-  new Elysia({ name: "auth" }).resolve({ as: "scoped" }, ({ request }) => {
-    const caller = auth.authenticate(bearerKey(request));
-    const record = recordOf(request);
-    if (record) {
-      record.organizationId = caller.organizationId;
-      record.keyId = caller.keyId;
-    }
-    return { caller };
-  });
+  new Elysia({ name: "auth" }).resolve({ as: "scoped" }, ({ request }) => ({ caller: authenticateRequest(auth, request) }));
