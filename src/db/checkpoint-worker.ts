@@ -1,6 +1,9 @@
 // Runs SQLite checkpoints on a thread of its own. A checkpoint copies the WAL into the database file and fsyncs it;
-// here an fsync takes ~1 ms and sometimes 30 ms or more, so a checkpoint must never run inside a commit that an
-// answer waits for (the ledger's writer runs with wal_autocheckpoint = 0). A PASSIVE checkpoint never blocks the
+// here an fsync takes ~1 ms and sometimes 30-150 ms, so a checkpoint must never run inside a commit that an answer
+// waits for (the ledger's writer runs with wal_autocheckpoint = 0). Even beside it, a slow fsync can hold up the
+// writer's WAL appends (the filesystem's journal; measured: single-row commits of 120-130 ms during 150 ms
+// checkpoints), so passes run once a second rather than five times (fewer fsyncs; p99 at 1,000 requests a second
+// was no worse, and it removed most commit stalls). A PASSIVE checkpoint never blocks the
 // writer, but under steady writes it never finds the WAL idle, so the WAL would grow without end (seen: 370 MB).
 // Once the WAL holds more than `restartFrames`, a RESTART (right after a PASSIVE pass did the copying) lets the
 // next commit start the WAL from its beginning again; it holds the writer back for about one fsync, so it runs

@@ -5,7 +5,7 @@ import type { DatabaseHandle } from "./client";
  * Moves the database's checkpoints to a thread of their own (see checkpoint-worker.ts); returns the function that
  * stops it. If the thread cannot run, `onFailure` is called so that writers checkpoint by themselves again.
  */
-export function startCheckpointer(database: DatabaseHandle, onFailure: () => void, intervalMs = 200): () => void {
+export function startCheckpointer(database: DatabaseHandle, onFailure: () => void, intervalMs = 1000): () => void {
   const path = database.sqlite.filename;
   if (!path || path === ":memory:") return () => {};
   database.sqlite.run("PRAGMA wal_autocheckpoint = 0");

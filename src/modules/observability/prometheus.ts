@@ -29,11 +29,12 @@ abstract class Labelled<Entry> implements Metric {
   ) {}
 
   protected entryFor(labels: Labels, create: () => Entry): Entry {
-    const values = this.labelNames.map((name) => labels[name] ?? "");
-    const key = values.join("\u0000");
+    // Called several times per request: the key is built without intermediate arrays.
+    let key = "";
+    for (const name of this.labelNames) key += `${labels[name] ?? ""}\u0000`;
     let found = this.entries.get(key);
     if (!found) {
-      found = { values, entry: create() };
+      found = { values: this.labelNames.map((name) => labels[name] ?? ""), entry: create() };
       this.entries.set(key, found);
     }
     return found.entry;
