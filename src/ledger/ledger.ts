@@ -56,7 +56,7 @@ export class Ledger {
   private lastRows = 0;
   private failuresSeen = 0;
   private worker: Worker | undefined;
-  private progress = new Int32Array(new SharedArrayBuffer(8));
+  private progress = new Int32Array(new SharedArrayBuffer(12));
   private readonly local: LedgerWriter | undefined;
   private workerStartedAt = 0;
   private autocheckpoint = false;
@@ -120,6 +120,13 @@ export class Ledger {
   /** Flushes, then stops the writer thread; rows it never committed are refused. */
   close(): void {
     this.flush();
+    if (this.worker) {
+      // The writer closes its connection first: the last connection to close empties the WAL, so the next start
+      // does not have to read it back.
+      const message: LedgerWorkerMessage = { type: "close" };
+      this.worker.postMessage(message);
+      Atomics.wait(this.progress, 2, 0, flushTimeoutMs);
+    }
     this.worker?.terminate();
     this.worker = undefined;
     this.acknowledge(Number.POSITIVE_INFINITY, "the ledger was closed before the row was written");
@@ -180,7 +187,7 @@ export class Ledger {
       if (performance.now() - this.workerStartedAt > 1000) this.startWorker(path);
       else this.worker = undefined;
     };
-    this.progress = new Int32Array(new SharedArrayBuffer(8));
+    this.progress = new Int32Array(new SharedArrayBuffer(12));
     this.sequence = 0;
     this.failuresSeen = 0;
     this.worker = worker;

@@ -123,3 +123,22 @@ test("with the checkpoint thread, committed rows reach the database file itself 
     return found;
   }, 5000);
 });
+
+test("a stop leaves no WAL to read back: the writer closes its connection, the last checkpoint truncates", async () => {
+  const directory = temporaryDirectory();
+  const path = join(directory.path, "sluice.db");
+  const database = openDatabase(path);
+  const ledger = new Ledger(database.sqlite);
+  const stop = startCheckpointer(database, () => ledger.checkpointAfterCommits(), 1000);
+  for (let batch = 0; batch < 10; batch++) await Promise.all(Array.from({ length: 100 }, () => ledger.record(row())));
+  expect(Bun.file(`${path}-wal`).size).toBeGreaterThan(0);
+  ledger.close();
+  stop();
+  database.close();
+  const wal = Bun.file(`${path}-wal`);
+  expect((await wal.exists()) ? wal.size : 0).toBe(0);
+  const reader = new Database(path, { readonly: true });
+  expect(count(reader, "SELECT count(*) AS value FROM usage_ledger")).toBe(1000);
+  reader.close();
+  directory.remove();
+});
