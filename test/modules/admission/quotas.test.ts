@@ -233,7 +233,10 @@ describe("every path settles", () => {
         // The early cancels left a row only if the upstream had accepted them: never more rows than requests it got.
         expect(slowRows.length).toBeLessThanOrEqual(bodiesFor("slow-30-10"));
         expect(slowRows.length).toBeGreaterThanOrEqual(300);
-        expect(slowRows.filter((row) => row.outcome === "client_disconnected").length).toBeGreaterThanOrEqual(290);
+        // Each cancel point (0-29 words) is used by 10 streams; those cancelled after the last two words may finish
+        // before the abort reaches the server (the answer then waits for its commit): completed, nothing else.
+        expect(slowRows.filter((row) => row.outcome === "client_disconnected").length).toBeGreaterThanOrEqual(280);
+        expect(slowRows.every((row) => row.outcome === "client_disconnected" || row.outcome === "completed")).toBe(true);
         expect(slowRows.filter((row) => row.completion_tokens > 0).length).toBeGreaterThanOrEqual(290);
         // What the ledger says equals what admission counted.
         const organizationId = rows[0]!.organization_id;
