@@ -6,6 +6,10 @@ import { doneEvent, serverSentData } from "../upstream/sse";
  * anything else with thousands of streams). When the client goes away, `onCancel` runs first (it aborts the
  * upstream call), then the generator is returned so its `finally` settles the request. `onEnd` runs once, when the
  * stream has been written to its end or cancelled.
+ *
+ * The generator is started at once, not at the first pull: a client that leaves before the response starts gets
+ * cancel() without any pull(), and returning a generator that never started skips its `finally`, which would leave
+ * the request's slot and reservation held for ever.
  */
 export function sseResponse(payloads: AsyncGenerator<string[]>, onCancel: () => void, headers: Record<string, string>, onEnd: () => void): Response {
   let cancelled = false;
@@ -15,11 +19,14 @@ export function sseResponse(payloads: AsyncGenerator<string[]>, onCancel: () => 
     ended = true;
     onEnd();
   };
+  const first = payloads.next();
+  // Awaited by pull; if the stream is cancelled instead, a failure here must not surface as unhandled.
+  first.catch(() => undefined);
   const body = new ReadableStream({
     type: "direct",
     async pull(controller: ReadableStreamDirectController) {
       try {
-        for (let result = await payloads.next(); !result.done && !cancelled; result = await payloads.next()) {
+        for (let result = await first; !result.done && !cancelled; result = await payloads.next()) {
           // A batch (the events of one upstream read) goes out in one write.
           controller.write(result.value.length === 1 ? serverSentData(result.value[0] as string) : result.value.map(serverSentData).join(""));
           await controller.flush();

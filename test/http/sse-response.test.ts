@@ -1,0 +1,36 @@
+import { expect, test } from "bun:test";
+import { sseResponse } from "../../src/http/sse-response";
+
+/** A producer like ChatService's relay: its `finally` is where a request is settled. */
+function producer(log: string[]) {
+  return (async function* () {
+    try {
+      yield ['{"n":1}'];
+      yield ['{"n":2}'];
+    } finally {
+      log.push("settled");
+    }
+  })();
+}
+
+test("a client that leaves before the first byte (cancel without any pull) still gets its request settled", async () => {
+  const log: string[] = [];
+  const ends: string[] = [];
+  const response = sseResponse(producer(log), () => log.push("upstream aborted"), {}, () => ends.push("end"));
+  // What Bun does when the client is gone before the response starts: cancel() on a stream never pulled.
+  await (response.body as ReadableStream<Uint8Array>).cancel();
+  await Bun.sleep(0);
+  expect(log).toEqual(["upstream aborted", "settled"]);
+  expect(ends).toEqual(["end"]);
+});
+
+test("a stream read to its end: every batch, then [DONE]; settled once, ended once", async () => {
+  const log: string[] = [];
+  const ends: string[] = [];
+  const response = sseResponse(producer(log), () => log.push("upstream aborted"), { "x-request-id": "req_1" }, () => ends.push("end"));
+  expect(response.headers.get("content-type")).toBe("text/event-stream; charset=utf-8");
+  expect(response.headers.get("x-request-id")).toBe("req_1");
+  expect(await response.text()).toBe('data: {"n":1}\n\ndata: {"n":2}\n\ndata: [DONE]\n\n');
+  expect(log).toEqual(["settled"]);
+  expect(ends).toEqual(["end"]);
+});
