@@ -1,3 +1,4 @@
+import { afterAll, beforeEach } from "bun:test";
 import { mkdtempSync, rmSync } from "node:fs";
 import http from "node:http";
 import { Readable } from "node:stream";
@@ -13,9 +14,18 @@ import { KeyService } from "../src/modules/keys/service";
 import { OrganizationService, type OrganizationStatus } from "../src/modules/organizations/service";
 import { Logger } from "../src/modules/observability/logger";
 import { startServer, type RunningServer } from "../src/server";
+import { startFakeUpstream, type FakeUpstream } from "./fake-upstream";
 import schemas from "./fixtures/openai-schemas.json" with { type: "json" };
 
 export const repositoryRoot = join(import.meta.dir, "..");
+
+/** A fake upstream for a whole test file: started now, stopped after its last test, optionally reset before each. */
+export function useFakeUpstream({ resetBeforeEach = false } = {}): FakeUpstream {
+  const upstream = startFakeUpstream();
+  if (resetBeforeEach) beforeEach(() => upstream.reset());
+  afterAll(() => upstream.stop());
+  return upstream;
+}
 
 /** A temporary folder removed by the returned function. */
 export function temporaryDirectory(): { path: string; remove(): void } {

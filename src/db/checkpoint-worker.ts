@@ -1,15 +1,14 @@
 // Runs SQLite checkpoints on a thread of its own. A checkpoint copies the WAL into the database file and fsyncs it;
-// here an fsync takes ~1 ms and sometimes 30-150 ms, so a checkpoint must never run inside a commit that an answer
-// waits for (the ledger's writer runs with wal_autocheckpoint = 0). Even beside it, a slow fsync can hold up the
-// writer's WAL appends (the filesystem's journal; measured: single-row commits of 120-130 ms during 150 ms
-// checkpoints), so passes run once a second rather than five times (fewer fsyncs; p99 at 1,000 requests a second
-// was no worse, and it removed most commit stalls). A PASSIVE checkpoint never blocks the
-// writer, but under steady writes it never finds the WAL idle, so the WAL would grow without end (seen: 370 MB).
-// Once the WAL holds more than `restartFrames`, a RESTART (right after a PASSIVE pass did the copying) lets the
-// next commit start the WAL from its beginning again; it holds the writer back for about one fsync, so it runs
-// only that rarely. There is no busy handler: a RESTART waiting for readers would hold the writer's lock while it
-// slept (measured: answers stalled up to 180 ms); without one it does what it can at once, and when it could not
-// finish, the next pass tries again.
+// here an fsync takes ~1 ms and sometimes 30-150 ms, so a checkpoint never runs inside a commit that an answer waits
+// for (the ledger's writer runs with wal_autocheckpoint = 0).
+// - PASSIVE passes never block the writer. They run once a second, not five times: even beside the writer, a slow
+//   fsync holds up its WAL appends through the filesystem's journal (measured: single-row commits of 120-130 ms
+//   during 150 ms checkpoints), so fewer fsyncs mean fewer stalls.
+// - Under steady writes a PASSIVE pass never finds the WAL idle, so the WAL would grow without end (seen: 370 MB).
+//   Once it holds `restartFrames`, a RESTART right after the PASSIVE pass (which did the copying) lets the next
+//   commit start the WAL from its beginning; it holds the writer back for about one fsync, hence only that rarely.
+// - No busy handler: a RESTART waiting for readers would hold the writer's lock while it slept (measured: answers
+//   stalled up to 180 ms); without one it does what it can at once, and the next pass tries again.
 import { Database } from "bun:sqlite";
 
 declare const self: Worker;

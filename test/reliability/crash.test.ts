@@ -1,19 +1,12 @@
-import { afterAll, beforeAll, expect, test } from "bun:test";
+import { afterAll, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
 import { join } from "node:path";
-import { startFakeUpstream, type FakeUpstream } from "../fake-upstream";
-import { httpPost, temporaryDirectory } from "../helpers";
+import { httpPost, temporaryDirectory, useFakeUpstream } from "../helpers";
 import { sluiceCommand, sluiceEnvironment, startSluiceProcess } from "../support/sluice-process";
 
-let upstream: FakeUpstream;
+const upstream = useFakeUpstream();
 const directory = temporaryDirectory();
-beforeAll(() => {
-  upstream = startFakeUpstream();
-});
-afterAll(async () => {
-  await upstream.stop();
-  directory.remove();
-});
+afterAll(() => directory.remove());
 
 test("kill -9 under load: the database is intact, every answered request is in the ledger, nothing counted twice", async () => {
   const databasePath = join(directory.path, "crash.db");

@@ -1,19 +1,11 @@
-import { afterAll, beforeAll, expect, test } from "bun:test";
+import { afterAll, expect, test } from "bun:test";
 import { join } from "node:path";
-import { startFakeUpstream, type FakeUpstream } from "../fake-upstream";
-import { repositoryRoot, temporaryDirectory } from "../helpers";
+import { repositoryRoot, temporaryDirectory, useFakeUpstream } from "../helpers";
 import { sluiceCommand, startSluiceProcess } from "../support/sluice-process";
 
-let upstream: FakeUpstream;
+const upstream = useFakeUpstream();
 const directory = temporaryDirectory();
-
-beforeAll(() => {
-  upstream = startFakeUpstream();
-});
-afterAll(async () => {
-  await upstream.stop();
-  directory.remove();
-});
+afterAll(() => directory.remove());
 
 
 test("`sluice serve`, started without BUN_CONFIG_MAX_HTTP_REQUESTS, sends more than 256 upstream requests at once", async () => {

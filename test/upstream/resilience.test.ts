@@ -1,15 +1,7 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:test";
-import { startFakeUpstream, type FakeUpstream } from "../fake-upstream";
-import { eventually, readSse, withSluice, type TestSluice } from "../helpers";
+import { describe, expect, test } from "bun:test";
+import { eventually, readSse, type TestSluice, useFakeUpstream, withSluice } from "../helpers";
 
-let upstream: FakeUpstream;
-beforeAll(() => {
-  upstream = startFakeUpstream();
-});
-afterAll(async () => {
-  await upstream.stop();
-});
-beforeEach(() => upstream.reset());
+const upstream = useFakeUpstream({ resetBeforeEach: true });
 
 const messages = [{ role: "user", content: "hi" }];
 const refused = "http://127.0.0.1:1/v1";

@@ -1,19 +1,11 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:test";
+import { describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import OpenAI from "openai";
 import type { ConfigFile } from "../../../src/config/schema";
 import { countChatTokens, loadTokenizer } from "../../../src/tokens/count";
-import { startFakeUpstream, type FakeUpstream } from "../../fake-upstream";
-import { eventually, fakeModel, repositoryRoot, startSluice, temporaryDirectory, withSluice } from "../../helpers";
+import { eventually, fakeModel, repositoryRoot, startSluice, temporaryDirectory, useFakeUpstream, withSluice } from "../../helpers";
 
-let upstream: FakeUpstream;
-beforeAll(() => {
-  upstream = startFakeUpstream();
-});
-afterAll(async () => {
-  await upstream.stop();
-});
-beforeEach(() => upstream.reset());
+const upstream = useFakeUpstream({ resetBeforeEach: true });
 
 const messages = [{ role: "user", content: "hi" }];
 

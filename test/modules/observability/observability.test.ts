@@ -1,15 +1,8 @@
-import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { describe, expect, test } from "bun:test";
 import { Logger } from "../../../src/modules/observability/logger";
-import { startFakeUpstream, type FakeUpstream } from "../../fake-upstream";
-import { eventually, fakeModel, readSse, startSluice } from "../../helpers";
+import { eventually, fakeModel, readSse, startSluice, useFakeUpstream } from "../../helpers";
 
-let upstream: FakeUpstream;
-beforeAll(() => {
-  upstream = startFakeUpstream();
-});
-afterAll(async () => {
-  await upstream.stop();
-});
+const upstream = useFakeUpstream();
 
 const messages = [{ role: "user", content: "hi" }];
 const config = () => ({
