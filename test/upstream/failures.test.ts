@@ -141,6 +141,42 @@ describe("the client leaves", () => {
     expect(row.completion_tokens).toBeLessThan(40);
   });
 
+  test("a cancelled stream whose ledger row cannot be written still lets the upstream go, frees its slot and is logged", async () => {
+    sluice.database.sqlite.run(
+      "CREATE TRIGGER refuse_disconnects BEFORE INSERT ON usage_ledger WHEN NEW.outcome = 'client_disconnected' BEGIN SELECT RAISE(ABORT, 'disk full'); END",
+    );
+    const streamsLogged = async () => {
+      const text = await (await fetch(`${sluice.url}/metrics`)).text();
+      return Number(/sluice_request_duration_seconds_count\{route="\/v1\/chat\/completions",model="slow"\} (\d+)/.exec(text)?.[1] ?? 0);
+    };
+    try {
+      const before = await streamsLogged();
+      const controller = new AbortController();
+      const response = await fetch(`${sluice.baseURL}/chat/completions`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${sluice.key}`, "content-type": "application/json" },
+        body: JSON.stringify({ model: "slow", messages, stream: true }),
+        signal: controller.signal,
+      });
+      const reader = response.body!.getReader();
+      let received = "";
+      while (!received.includes("word3")) received += new TextDecoder().decode((await reader.read()).value);
+      controller.abort();
+      await eventually(() => upstream.inFlight === 0 && sluice.server.admission.inFlight() === 0);
+      expect(upstream.aborted).toBe(1);
+      expect(sluice.server.admission.reservedTokens()).toBe(0);
+      let logged = before;
+      for (let attempt = 0; attempt < 100 && logged === before; attempt++) {
+        await Bun.sleep(20);
+        logged = await streamsLogged();
+      }
+      expect(logged).toBe(before + 1);
+      expect(rowFor(response)).toBeUndefined();
+    } finally {
+      sluice.database.sqlite.run("DROP TRIGGER refuse_disconnects");
+    }
+  });
+
   test("a whole answer whose client leaves aborts the upstream and leaves a ledger row", async () => {
     const controller = new AbortController();
     const pending = fetch(`${sluice.baseURL}/chat/completions`, {

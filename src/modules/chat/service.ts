@@ -247,8 +247,14 @@ export class ChatService {
         yield [JSON.stringify(callerError.toBody())];
       }
     } finally {
-      // Reached without settling only when the consumer stopped early (the client left between chunks).
-      if (!settled) await this.settle(run, { outcome: "client_disconnected" });
+      try {
+        // Reached without settling only when the consumer stopped early (the client left between chunks).
+        if (!settled) await this.settle(run, { outcome: "client_disconnected" });
+      } catch {
+        // The ledger could not take the row (the permit was released before): nobody is left to tell but the log.
+        if (record) record.code = "internal_error";
+      }
+      // Whatever happened, the upstream is let go and the request logged.
       await events.return(undefined);
       run.context.finish?.();
     }
