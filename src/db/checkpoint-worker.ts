@@ -22,17 +22,37 @@ interface CheckpointResult {
   checkpointed: number;
 }
 
-self.onmessage = (event: MessageEvent<{ path: string; intervalMs: number }>) => {
-  const database = new Database(event.data.path);
-  database.run("PRAGMA busy_timeout = 0");
-  const passive = database.query<CheckpointResult, []>("PRAGMA wal_checkpoint(PASSIVE)");
-  const restart = database.query<CheckpointResult, []>("PRAGMA wal_checkpoint(RESTART)");
-  setInterval(() => {
+/** First where the database is (and a flag the server waits on at stop), then "stop". */
+export type CheckpointMessage = { path: string; intervalMs: number; stopped: SharedArrayBuffer } | "stop";
+
+let database: Database | undefined;
+let timer: Timer | undefined;
+let stopped: Int32Array | undefined;
+
+self.onmessage = (event: MessageEvent<CheckpointMessage>) => {
+  const message = event.data;
+  if (message === "stop") {
+    // The connection is closed before the thread goes: only the last connection to close removes the WAL.
+    clearInterval(timer);
+    database?.close();
+    if (stopped) {
+      Atomics.store(stopped, 0, 1);
+      Atomics.notify(stopped, 0);
+    }
+    return;
+  }
+  stopped = new Int32Array(message.stopped);
+  const opened = new Database(message.path);
+  database = opened;
+  opened.run("PRAGMA busy_timeout = 0");
+  const passive = opened.query<CheckpointResult, []>("PRAGMA wal_checkpoint(PASSIVE)");
+  const restart = opened.query<CheckpointResult, []>("PRAGMA wal_checkpoint(RESTART)");
+  timer = setInterval(() => {
     try {
       const pass = passive.get();
       if (pass && pass.log > restartFrames) restart.get();
     } catch {
       // the database is locked right now: the next pass tries again
     }
-  }, event.data.intervalMs);
+  }, message.intervalMs);
 };

@@ -7,6 +7,14 @@ import type { LedgerRow } from "./ledger";
 export type LedgerValue = string | number | null;
 export const fieldsPerRow = 13;
 
+/** Adds tokens to an organization's minute: (organization_id, minute, tokens, last ended_at). */
+export const addToMinuteSql = `INSERT INTO usage_minutes (organization_id, minute, tokens, last_time) VALUES (?1, ?2, ?3, ?4)
+  ON CONFLICT (organization_id, minute) DO UPDATE SET tokens = tokens + excluded.tokens, last_time = max(last_time, excluded.last_time)`;
+
+/** Adds tokens to an organization's month: (organization_id, month, tokens). */
+export const addToMonthSql = `INSERT INTO usage_months (organization_id, month, tokens) VALUES (?1, ?2, ?3)
+  ON CONFLICT (organization_id, month) DO UPDATE SET tokens = tokens + excluded.tokens`;
+
 /** Appends one row's fields to `values`, in the order of the INSERT below. */
 export function encodeRow(row: LedgerRow, values: LedgerValue[]): void {
   values.push(
@@ -29,14 +37,8 @@ export class LedgerWriter {
          reasoning_tokens, outcome, error_code, rule_id, usage_source, started_at, ended_at)
        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     );
-    const addMinute = sqlite.query<unknown, [string, number, number, number]>(
-      `INSERT INTO usage_minutes (organization_id, minute, tokens, last_time) VALUES (?, ?, ?, ?)
-       ON CONFLICT (organization_id, minute) DO UPDATE SET tokens = tokens + excluded.tokens, last_time = max(last_time, excluded.last_time)`,
-    );
-    const addMonth = sqlite.query<unknown, [string, number, number]>(
-      `INSERT INTO usage_months (organization_id, month, tokens) VALUES (?, ?, ?)
-       ON CONFLICT (organization_id, month) DO UPDATE SET tokens = tokens + excluded.tokens`,
-    );
+    const addMinute = sqlite.query<unknown, [string, number, number, number]>(addToMinuteSql);
+    const addMonth = sqlite.query<unknown, [string, number, number]>(addToMonthSql);
     const touchKey = sqlite.query<unknown, [number, string]>("UPDATE api_keys SET last_used_at = max(coalesce(last_used_at, 0), ?) WHERE id = ?");
     this.touch = sqlite.transaction((entries: [string, number][]) => {
       for (const [keyId, time] of entries) touchKey.run(time, keyId);

@@ -1,5 +1,6 @@
 import type { Database } from "bun:sqlite";
 import { monthOf, startOfMonth } from "./month";
+import { addToMinuteSql, addToMonthSql } from "../../ledger/ledger-writer";
 import type { AdmissionStore, LedgerBucket } from "./store";
 import { bucketMs, fiveHoursMs } from "./window";
 
@@ -69,15 +70,8 @@ export function writeUsageReset(sqlite: Database, organizationId: string, at: nu
       )
       .all(organizationId, at);
     for (const row of rows) {
-      sqlite.run(
-        `INSERT INTO usage_minutes (organization_id, minute, tokens, last_time) VALUES (?1, ?2, ?3, ?4)
-         ON CONFLICT (organization_id, minute) DO UPDATE SET tokens = tokens + excluded.tokens, last_time = max(last_time, excluded.last_time)`,
-        [organizationId, Math.floor(row.endedAt / bucketMs), row.tokens, row.endedAt],
-      );
-      sqlite.run(
-        "INSERT INTO usage_months (organization_id, month, tokens) VALUES (?1, ?2, ?3) ON CONFLICT (organization_id, month) DO UPDATE SET tokens = tokens + excluded.tokens",
-        [organizationId, monthOf(row.endedAt), row.tokens],
-      );
+      sqlite.run(addToMinuteSql, [organizationId, Math.floor(row.endedAt / bucketMs), row.tokens, row.endedAt]);
+      sqlite.run(addToMonthSql, [organizationId, monthOf(row.endedAt), row.tokens]);
     }
   })();
 }
