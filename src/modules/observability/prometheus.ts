@@ -19,7 +19,10 @@ interface Metric {
 }
 
 abstract class Labelled<Entry> implements Metric {
-  protected readonly entries = new Map<string, { values: string[]; entry: Entry }>();
+  protected readonly entries: { values: string[]; entry: Entry }[] = [];
+  // One level of maps per label, the entry at the last: a lookup builds no key string and allocates nothing
+  // (it runs several times per request).
+  private readonly tree = new Map<string, unknown>();
 
   constructor(
     readonly name: string,
@@ -28,20 +31,32 @@ abstract class Labelled<Entry> implements Metric {
     protected readonly labelNames: readonly string[],
   ) {}
 
-  protected entryFor(labels: Labels, create: () => Entry): Entry {
-    // Called several times per request: the key is built without intermediate arrays.
-    let key = "";
-    for (const name of this.labelNames) key += `${labels[name] ?? ""}\u0000`;
-    let found = this.entries.get(key);
-    if (!found) {
-      found = { values: this.labelNames.map((name) => labels[name] ?? ""), entry: create() };
-      this.entries.set(key, found);
+  protected abstract newEntry(): Entry;
+
+  protected entryFor(labels: Labels): Entry {
+    let level = this.tree;
+    const last = this.labelNames.length - 1;
+    for (let index = 0; index < last; index++) {
+      const value = labels[this.labelNames[index] as string] ?? "";
+      let next = level.get(value) as Map<string, unknown> | undefined;
+      if (!next) {
+        next = new Map();
+        level.set(value, next);
+      }
+      level = next;
     }
-    return found.entry;
+    const value = last < 0 ? "" : (labels[this.labelNames[last] as string] ?? "");
+    let entry = level.get(value) as Entry | undefined;
+    if (entry === undefined) {
+      entry = this.newEntry();
+      level.set(value, entry);
+      this.entries.push({ values: this.labelNames.map((name) => labels[name] ?? ""), entry });
+    }
+    return entry;
   }
 
   text(): string {
-    return `# HELP ${this.name} ${this.help}\n# TYPE ${this.name} ${this.type}\n${this.lines().join("\n")}${this.entries.size ? "\n" : ""}`;
+    return `# HELP ${this.name} ${this.help}\n# TYPE ${this.name} ${this.type}\n${this.lines().join("\n")}${this.entries.length ? "\n" : ""}`;
   }
 
   protected abstract lines(): string[];
@@ -54,11 +69,15 @@ export class Counter extends Labelled<{ value: number }> {
   }
 
   inc(labels: Labels, amount = 1): void {
-    this.entryFor(labels, () => ({ value: 0 })).value += amount;
+    this.entryFor(labels).value += amount;
+  }
+
+  protected newEntry(): { value: number } {
+    return { value: 0 };
   }
 
   protected lines(): string[] {
-    return [...this.entries.values()].map(({ values, entry }) => `${this.name}${labelText(this.labelNames, values)} ${entry.value}`);
+    return this.entries.map(({ values, entry }) => `${this.name}${labelText(this.labelNames, values)} ${entry.value}`);
   }
 }
 
@@ -75,7 +94,11 @@ export class Gauge extends Labelled<{ value: number }> {
   }
 
   set(labels: Labels, value: number): void {
-    this.entryFor(labels, () => ({ value: 0 })).value = value;
+    this.entryFor(labels).value = value;
+  }
+
+  protected newEntry(): { value: number } {
+    return { value: 0 };
   }
 
   override text(): string {
@@ -84,7 +107,7 @@ export class Gauge extends Labelled<{ value: number }> {
   }
 
   protected lines(): string[] {
-    return [...this.entries.values()].map(({ values, entry }) => `${this.name}${labelText(this.labelNames, values)} ${entry.value}`);
+    return this.entries.map(({ values, entry }) => `${this.name}${labelText(this.labelNames, values)} ${entry.value}`);
   }
 }
 
@@ -101,16 +124,20 @@ export class Histogram extends Labelled<{ counts: number[]; sum: number; count: 
   }
 
   observe(labels: Labels, value: number): void {
-    const entry = this.entryFor(labels, () => ({ counts: this.buckets.map(() => 0), sum: 0, count: 0 }));
+    const entry = this.entryFor(labels);
     const index = this.buckets.findIndex((bound) => value <= bound);
     if (index !== -1) entry.counts[index] = (entry.counts[index] ?? 0) + 1;
     entry.sum += value;
     entry.count++;
   }
 
+  protected newEntry(): { counts: number[]; sum: number; count: number } {
+    return { counts: this.buckets.map(() => 0), sum: 0, count: 0 };
+  }
+
   protected lines(): string[] {
     const lines: string[] = [];
-    for (const { values, entry } of this.entries.values()) {
+    for (const { values, entry } of this.entries) {
       let cumulative = 0;
       this.buckets.forEach((bound, index) => {
         cumulative += entry.counts[index] ?? 0;
