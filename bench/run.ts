@@ -312,6 +312,8 @@ async function main(): Promise<void> {
     },
     scale: { keys: settings.scaleRows, ledger_rows: settings.scaleRows, empty_rps: emptyRps, full_rps: fullRps, rps_full_vs_empty: fullRps / emptyRps },
     binary: { startup_ms: median(startups), idle_rss_mb: idleRss, size_mb: statSync(sluiceBinary).size / 1024 / 1024 },
+    // Every round's value behind the medians above: on a noisy machine the spread says as much as the median.
+    rounds_detail: { nonstream_rps: rps, latency_ms: latency },
     safety: { prompt_chars: safety.prompt_chars ?? null, input_check_us: safety.input_check_us ?? null, output_chunk_us: safety.output_chunk_us ?? null },
   };
   const output = join(import.meta.dir, "results", smoke ? "smoke.json" : only ? "partial.json" : "latest.json");
