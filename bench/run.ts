@@ -205,45 +205,75 @@ async function main(): Promise<void> {
   }
 
   log(`3/5 ${settings.streams} concurrent streams of ${settings.streamTokens} tokens`);
-  // Fresh processes, so that peak memory belongs to this phase alone.
-  await stop(bare);
-  bare = start([bun, join(import.meta.dir, "bare-proxy.ts"), String(barePort), `http://127.0.0.1:${upstreamPort}`], lifted);
-  await waitForPort(barePort);
-  await stop(sluice.child);
-  sluice = await startSluice(environment);
   const streamBody = await writeBody("direct-stream", "bench-upstream", true);
   const sluiceStreamBody = await writeBody("sluice-stream", "bench", true);
-  const streamRun = async (url: string, bodyFile: string, headers: Record<string, string>) => {
+  const streamRun = async (url: string, bodyFile: string, headers: Record<string, string>, count: number) => {
     const child = Bun.spawn(
-      [bun, join(import.meta.dir, "streams.ts"), url, bodyFile, JSON.stringify({ ...headers, "content-type": "application/json" }), String(settings.streams), String(settings.streamTokens)],
+      [bun, join(import.meta.dir, "streams.ts"), url, bodyFile, JSON.stringify({ ...headers, "content-type": "application/json" }), String(count), String(settings.streamTokens)],
       { env: lifted, stdout: "pipe" },
     );
     const output = await new Response(child.stdout).text();
     await child.exited;
     return JSON.parse(output) as { concurrent: number; completed: number; ttft_p50_ms: number; ttft_p99_ms: number; seconds: number };
   };
-  const skipped = { concurrent: 0, completed: 0, ttft_p50_ms: Number.NaN, ttft_p99_ms: Number.NaN, seconds: 0 };
-  const bareStreams = phase("streams") ? await streamRun(bareTarget.url, streamBody, {}) : skipped;
-  const barePeak = memoryOf(bare.pid as number).peakMb;
-  const sluiceStreams = phase("streams") ? await streamRun(sluiceTarget(sluice.port).url, sluiceStreamBody, { Authorization: `Bearer ${key}` }) : skipped;
-  const sluicePeak = memoryOf(sluice.child.pid as number).peakMb;
+  /** One round against a freshly started server: a warm-up of a tenth of the streams, then the peak is reset. */
+  const streamRound = async (pid: number, url: string, bodyFile: string, headers: Record<string, string>) => {
+    await streamRun(url, bodyFile, headers, Math.max(1, Math.round(settings.streams / 10)));
+    // Writing 5 to clear_refs resets VmHWM, so the peak belongs to the measured streams alone, warm-up excluded.
+    require("node:fs").writeFileSync(`/proc/${pid}/clear_refs`, "5");
+    const result = await streamRun(url, bodyFile, headers, settings.streams);
+    return { ...result, peakMb: memoryOf(pid).peakMb };
+  };
+  type StreamRound = Awaited<ReturnType<typeof streamRound>>;
+  const streamRounds: Record<"bare" | "sluice", StreamRound[]> = { bare: [], sluice: [] };
+  for (let round = 0; phase("streams") && round < settings.rounds; round++) {
+    // Fresh processes every round, so that memory and queues left by one round do not carry into the next.
+    await stop(bare);
+    bare = start([bun, join(import.meta.dir, "bare-proxy.ts"), String(barePort), `http://127.0.0.1:${upstreamPort}`], lifted);
+    await waitForPort(barePort);
+    streamRounds.bare.push(await streamRound(bare.pid as number, bareTarget.url, streamBody, {}));
+    await stop(sluice.child);
+    sluice = await startSluice(environment);
+    streamRounds.sluice.push(await streamRound(sluice.child.pid as number, sluiceTarget(sluice.port).url, sluiceStreamBody, { Authorization: `Bearer ${key}` }));
+  }
+  /** Medians over the rounds; `completed` is the worst round's, since every stream of every round must arrive. */
+  const streamSummary = (runs: StreamRound[]) => ({
+    completed: runs.length ? Math.min(...runs.map((run) => run.completed)) : 0,
+    peakMb: median(runs.map((run) => run.peakMb)),
+    ttftP50: median(runs.map((run) => run.ttft_p50_ms)),
+    ttftP99: median(runs.map((run) => run.ttft_p99_ms)),
+  });
+  const bareStreams = streamSummary(streamRounds.bare);
+  const sluiceStreams = streamSummary(streamRounds.sluice);
 
   log(`4/5 scale: ${settings.scaleRows} keys and ${settings.scaleRows} ledger rows`);
   let emptyRps = Number.NaN;
   let fullRps = Number.NaN;
-  if (phase("scale")) {
-    emptyRps = median(await rounds(() => closedLoop(sluiceTarget(sluice.port), settings.seconds)));
-    await stop(sluice.child);
-    const fullDirectory = join(work, "full");
-    require("node:fs").mkdirSync(fullDirectory);
-    const full = await prepareSluice(fullDirectory, upstreamPort);
-    fillDatabase(full.environment.SLUICE_DB as string, settings.scaleRows);
-    sluice = await startSluice(full.environment);
-    const fullTarget = { ...sluiceTarget(sluice.port), headers: { Authorization: `Bearer ${full.key}` } };
-    await closedLoop(fullTarget, settings.warmupSeconds);
-    fullRps = median(await rounds(() => closedLoop(fullTarget, settings.seconds)));
-  }
+  const scaleRounds: { empty: number[]; full: number[] } = { empty: [], full: [] };
   await stop(sluice.child);
+  if (phase("scale")) {
+    // Both databases are fresh (the main one holds the earlier phases' ledger rows), and their rounds alternate,
+    // so that drift in the machine affects both alike.
+    const scaleServer = async (name: string, rows: number) => {
+      const directory = join(work, name);
+      require("node:fs").mkdirSync(directory);
+      const prepared = await prepareSluice(directory, upstreamPort);
+      if (rows > 0) fillDatabase(prepared.environment.SLUICE_DB as string, rows);
+      const server = await startSluice(prepared.environment);
+      return { child: server.child, target: { ...sluiceTarget(server.port), headers: { Authorization: `Bearer ${prepared.key}` } } };
+    };
+    const empty = await scaleServer("empty", 0);
+    const full = await scaleServer("full", settings.scaleRows);
+    for (const side of [empty, full]) await closedLoop(side.target, settings.warmupSeconds);
+    for (let round = 0; round < settings.rounds; round++) {
+      scaleRounds.empty.push(await closedLoop(empty.target, settings.seconds));
+      scaleRounds.full.push(await closedLoop(full.target, settings.seconds));
+    }
+    emptyRps = median(scaleRounds.empty);
+    fullRps = median(scaleRounds.full);
+    await stop(empty.child);
+    await stop(full.child);
+  }
 
   log("5/5 the executable: start-up to first answer, idle memory, size");
   const startups: number[] = [];
@@ -303,17 +333,17 @@ async function main(): Promise<void> {
       tokens: settings.streamTokens,
       bare_completed: bareStreams.completed,
       completed: sluiceStreams.completed,
-      bare_peak_rss_mb: barePeak,
-      sluice_peak_rss_mb: sluicePeak,
-      bare_ttft_p50_ms: bareStreams.ttft_p50_ms,
-      bare_ttft_p99_ms: bareStreams.ttft_p99_ms,
-      sluice_ttft_p50_ms: sluiceStreams.ttft_p50_ms,
-      sluice_ttft_p99_ms: sluiceStreams.ttft_p99_ms,
+      bare_peak_rss_mb: bareStreams.peakMb,
+      sluice_peak_rss_mb: sluiceStreams.peakMb,
+      bare_ttft_p50_ms: bareStreams.ttftP50,
+      bare_ttft_p99_ms: bareStreams.ttftP99,
+      sluice_ttft_p50_ms: sluiceStreams.ttftP50,
+      sluice_ttft_p99_ms: sluiceStreams.ttftP99,
     },
     scale: { keys: settings.scaleRows, ledger_rows: settings.scaleRows, empty_rps: emptyRps, full_rps: fullRps, rps_full_vs_empty: fullRps / emptyRps },
     binary: { startup_ms: median(startups), idle_rss_mb: idleRss, size_mb: statSync(sluiceBinary).size / 1024 / 1024 },
     // Every round's value behind the medians above: on a noisy machine the spread says as much as the median.
-    rounds_detail: { nonstream_rps: rps, latency_ms: latency },
+    rounds_detail: { nonstream_rps: rps, latency_ms: latency, streams: streamRounds, scale_rps: scaleRounds },
     safety: { prompt_chars: safety.prompt_chars ?? null, input_check_us: safety.input_check_us ?? null, output_chunk_us: safety.output_chunk_us ?? null },
   };
   const output = join(import.meta.dir, "results", smoke ? "smoke.json" : only ? "partial.json" : "latest.json");
