@@ -125,8 +125,12 @@ export class Histogram extends Labelled<{ counts: number[]; sum: number; count: 
 
   observe(labels: Labels, value: number): void {
     const entry = this.entryFor(labels);
-    const index = this.buckets.findIndex((bound) => value <= bound);
-    if (index !== -1) entry.counts[index] = (entry.counts[index] ?? 0) + 1;
+    for (let index = 0; index < this.buckets.length; index++) {
+      if (value <= (this.buckets[index] as number)) {
+        entry.counts[index] = (entry.counts[index] ?? 0) + 1;
+        break;
+      }
+    }
     entry.sum += value;
     entry.count++;
   }
