@@ -1,8 +1,7 @@
 import { afterAll, expect, test } from "bun:test";
-import { Database } from "bun:sqlite";
-import { copyFileSync, existsSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { repositoryRoot, temporaryDirectory } from "./helpers";
+import { repositoryRoot, rowInDatabaseFile, temporaryDirectory } from "./helpers";
 import { startSluiceProcess } from "./support/sluice-process";
 
 const directory = temporaryDirectory();
@@ -33,15 +32,11 @@ test("dist/sluice runs from another directory: creates an org and a key, serves 
     // The ledger's writer and the checkpoint thread are extra entry points of the executable: the answer proves the
     // writer ran (it waits for the row's commit); the row reaching the database file itself, without its WAL, proves
     // the checkpoints run (without them the WAL would grow for ever).
-    const requestId = response.headers.get("x-request-id");
-    const copy = join(directory.path, "copy.db");
+    const requestId = response.headers.get("x-request-id") as string;
     let checkpointed = false;
     for (let attempt = 0; attempt < 40 && !checkpointed; attempt++) {
       await Bun.sleep(100);
-      copyFileSync(join(directory.path, "data/sluice.db"), copy);
-      const database = new Database(copy, { readonly: true });
-      checkpointed = database.query("SELECT 1 FROM usage_ledger WHERE request_id = ?").get(requestId) !== null;
-      database.close();
+      checkpointed = rowInDatabaseFile(join(directory.path, "data/sluice.db"), requestId);
     }
     expect(checkpointed).toBe(true);
   } finally {

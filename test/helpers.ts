@@ -1,5 +1,6 @@
 import { afterAll, beforeEach } from "bun:test";
-import { mkdtempSync, rmSync } from "node:fs";
+import { Database } from "bun:sqlite";
+import { copyFileSync, mkdtempSync, rmSync } from "node:fs";
 import http from "node:http";
 import { Readable } from "node:stream";
 import { tmpdir } from "node:os";
@@ -25,6 +26,26 @@ export function useFakeUpstream({ resetBeforeEach = false } = {}): FakeUpstream 
   if (resetBeforeEach) beforeEach(() => upstream.reset());
   afterAll(() => upstream.stop());
   return upstream;
+}
+
+/**
+ * Whether a ledger row is in the database file itself, without its WAL (so a checkpoint copied it there). It reads
+ * a copy, as another connection would see the WAL too. A copy taken while a checkpoint is writing pages can be torn
+ * (SQLITE_CORRUPT); such a copy proves nothing either way, so it counts as "not yet" and the caller tries again.
+ */
+export function rowInDatabaseFile(path: string, requestId: string): boolean {
+  const copy = `${path}.copy`;
+  copyFileSync(path, copy);
+  const snapshot = new Database(copy, { readonly: true });
+  try {
+    return snapshot.query("SELECT 1 FROM usage_ledger WHERE request_id = ?").get(requestId) !== null;
+  } catch (error) {
+    if ((error as { code?: string }).code === "SQLITE_CORRUPT") return false;
+    throw error;
+  } finally {
+    snapshot.close();
+    rmSync(copy, { force: true });
+  }
 }
 
 /** A temporary folder removed by the returned function. */

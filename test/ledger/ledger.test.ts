@@ -1,11 +1,10 @@
 import { Database } from "bun:sqlite";
 import { afterEach, expect, test } from "bun:test";
-import { copyFileSync } from "node:fs";
 import { join } from "node:path";
 import { startCheckpointer } from "../../src/db/checkpointer";
 import { openDatabase, type DatabaseHandle } from "../../src/db/client";
 import { Ledger, type LedgerRow } from "../../src/ledger/ledger";
-import { eventually, temporaryDirectory } from "../helpers";
+import { eventually, rowInDatabaseFile, temporaryDirectory } from "../helpers";
 
 const cleanups: (() => void)[] = [];
 afterEach(() => {
@@ -113,21 +112,7 @@ test("with the checkpoint thread, committed rows reach the database file itself 
   const last = row();
   for (let batch = 0; batch < 20; batch++) await Promise.all(Array.from({ length: 50 }, () => ledger.record(row())));
   await ledger.record(last);
-  const copy = `${path}.copy`;
-  // The database file alone (no WAL beside it) holds only what a checkpoint copied into it. A copy taken while a
-  // checkpoint is writing pages can be torn (SQLITE_CORRUPT): that copy proves nothing either way, so take another.
-  await eventually(() => {
-    copyFileSync(path, copy);
-    const snapshot = new Database(copy, { readonly: true });
-    try {
-      return snapshot.query("SELECT 1 FROM usage_ledger WHERE request_id = ?").get(last.requestId) !== null;
-    } catch (error) {
-      if ((error as { code?: string }).code === "SQLITE_CORRUPT") return false;
-      throw error;
-    } finally {
-      snapshot.close();
-    }
-  }, 5000);
+  await eventually(() => rowInDatabaseFile(path, last.requestId), 5000);
 });
 
 test("a stop leaves no WAL to read back: the writer closes its connection, the last checkpoint truncates", async () => {
