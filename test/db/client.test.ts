@@ -15,21 +15,21 @@ test("another connection's writes: ledger rows do not wake the server's caches; 
     database.pollExternalChanges();
     return wakes;
   };
-  other.run("INSERT INTO usage_ledger (request_id, organization_id, key_id, model, prompt_tokens, completion_tokens, reasoning_tokens, outcome, usage_source, started_at, ended_at) VALUES ('r1', 'o', 'k', 'm', 1, 1, 0, 'completed', 'upstream', 0, 0)");
-  other.run("INSERT INTO usage_minutes (organization_id, minute, tokens, last_time) VALUES ('o', 1, 2, 0)");
-  expect(poll()).toBe(0);
-  other.run("INSERT INTO organizations (id, name, plan, status, created_at) VALUES ('o', 'acme', 'default', 'active', 0)");
-  expect(poll()).toBe(1);
-  other.run("INSERT INTO api_keys (id, organization_id, name, prefix, hash, created_at) VALUES ('k', 'o', 'k', 'p', 'h', 0)");
-  expect(poll()).toBe(2);
-  other.run("UPDATE api_keys SET last_used_at = 5 WHERE id = 'k'");
-  expect(poll()).toBe(2);
-  other.run("UPDATE api_keys SET revoked_at = 6 WHERE id = 'k'");
-  expect(poll()).toBe(3);
-  other.run("UPDATE organizations SET status = 'suspended' WHERE id = 'o'");
-  expect(poll()).toBe(4);
-  other.run("INSERT INTO usage_resets (organization_id, reset_at) VALUES ('o', 7)");
-  expect(poll()).toBe(5);
+  // Each write by the other connection, and the wakes counted after it: only what the caches hold counts.
+  const writes: [sql: string, wakesAfter: number][] = [
+    ["INSERT INTO usage_ledger (request_id, organization_id, key_id, model, prompt_tokens, completion_tokens, reasoning_tokens, outcome, usage_source, started_at, ended_at) VALUES ('r1', 'o', 'k', 'm', 1, 1, 0, 'completed', 'upstream', 0, 0)", 0],
+    ["INSERT INTO usage_minutes (organization_id, minute, tokens, last_time) VALUES ('o', 1, 2, 0)", 0],
+    ["INSERT INTO organizations (id, name, plan, status, created_at) VALUES ('o', 'acme', 'default', 'active', 0)", 1],
+    ["INSERT INTO api_keys (id, organization_id, name, prefix, hash, created_at) VALUES ('k', 'o', 'k', 'p', 'h', 0)", 2],
+    ["UPDATE api_keys SET last_used_at = 5 WHERE id = 'k'", 2],
+    ["UPDATE api_keys SET revoked_at = 6 WHERE id = 'k'", 3],
+    ["UPDATE organizations SET status = 'suspended' WHERE id = 'o'", 4],
+    ["INSERT INTO usage_resets (organization_id, reset_at) VALUES ('o', 7)", 5],
+  ];
+  for (const [sql, wakesAfter] of writes) {
+    other.run(sql);
+    expect([sql, poll()]).toEqual([sql, wakesAfter]);
+  }
   other.close();
   database.close();
   directory.remove();

@@ -120,7 +120,8 @@ describe("failures after the stream started", () => {
 });
 
 describe("the client leaves", () => {
-  test("a streamed answer cancelled by the client aborts the upstream and is billed for what it produced", async () => {
+  /** Opens a slow stream, reads it up to its fourth word, then leaves (aborts the request). */
+  async function streamThenLeave(): Promise<Response> {
     const controller = new AbortController();
     const response = await fetch(`${sluice.baseURL}/chat/completions`, {
       method: "POST",
@@ -132,6 +133,11 @@ describe("the client leaves", () => {
     let received = "";
     while (!received.includes("word3")) received += new TextDecoder().decode((await reader.read()).value);
     controller.abort();
+    return response;
+  }
+
+  test("a streamed answer cancelled by the client aborts the upstream and is billed for what it produced", async () => {
+    const response = await streamThenLeave();
     await eventually(() => upstream.inFlight === 0);
     expect(upstream.aborted).toBe(1);
     await eventually(() => rowFor(response) !== undefined);
@@ -151,17 +157,7 @@ describe("the client leaves", () => {
     };
     try {
       const before = await streamsLogged();
-      const controller = new AbortController();
-      const response = await fetch(`${sluice.baseURL}/chat/completions`, {
-        method: "POST",
-        headers: { authorization: `Bearer ${sluice.key}`, "content-type": "application/json" },
-        body: JSON.stringify({ model: "slow", messages, stream: true }),
-        signal: controller.signal,
-      });
-      const reader = response.body!.getReader();
-      let received = "";
-      while (!received.includes("word3")) received += new TextDecoder().decode((await reader.read()).value);
-      controller.abort();
+      const response = await streamThenLeave();
       await eventually(() => upstream.inFlight === 0 && sluice.server.admission.inFlight() === 0);
       expect(upstream.aborted).toBe(1);
       expect(sluice.server.admission.reservedTokens()).toBe(0);
