@@ -200,10 +200,14 @@ describe("every path settles", () => {
         await eventually(() => upstream.inFlight === 0 && sluice.server.admission.inFlight() === 0, 10_000);
         expect(sluice.server.admission.reservedTokens()).toBe(0);
         // A cancelled stream has no answer to hold back: its row is committed by the writer thread just after its
-        // slot is released. Wait for them (the assertions below still fail on any row that never comes).
+        // slot is released. Wait until every answered stream has its row and the ledger's total has caught up with
+        // admission's (the early cancels' rows too); the assertions below still fail on any row that never comes.
         const recordedAll = () => {
-          const ids = new Set(sluice.ledgerRows().map((row) => row.request_id));
-          return requestIds.every((id) => ids.has(id));
+          const rowsNow = sluice.ledgerRows();
+          const ids = new Set(rowsNow.map((row) => row.request_id));
+          const total = rowsNow.reduce((sum, row) => sum + row.prompt_tokens + row.completion_tokens, 0);
+          const used = rowsNow.length === 0 ? -1 : sluice.server.admission.snapshot(rowsNow[0]!.organization_id, { id: "limited", models: ["*"], tokensPer5h: 1 }, Date.now()).fiveHours.used;
+          return requestIds.every((id) => ids.has(id)) && total === used;
         };
         await eventually(recordedAll, 5000).catch(() => undefined);
         const rows = sluice.ledgerRows();
