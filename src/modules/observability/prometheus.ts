@@ -62,16 +62,8 @@ abstract class Labelled<Entry> implements Metric {
   protected abstract lines(): string[];
 }
 
-export class Counter extends Labelled<{ value: number }> {
-  constructor(registry: Registry, name: string, help: string, labelNames: readonly string[]) {
-    super(name, help, "counter", labelNames);
-    registry.register(this);
-  }
-
-  inc(labels: Labels, amount = 1): void {
-    this.entryFor(labels).value += amount;
-  }
-
+/** A metric whose series each hold one number: counters and gauges. */
+abstract class SingleValue extends Labelled<{ value: number }> {
   protected newEntry(): { value: number } {
     return { value: 0 };
   }
@@ -81,7 +73,18 @@ export class Counter extends Labelled<{ value: number }> {
   }
 }
 
-export class Gauge extends Labelled<{ value: number }> {
+export class Counter extends SingleValue {
+  constructor(registry: Registry, name: string, help: string, labelNames: readonly string[]) {
+    super(name, help, "counter", labelNames);
+    registry.register(this);
+  }
+
+  inc(labels: Labels, amount = 1): void {
+    this.entryFor(labels).value += amount;
+  }
+}
+
+export class Gauge extends SingleValue {
   constructor(
     registry: Registry,
     name: string,
@@ -97,17 +100,9 @@ export class Gauge extends Labelled<{ value: number }> {
     this.entryFor(labels).value = value;
   }
 
-  protected newEntry(): { value: number } {
-    return { value: 0 };
-  }
-
   override text(): string {
     this.collect(this);
     return super.text();
-  }
-
-  protected lines(): string[] {
-    return this.entries.map(({ values, entry }) => `${this.name}${labelText(this.labelNames, values)} ${entry.value}`);
   }
 }
 
