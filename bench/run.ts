@@ -93,12 +93,6 @@ async function runLoad(mode: "open" | "closed", target: Target, amount: number, 
   return JSON.parse(output) as { requests: number; errors: number; rps: number; p50_ms: number; p99_ms: number };
 }
 
-async function rounds<T>(measure: () => Promise<T>): Promise<T[]> {
-  const results: T[] = [];
-  for (let round = 0; round < settings.rounds; round++) results.push(await measure());
-  return results;
-}
-
 /** A Sluice data directory: config, database, one organization and key. Every product check is on. */
 async function prepareSluice(directory: string, upstreamPort: number): Promise<{ environment: Record<string, string | undefined>; key: string }> {
   const config = join(directory, "sluice.toml");
