@@ -1,9 +1,8 @@
 import type { Config } from "./config/schema";
-import type { DatabaseHandle } from "./db/client";
-import { startCheckpointer } from "./db/checkpointer";
 import { createApp } from "./http/app";
-import { Ledger } from "./ledger/ledger";
 import { MemoryAdmissionStore } from "./modules/admission/memory-store";
+import { RedisAdmissionStore } from "./modules/admission/redis-store";
+import { LeaseKeeper } from "./modules/admission/lease-keeper";
 import { syncAdmissionWithLedger } from "./modules/admission/service";
 import type { AdmissionStore } from "./modules/admission/store";
 import { AuthService } from "./modules/auth/service";
@@ -16,12 +15,17 @@ import { ModelRegistry } from "./modules/models/registry";
 import type { Lifecycle } from "./modules/observability/index";
 import { Logger } from "./modules/observability/logger";
 import { Metrics } from "./modules/observability/metrics";
-import { ModelQueue } from "./modules/queue/model-queue";
+import { ModelQueue, type Queue } from "./modules/queue/model-queue";
+import { SharedModelQueue } from "./modules/queue/shared-model-queue";
 import { SafetyService } from "./modules/safety/service";
+import type { RedisConnection } from "./storage/redis";
+import type { Storage } from "./storage/types";
 
 export interface ServerOptions {
   config: Config;
-  database: DatabaseHandle;
+  storage: Storage;
+  /** Shared mode: admission state and model slots in Redis, for every instance at once. */
+  redis?: RedisConnection;
   hostname?: string;
   port?: number;
   maxBodyBytes?: number;
@@ -38,7 +42,7 @@ export interface RunningServer {
   url: string;
   port: number;
   admission: AdmissionStore;
-  queues: ReadonlyMap<string, ModelQueue>;
+  queues: ReadonlyMap<string, Queue>;
   metrics: Metrics;
   /**
    * Stops gracefully: new requests get 503 and /readyz turns 503 at once; requests in flight may finish for up to
@@ -56,26 +60,30 @@ async function waitUntil(condition: () => boolean, timeoutMs: number): Promise<v
   while (!condition() && Date.now() < deadline) await Bun.sleep(5);
 }
 
-/** Builds every service over one database and starts listening. */
-export function startServer(options: ServerOptions): RunningServer {
+/** Builds every service over the storage (and Redis, in shared mode) and starts listening. */
+export async function startServer(options: ServerOptions): Promise<RunningServer> {
   const clock = options.clock ?? Date.now;
+  const { storage, redis } = options;
   const plans = new Map(options.config.plans.map((plan) => [plan.id, plan]));
-  const ledger = new Ledger(options.database.sqlite);
-  const auth = new AuthService(options.database, plans, (entries) => ledger.touchKeys(entries));
+  const ledger = storage.openLedger();
+  const auth = new AuthService(storage.keys, storage.changes, plans, (entries) => ledger.touchKeys(entries));
   const models = new ModelRegistry(options.config, options.environment);
-  const admission = new MemoryAdmissionStore();
-  syncAdmissionWithLedger(admission, options.database, ledger, clock);
-  const queues = new Map(options.config.models.map((model) => [model.id, new ModelQueue(model)]));
+  const admission: AdmissionStore = redis ? new RedisAdmissionStore(redis, storage.usage) : new MemoryAdmissionStore();
+  await syncAdmissionWithLedger(admission, storage, ledger, clock);
+  const keeper = redis ? new LeaseKeeper(redis) : undefined;
+  const queues = new Map<string, Queue>(
+    options.config.models.map((model) => [model.id, redis && keeper ? new SharedModelQueue(model, redis, keeper) : new ModelQueue(model)]),
+  );
   const safety = new SafetyService(options.config.safety, options.environment);
   const metrics = new Metrics(queues);
   const logger = options.logger ?? new Logger();
   const lifecycle: Lifecycle = { draining: false, openAnswers: 0 };
-  const chat = new ChatService({ models, ledger, admission, queues, safety, clock, metrics });
+  const chat = new ChatService({ models, ledger, admission, queues, safety, clock, metrics, ledgerAvailable: () => storage.available() });
   const maxBodyBytes = options.maxBodyBytes ?? defaultMaxBodyBytes;
-  const organizations = new OrganizationService(options.database.db, new Set(plans.keys()));
-  const keys = new KeyService(options.database.db);
-  const accounts = new AccountService(options.database.db);
-  const consoleService = new ConsoleService({ accounts, organizations, keys, auth, admission, models, queues, config: options.config, sqlite: options.database.sqlite, clock });
+  const organizations = new OrganizationService(storage.organizations, new Set(plans.keys()), storage.changes);
+  const keys = new KeyService(storage.keys, storage.changes);
+  const accounts = new AccountService(storage.accounts);
+  const consoleService = new ConsoleService({ accounts, organizations, keys, auth, admission, models, queues, config: options.config, usage: storage.usage, clock });
   const app = createApp({
     auth,
     models,
@@ -83,7 +91,7 @@ export function startServer(options: ServerOptions): RunningServer {
     maxBodyBytes,
     metrics,
     logger,
-    database: options.database,
+    readiness: async () => [...(await storage.problems()), ...((await admission.problems?.()) ?? [])],
     lifecycle,
     metricsToken: options.metricsToken,
     console: { service: consoleService, accounts },
@@ -97,7 +105,6 @@ export function startServer(options: ServerOptions): RunningServer {
   });
   const server = app.server;
   if (!server) throw new Error("server did not start");
-  const stopCheckpointer = startCheckpointer(options.database, () => ledger.checkpointAfterCommits());
   return {
     url: `http://${server.hostname}:${server.port}`,
     port: server.port as number,
@@ -114,8 +121,10 @@ export function startServer(options: ServerOptions): RunningServer {
       await app.stop(true);
       await waitUntil(() => admission.inFlight() === 0, settleWaitMs);
       auth.close();
-      ledger.close();
-      stopCheckpointer();
+      await ledger.close();
+      admission.close?.();
+      keeper?.close();
+      for (const queue of queues.values()) queue.close?.();
       logger.flush();
     },
   };

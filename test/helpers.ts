@@ -15,6 +15,7 @@ import { KeyService } from "../src/modules/keys/service";
 import { OrganizationService, type OrganizationStatus } from "../src/modules/organizations/service";
 import { Logger } from "../src/modules/observability/logger";
 import { startServer, type RunningServer } from "../src/server";
+import { sqliteStorage, type SqliteStorage } from "../src/storage/sqlite";
 import { startFakeUpstream, type FakeUpstream } from "./fake-upstream";
 import schemas from "./fixtures/openai-schemas.json" with { type: "json" };
 
@@ -64,12 +65,13 @@ export interface TestSluice {
   baseURL: string;
   key: string;
   database: DatabaseHandle;
+  storage: SqliteStorage;
   organizations: OrganizationService;
   keys: KeyService;
   /** An official OpenAI client with the test key; retries off unless asked for. */
   client(options?: { apiKey?: string; maxRetries?: number }): OpenAI;
   /** Creates an organization and a key for it. */
-  addOrganization(name: string, options?: { plan?: string; status?: OrganizationStatus }): { organizationId: string; key: string; keyId: string };
+  addOrganization(name: string, options?: { plan?: string; status?: OrganizationStatus }): Promise<{ organizationId: string; key: string; keyId: string }>;
   post(path: string, body: unknown, headers?: Record<string, string>, signal?: AbortSignal): Promise<Response>;
   ledgerRows(): LedgerRowView[];
   server: RunningServer;
@@ -105,11 +107,12 @@ export async function startSluice(
   const directory = temporaryDirectory();
   const config = resolveConfig(configFile);
   const database = openDatabase(options.databasePath ?? join(directory.path, "sluice.db"));
-  const organizations = new OrganizationService(database.db, new Set(config.plans.map((plan) => plan.id)));
-  const keys = new KeyService(database.db);
-  const server: RunningServer = startServer({
+  const storage = sqliteStorage(database);
+  const organizations = new OrganizationService(storage.organizations, new Set(config.plans.map((plan) => plan.id)));
+  const keys = new KeyService(storage.keys);
+  const server: RunningServer = await startServer({
     config,
-    database,
+    storage,
     port: 0,
     environment: options.environment,
     maxBodyBytes: options.maxBodyBytes,
@@ -119,18 +122,19 @@ export async function startSluice(
     metricsToken: options.metricsToken,
     idleTimeoutSeconds: options.idleTimeoutSeconds,
   });
-  const addOrganization = (name: string, organizationOptions: { plan?: string; status?: OrganizationStatus } = {}) => {
-    const organization = organizations.findByName(name) ?? organizations.create({ name, ...organizationOptions });
-    const { key, secret } = keys.create({ organizationId: organization.id, name: "test" });
+  const addOrganization = async (name: string, organizationOptions: { plan?: string; status?: OrganizationStatus } = {}) => {
+    const organization = (await organizations.findByName(name)) ?? (await organizations.create({ name, ...organizationOptions }));
+    const { key, secret } = await keys.create({ organizationId: organization.id, name: "test" });
     return { organizationId: organization.id, key: secret, keyId: key.id };
   };
-  const first = addOrganization("acme", { plan: config.plans[0]?.id });
+  const first = await addOrganization("acme", { plan: config.plans[0]?.id });
   const baseURL = `${server.url}/v1`;
   return {
     url: server.url,
     baseURL,
     key: first.key,
     database,
+    storage,
     organizations,
     keys,
     client: (clientOptions = {}) => new OpenAI({ baseURL, apiKey: clientOptions.apiKey ?? first.key, maxRetries: clientOptions.maxRetries ?? 0 }),

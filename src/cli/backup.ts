@@ -1,14 +1,26 @@
 import { existsSync } from "node:fs";
-import { openCliContext } from "./context";
+import { isPostgresUrl } from "../storage/postgres";
+import { isSqliteStorage } from "../storage/sqlite";
+import { withCliContext } from "./context";
 import { UsageError, parseCommand } from "./usage";
 
 /** `sluice backup PATH`: a consistent copy of the live database (VACUUM INTO), safe while the server runs. */
-export function runBackup(args: string[]): void {
+export async function runBackup(args: string[]): Promise<number> {
   const { positionals } = parseCommand(args, {}, 1);
   const target = positionals[0] as string;
+  if (isPostgresUrl(process.env.SLUICE_DB)) {
+    throw new UsageError(
+      "sluice backup copies a SQLite file; this installation keeps its data in PostgreSQL. Back it up with PostgreSQL's own tools: " +
+        "`pg_dump --format=custom --file=sluice.dump \"$SLUICE_DB\"` for a consistent copy while Sluice runs (restore with pg_restore), " +
+        "or continuous archiving (pg_basebackup + WAL archiving) for point-in-time recovery. Redis needs no backup: Sluice rebuilds it from the ledger.",
+    );
+  }
   if (existsSync(target)) throw new UsageError(`${target} already exists; choose a new file`);
-  const context = openCliContext();
-  const started = performance.now();
-  context.database.sqlite.run("VACUUM INTO ?", [target]);
-  console.log(`backup written to ${target} in ${Math.round(performance.now() - started)} ms`);
+  await withCliContext(async (context) => {
+    if (!isSqliteStorage(context.storage)) throw new UsageError("backup needs a SQLite database");
+    const started = performance.now();
+    context.storage.database.sqlite.run("VACUUM INTO ?", [target]);
+    console.log(`backup written to ${target} in ${Math.round(performance.now() - started)} ms`);
+  });
+  return 0;
 }

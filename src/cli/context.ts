@@ -1,26 +1,46 @@
 import { loadConfig } from "../config/load";
 import type { Config } from "../config/schema";
-import { openDatabase, type DatabaseHandle } from "../db/client";
 import { KeyService } from "../modules/keys/service";
 import { OrganizationService } from "../modules/organizations/service";
+import { openBackends } from "../storage/open";
+import type { RedisConnection } from "../storage/redis";
+import type { Storage } from "../storage/types";
 
 export interface CliContext {
   config: Config;
-  database: DatabaseHandle;
+  storage: Storage;
+  /** Shared mode only. */
+  redis?: RedisConnection;
   organizations: OrganizationService;
   keys: KeyService;
+  close(): Promise<void>;
 }
 
-/** Opens the configuration and the database that every command reads. */
-export function openCliContext(): CliContext {
+/** Opens the configuration and the database (SQLite, or PostgreSQL + Redis) that every command reads. */
+export async function openCliContext(): Promise<CliContext> {
   const config = loadConfig();
-  const database = openDatabase();
+  const { storage, redis } = await openBackends();
   return {
     config,
-    database,
-    organizations: new OrganizationService(database.db, new Set(config.plans.map((plan) => plan.id))),
-    keys: new KeyService(database.db),
+    storage,
+    redis,
+    organizations: new OrganizationService(storage.organizations, new Set(config.plans.map((plan) => plan.id)), storage.changes),
+    keys: new KeyService(storage.keys, storage.changes),
+    async close() {
+      await storage.close();
+      redis?.close();
+    },
   };
+}
+
+/** Runs a command's body with an open context, and closes it afterwards whatever happens. */
+export async function withCliContext<T>(body: (context: CliContext) => Promise<T>): Promise<T> {
+  const context = await openCliContext();
+  try {
+    return await body(context);
+  } finally {
+    await context.close();
+  }
 }
 
 export function formatTime(time: number | null): string {

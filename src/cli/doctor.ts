@@ -1,6 +1,11 @@
 import { ConfigError, loadConfig } from "../config/load";
 import type { Config } from "../config/schema";
 import { openDatabase } from "../db/client";
+import { postgresMigrations } from "../db/postgres/migrations/index";
+import { isPostgresUrl } from "../storage/postgres";
+import { redactUrl } from "../storage/open";
+import { RedisConnection } from "../storage/redis";
+import { withTimeout } from "../storage/with-timeout";
 
 interface Finding {
   ok: boolean;
@@ -20,9 +25,76 @@ async function checkUpstream(id: string, baseUrl: string, apiKey: string | undef
   }
 }
 
+function checkSqlite(config: Config | undefined, findings: Finding[]): void {
+  try {
+    const database = openDatabase();
+    const integrity = database.sqlite.query<{ integrity_check: string }, []>("PRAGMA integrity_check").all().map((row) => row.integrity_check);
+    findings.push(integrity.join() === "ok" ? { ok: true, text: "database: integrity ok" } : { ok: false, text: `database: integrity problems: ${integrity.slice(0, 5).join("; ")}` });
+    if (config) {
+      const rows = database.sqlite.query<{ name: string; plan: string }, []>("SELECT name, plan FROM organizations").all();
+      findings.push(...orphanFindings(config, rows));
+    }
+    database.close();
+  } catch (error) {
+    findings.push({ ok: false, text: `database: ${(error as Error).message}` });
+  }
+}
+
+function orphanFindings(config: Config, organizations: { name: string; plan: string }[]): Finding[] {
+  const plans = new Set(config.plans.map((plan) => plan.id));
+  return organizations
+    .filter((row) => !plans.has(row.plan))
+    .map((orphan) => ({ ok: false, text: `organization ${orphan.name}: its plan "${orphan.plan}" is not in the configuration; its keys get 403` }));
+}
+
+/** Reachable, its version, and whether this build's migrations are all applied (without applying any). */
+async function checkPostgres(url: string, config: Config | undefined, findings: Finding[]): Promise<void> {
+  const sql = new Bun.SQL(url, { connectionTimeout: 3, max: 1 });
+  try {
+    const [version] = (await withTimeout(sql`SHOW server_version`, 3000, "PostgreSQL")) as { server_version: string }[];
+    findings.push({ ok: true, text: `PostgreSQL: ${redactUrl(url)} reachable, version ${version?.server_version ?? "unknown"}` });
+    const [table] = (await sql`SELECT to_regclass('sluice_migrations') AS name`) as { name: string | null }[];
+    const applied = table?.name ? ((await sql`SELECT tag FROM sluice_migrations`) as { tag: string }[]).map((row) => row.tag) : [];
+    const known = postgresMigrations.map((migration) => migration.tag);
+    const missing = known.filter((tag) => !applied.includes(tag));
+    const unknown = applied.filter((tag) => !known.includes(tag));
+    if (unknown.length > 0) findings.push({ ok: false, text: `PostgreSQL: migrated by a newer Sluice (${unknown.join(", ")}); this build refuses to start on it` });
+    else if (missing.length > 0) findings.push({ ok: false, text: `PostgreSQL: migrations not applied yet (${missing.join(", ")}); \`sluice serve\` applies them at start` });
+    else findings.push({ ok: true, text: `PostgreSQL: all ${known.length} migration(s) applied` });
+    if (config && missing.length === 0) findings.push(...orphanFindings(config, (await sql`SELECT name, plan FROM organizations`) as { name: string; plan: string }[]));
+  } catch (error) {
+    findings.push({ ok: false, text: `PostgreSQL: cannot use ${redactUrl(url)} (${(error as Error).message}); is the server running and the database created?` });
+  } finally {
+    await sql.close({ timeout: 1 }).catch(() => {});
+  }
+}
+
+async function checkRedis(url: string | undefined, findings: Finding[]): Promise<void> {
+  if (!url) {
+    findings.push({ ok: false, text: "Redis: SLUICE_REDIS_URL is not set; with PostgreSQL, Sluice needs Redis too (shared mode) and will not start without it" });
+    return;
+  }
+  const redis = new RedisConnection(url);
+  try {
+    const deadline = Date.now() + 3000;
+    while (!redis.connected && Date.now() < deadline) await Bun.sleep(20);
+    const version = await redis.serverVersion();
+    const [major = 0, minor = 0] = version.split(".").map(Number);
+    findings.push(
+      major > 6 || (major === 6 && minor >= 2)
+        ? { ok: true, text: `Redis: ${redactUrl(url)} reachable, version ${version}` }
+        : { ok: false, text: `Redis: version ${version} is too old; Sluice's scripts need 6.2 or newer` },
+    );
+  } catch (error) {
+    findings.push({ ok: false, text: `Redis: cannot reach ${redactUrl(url)} (${(error as Error).message}); is redis-server running?` });
+  } finally {
+    redis.close();
+  }
+}
+
 /**
- * `sluice doctor`: checks the configuration, the database's integrity, and that every upstream answers, and says
- * in plain words what is wrong. Exit status 1 when something is.
+ * `sluice doctor`: checks the configuration, the database (SQLite's integrity, or PostgreSQL and Redis), and that
+ * every upstream answers, and says in plain words what is wrong. Exit status 1 when something is.
  */
 export async function runDoctor(): Promise<number> {
   const findings: Finding[] = [];
@@ -33,18 +105,13 @@ export async function runDoctor(): Promise<number> {
   } catch (error) {
     findings.push({ ok: false, text: `configuration: ${(error as ConfigError).message}` });
   }
-  try {
-    const database = openDatabase();
-    const integrity = database.sqlite.query<{ integrity_check: string }, []>("PRAGMA integrity_check").all().map((row) => row.integrity_check);
-    findings.push(integrity.join() === "ok" ? { ok: true, text: "database: integrity ok" } : { ok: false, text: `database: integrity problems: ${integrity.slice(0, 5).join("; ")}` });
-    if (config) {
-      const plans = new Set(config.plans.map((plan) => plan.id));
-      const orphans = database.sqlite.query<{ name: string; plan: string }, []>("SELECT name, plan FROM organizations").all().filter((row) => !plans.has(row.plan));
-      for (const orphan of orphans) findings.push({ ok: false, text: `organization ${orphan.name}: its plan "${orphan.plan}" is not in the configuration; its keys get 403` });
-    }
-    database.close();
-  } catch (error) {
-    findings.push({ ok: false, text: `database: ${(error as Error).message}` });
+  const database = process.env.SLUICE_DB;
+  if (isPostgresUrl(database)) {
+    await checkPostgres(database, config, findings);
+    await checkRedis(process.env.SLUICE_REDIS_URL || undefined, findings);
+  } else {
+    if (process.env.SLUICE_REDIS_URL) findings.push({ ok: false, text: "Redis: SLUICE_REDIS_URL is set but SLUICE_DB is a SQLite file; shared mode needs SLUICE_DB=postgres://... as well" });
+    checkSqlite(config, findings);
   }
   if (config) {
     for (const model of config.models) {

@@ -1,9 +1,9 @@
 import { parseDuration } from "../modules/keys/duration";
-import { formatTime, openCliContext } from "./context";
+import { formatTime, withCliContext } from "./context";
 import { UsageError, parseCommand } from "./usage";
 
 /** `sluice key create|list|revoke`. */
-export function runKey(args: string[]): void {
+export async function runKey(args: string[]): Promise<number> {
   const [action, ...rest] = args;
   if (action === "create") {
     const { values } = parseCommand(rest, { org: { type: "string" }, name: { type: "string" }, "expires-in": { type: "string" } }, 0);
@@ -11,32 +11,37 @@ export function runKey(args: string[]): void {
     const expiresIn = values["expires-in"];
     const expiresInMs = expiresIn === undefined ? undefined : parseDuration(expiresIn);
     if (expiresIn !== undefined && expiresInMs === undefined) throw new UsageError(`--expires-in must look like 90s, 30m, 12h or 30d, got "${expiresIn}"`);
-    const context = openCliContext();
-    const org = context.organizations.requireByName(values.org);
-    const { key, secret } = context.keys.create({ organizationId: org.id, name: values.name, expiresInMs });
-    console.error(`created key ${key.id} "${key.name}" for ${org.name}, expires ${formatTime(key.expiresAt)}`);
-    console.error("this is the only time the key is shown; store it now:");
-    console.log(secret);
-    return;
+    const organizationName = values.org;
+    await withCliContext(async (context) => {
+      const org = await context.organizations.requireByName(organizationName);
+      const { key, secret } = await context.keys.create({ organizationId: org.id, name: values.name, expiresInMs });
+      console.error(`created key ${key.id} "${key.name}" for ${org.name}, expires ${formatTime(key.expiresAt)}`);
+      console.error("this is the only time the key is shown; store it now:");
+      console.log(secret);
+    });
+    return 0;
   }
   if (action === "list") {
     const { values } = parseCommand(rest, { org: { type: "string" } }, 0);
     if (!values.org) throw new UsageError("--org NAME is required");
-    const context = openCliContext();
-    const org = context.organizations.requireByName(values.org);
-    for (const key of context.keys.listForOrganization(org.id)) {
-      console.log(
-        [key.id, key.name, key.prefix, formatTime(key.createdAt), formatTime(key.lastUsedAt), formatTime(key.expiresAt), formatTime(key.revokedAt)].join("\t"),
-      );
-    }
-    return;
+    const organizationName = values.org;
+    await withCliContext(async (context) => {
+      const org = await context.organizations.requireByName(organizationName);
+      for (const key of await context.keys.listForOrganization(org.id)) {
+        console.log(
+          [key.id, key.name, key.prefix, formatTime(key.createdAt), formatTime(key.lastUsedAt), formatTime(key.expiresAt), formatTime(key.revokedAt)].join("\t"),
+        );
+      }
+    });
+    return 0;
   }
   if (action === "revoke") {
     const { positionals } = parseCommand(rest, {}, 1);
-    const context = openCliContext();
-    const key = context.keys.revoke(positionals[0] as string);
-    console.log(`${key.id}\trevoked\t${formatTime(key.revokedAt)}`);
-    return;
+    await withCliContext(async (context) => {
+      const key = await context.keys.revoke(positionals[0] as string);
+      console.log(`${key.id}\trevoked\t${formatTime(key.revokedAt)}`);
+    });
+    return 0;
   }
   throw new UsageError(`unknown key command "${action ?? ""}"`);
 }

@@ -1,5 +1,5 @@
 import { AccountService } from "../modules/console/accounts";
-import { openCliContext } from "./context";
+import { withCliContext } from "./context";
 import { UsageError, parseCommand } from "./usage";
 
 /** The password from SLUICE_OPERATOR_PASSWORD, or asked for on the terminal. */
@@ -28,13 +28,14 @@ export async function runOperator(args: string[]): Promise<number> {
   } catch (error) {
     throw new UsageError((error as Error).message);
   }
-  const context = openCliContext();
-  const accounts = new AccountService(context.database.db);
-  try {
-    const user = await accounts.createUser({ email, password, role: "operator", organizationId: null });
-    console.log(`${user.id}\t${user.email}\toperator`);
-  } catch (error) {
-    throw new UsageError((error as Error).message);
-  }
+  await withCliContext(async (context) => {
+    const accounts = new AccountService(context.storage.accounts);
+    try {
+      const user = await accounts.createUser({ email, password, role: "operator", organizationId: null });
+      console.log(`${user.id}\t${user.email}\toperator`);
+    } catch (error) {
+      throw new UsageError((error as Error).message);
+    }
+  });
   return 0;
 }

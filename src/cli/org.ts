@@ -1,5 +1,5 @@
 import { organizationStatuses, type OrganizationStatus } from "../modules/organizations/service";
-import { openCliContext } from "./context";
+import { withCliContext } from "./context";
 import { UsageError, parseCommand } from "./usage";
 
 function statusOf(value: string | undefined): OrganizationStatus | undefined {
@@ -13,24 +13,27 @@ function statusOf(value: string | undefined): OrganizationStatus | undefined {
 const changeOptions = { plan: { type: "string" }, status: { type: "string" } } as const;
 
 /** `sluice org create|update|list`. */
-export function runOrg(args: string[]): void {
+export async function runOrg(args: string[]): Promise<number> {
   const [action, ...rest] = args;
   if (action === "list") {
     parseCommand(rest, {}, 0);
-    const context = openCliContext();
-    for (const org of context.organizations.list()) {
-      console.log([org.id, org.name, org.plan, org.status, new Date(org.createdAt).toISOString()].join("\t"));
-    }
-    return;
+    await withCliContext(async (context) => {
+      for (const org of await context.organizations.list()) {
+        console.log([org.id, org.name, org.plan, org.status, new Date(org.createdAt).toISOString()].join("\t"));
+      }
+    });
+    return 0;
   }
   if (action !== "create" && action !== "update") throw new UsageError(`unknown org command "${action ?? ""}"`);
   const { values, positionals } = parseCommand(rest, changeOptions, 1);
   const status = statusOf(values.status);
-  const context = openCliContext();
   const name = positionals[0] as string;
-  const org =
-    action === "create"
-      ? context.organizations.create({ name, plan: values.plan, status })
-      : context.organizations.update(name, { plan: values.plan, status });
-  console.log([org.id, org.name, org.plan, org.status].join("\t"));
+  await withCliContext(async (context) => {
+    const org =
+      action === "create"
+        ? await context.organizations.create({ name, plan: values.plan, status })
+        : await context.organizations.update(name, { plan: values.plan, status });
+    console.log([org.id, org.name, org.plan, org.status].join("\t"));
+  });
+  return 0;
 }

@@ -1,5 +1,6 @@
 import { ConfigError } from "../config/load";
 import { DatabaseTooNewError } from "../db/migrate";
+import { BackendError } from "../storage/open";
 import { KeyError } from "../modules/keys/service";
 import { OrganizationError } from "../modules/organizations/service";
 import { runKey } from "./key";
@@ -12,7 +13,7 @@ import { runDoctor } from "./doctor";
 import { runOperator } from "./operator";
 import { UsageError, parseCommand, usageText } from "./usage";
 
-const commands: Record<string, (args: string[]) => void | number | Promise<number>> = {
+const commands: Record<string, (args: string[]) => number | Promise<number>> = {
   serve: runServe,
   org: runOrg,
   key: runKey,
@@ -46,7 +47,7 @@ export async function runCommand(argv: string[]): Promise<number> {
       console.error(`sluice: ${error.message}`);
       return 2;
     }
-    if (error instanceof ConfigError || error instanceof DatabaseTooNewError) {
+    if (error instanceof ConfigError || error instanceof DatabaseTooNewError || error instanceof BackendError) {
       console.error(`sluice: ${error.message}`);
       return 1;
     }

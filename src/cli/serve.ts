@@ -1,21 +1,24 @@
 import { loadConfig } from "../config/load";
-import { openDatabase } from "../db/client";
 import { startServer } from "../server";
+import { openBackends } from "../storage/open";
 import { parseCommand } from "./usage";
 
 /** `sluice serve`: listens on SLUICE_HOST:SLUICE_PORT until SIGINT or SIGTERM. */
-export function runServe(args: string[]): void {
+export async function runServe(args: string[]): Promise<number> {
   parseCommand(args, {}, 0);
   const config = loadConfig();
-  const database = openDatabase();
-  const server = startServer({
+  const { storage, redis } = await openBackends();
+  const server = await startServer({
     config,
-    database,
+    storage,
+    redis,
     hostname: process.env.SLUICE_HOST ?? "127.0.0.1",
     port: Number(process.env.SLUICE_PORT ?? 8080),
     metricsToken: process.env.SLUICE_METRICS_TOKEN || undefined,
   });
-  console.error(JSON.stringify({ level: "info", message: "sluice listening", url: server.url, models: config.models.map((model) => model.id) }));
+  console.error(
+    JSON.stringify({ level: "info", message: "sluice listening", url: server.url, models: config.models.map((model) => model.id), mode: redis ? "shared (PostgreSQL + Redis)" : "SQLite" }),
+  );
   const drainMs = Number(process.env.SLUICE_DRAIN_MS ?? 30_000);
   let stopping = false;
   const stop = async (signal: string) => {
@@ -23,10 +26,12 @@ export function runServe(args: string[]): void {
     stopping = true;
     console.error(JSON.stringify({ level: "info", message: "draining", signal, drain_ms: drainMs }));
     await server.stop({ drainMs });
-    database.close();
+    await storage.close();
+    redis?.close();
     console.error(JSON.stringify({ level: "info", message: "stopped" }));
     process.exit(0);
   };
   process.on("SIGINT", () => void stop("SIGINT"));
   process.on("SIGTERM", () => void stop("SIGTERM"));
+  return 0;
 }

@@ -1,5 +1,4 @@
 import { Elysia } from "elysia";
-import type { DatabaseHandle } from "../db/client";
 import { newRequestId } from "../ids";
 import type { AuthService } from "../modules/auth/service";
 import { chatRoutes } from "../modules/chat/index";
@@ -25,7 +24,8 @@ export interface AppDependencies {
   maxBodyBytes: number;
   metrics: Metrics;
   logger: Logger;
-  database: DatabaseHandle;
+  /** What stops this instance from serving (database, Redis), for /readyz. */
+  readiness: () => Promise<string[]>;
   lifecycle: Lifecycle;
   metricsToken: string | undefined;
 }
@@ -91,7 +91,7 @@ export function createApp(deps: AppDependencies) {
       finish(record);
     })
     .get("/openapi.json", () => openApiDocument)
-    .use(observabilityRoutes({ metrics: deps.metrics, database: deps.database, lifecycle: deps.lifecycle, metricsToken: deps.metricsToken }))
+    .use(observabilityRoutes({ metrics: deps.metrics, readiness: deps.readiness, lifecycle: deps.lifecycle, metricsToken: deps.metricsToken }))
     .use(consoleRoutes(deps.console.service, deps.console.accounts))
     .use(modelRoutes(deps.models, deps.auth));
   return app;

@@ -1,6 +1,6 @@
 import type { PlanConfig } from "../../config/schema";
 import { monthOf, startOfNextMonth } from "./month";
-import { AdmissionRejected, type AdmissionRequest, type AdmissionStore, type LedgerBucket, type Lease, type SpentTokens, type UsageSnapshot } from "./store";
+import { AdmissionRejected, type RejectionKind, type AdmissionRequest, type AdmissionStore, type LedgerBucket, type Lease, type SpentTokens, type UsageSnapshot } from "./store";
 import { RollingWindow, fiveHoursMs } from "./window";
 
 class OrganizationState {
@@ -25,6 +25,40 @@ const initialExpectedOutput = 1024;
 /** Weight of the newest answer in the running average of output tokens per model. */
 const averageWeight = 0.2;
 
+/** The output a model usually gives: a running average per model, for reservations. */
+export class OutputEstimate {
+  private readonly averages = new Map<string, number>();
+
+  /** The usual output of this model, never more than the request's max_tokens. */
+  expected(modelId: string, maxTokens: number): number {
+    return Math.min(maxTokens, Math.ceil(this.averages.get(modelId) ?? initialExpectedOutput));
+  }
+
+  observe(modelId: string, completionTokens: number): void {
+    const previous = this.averages.get(modelId);
+    this.averages.set(modelId, previous === undefined ? completionTokens : previous + averageWeight * (completionTokens - previous));
+  }
+}
+
+/** The 429 of a limit that said no, with its Retry-After; the same words whichever store decided. */
+export function quotaRejection(kind: RejectionKind, plan: PlanConfig, wait: { fiveHourWaitMs?: number; monthResetMs?: number }): AdmissionRejected {
+  if (kind === "month") {
+    return new AdmissionRejected("month", `Your organization has used its monthly quota of ${plan.tokensPerMonth} tokens. It resets on the 1st of next month (00:00 UTC).`, {
+      retryAfterSeconds: secondsUntil(wait.monthResetMs ?? 0),
+      shouldRetry: false,
+    });
+  }
+  if (kind === "five_hour") {
+    return new AdmissionRejected("five_hour", `Your organization has used its 5-hour quota of ${plan.tokensPer5h} tokens. Retry after the time in Retry-After, when enough usage has left the rolling window.`, {
+      retryAfterSeconds: secondsUntil(wait.fiveHourWaitMs ?? fiveHoursMs),
+      shouldRetry: false,
+    });
+  }
+  return new AdmissionRejected("concurrency", `Your organization already has ${plan.maxConcurrency} requests in flight, the most its plan allows. Retry shortly.`, {
+    retryAfterSeconds: 1,
+  });
+}
+
 /** Go-style duration as OpenAI writes `x-ratelimit-reset-tokens`: `1h2m3s`, `45s`, `0s`. */
 export function formatReset(milliseconds: number): string {
   let seconds = Math.max(0, Math.ceil(milliseconds / 1000));
@@ -45,7 +79,7 @@ function secondsUntil(milliseconds: number): number {
  */
 export class MemoryAdmissionStore implements AdmissionStore {
   private readonly organizations = new Map<string, OrganizationState>();
-  private readonly expectedOutput = new Map<string, number>();
+  private readonly estimate = new OutputEstimate();
   private inFlightTotal = 0;
   private reservedTotal = 0;
 
@@ -55,25 +89,14 @@ export class MemoryAdmissionStore implements AdmissionStore {
     const need = request.promptTokens + 1;
     const windowUsed = plan.tokensPer5h === undefined ? 0 : state.window.used(now);
     if (plan.tokensPerMonth !== undefined && state.monthUsedAt(now) + state.reserved + need > plan.tokensPerMonth) {
-      throw new AdmissionRejected("month", `Your organization has used its monthly quota of ${plan.tokensPerMonth} tokens. It resets on the 1st of next month (00:00 UTC).`, {
-        retryAfterSeconds: secondsUntil(startOfNextMonth(now) - now),
-        shouldRetry: false,
-      });
+      throw quotaRejection("month", plan, { monthResetMs: startOfNextMonth(now) - now });
     }
     if (plan.tokensPer5h !== undefined && windowUsed + state.reserved + need > plan.tokensPer5h) {
       const excess = windowUsed + state.reserved + need - plan.tokensPer5h;
       // Reservations in flight count as usage recorded now: they leave the window 5 hours from now.
-      const wait = state.window.timeUntilFreed(excess, now) ?? fiveHoursMs;
-      throw new AdmissionRejected("five_hour", `Your organization has used its 5-hour quota of ${plan.tokensPer5h} tokens. Retry after the time in Retry-After, when enough usage has left the rolling window.`, {
-        retryAfterSeconds: secondsUntil(wait),
-        shouldRetry: false,
-      });
+      throw quotaRejection("five_hour", plan, { fiveHourWaitMs: state.window.timeUntilFreed(excess, now) ?? fiveHoursMs });
     }
-    if (plan.maxConcurrency !== undefined && state.inFlight >= plan.maxConcurrency) {
-      throw new AdmissionRejected("concurrency", `Your organization already has ${plan.maxConcurrency} requests in flight, the most its plan allows. Retry shortly.`, {
-        retryAfterSeconds: 1,
-      });
-    }
+    if (plan.maxConcurrency !== undefined && state.inFlight >= plan.maxConcurrency) throw quotaRejection("concurrency", plan, {});
     const reservation = this.reservationFor(request, state, windowUsed, now);
     state.reserved += reservation;
     state.inFlight++;
@@ -143,7 +166,7 @@ export class MemoryAdmissionStore implements AdmissionStore {
   private reservationFor(request: AdmissionRequest, state: OrganizationState, windowUsed: number, now: number): number {
     const plan = request.plan;
     if (plan.tokensPer5h === undefined && plan.tokensPerMonth === undefined) return 0;
-    const expected = Math.min(request.maxTokens, Math.ceil(this.expectedOutput.get(request.modelId) ?? initialExpectedOutput));
+    const expected = this.estimate.expected(request.modelId, request.maxTokens);
     let reservation = request.promptTokens + expected;
     if (plan.tokensPer5h !== undefined) reservation = Math.min(reservation, plan.tokensPer5h - windowUsed - state.reserved);
     if (plan.tokensPerMonth !== undefined) reservation = Math.min(reservation, plan.tokensPerMonth - state.monthUsedAt(now) - state.reserved);
@@ -155,8 +178,7 @@ export class MemoryAdmissionStore implements AdmissionStore {
     state.window.add(tokens, at);
     state.monthUsedAt(at);
     state.monthUsed += tokens;
-    const previous = this.expectedOutput.get(modelId);
-    this.expectedOutput.set(modelId, previous === undefined ? spent.completionTokens : previous + averageWeight * (spent.completionTokens - previous));
+    this.estimate.observe(modelId, spent.completionTokens);
   }
 
   private state(organizationId: string): OrganizationState {

@@ -1,25 +1,39 @@
-import type { DatabaseHandle } from "../../db/client";
-import type { Ledger } from "../../ledger/ledger";
-import { pruneUsageMinutes, readUsageResets, restoreFromLedger } from "./ledger-usage";
+import type { Storage } from "../../storage/types";
+import type { LedgerStore } from "../../storage/types";
+import { restoreFromLedger } from "./ledger-usage";
 import type { AdmissionStore } from "./store";
 
+const pruneEveryMs = 3_600_000;
+
 /**
- * Keeps an admission store in step with the database: rebuilt from the ledger at start, and an organization's
- * usage reloaded when an operator resets it (from the CLI, in another process) before its next request.
+ * Keeps one process's admission store in step with the database (SQLite mode): rebuilt from the ledger at start,
+ * and an organization's usage reloaded when an operator resets it (from the CLI, in another process) before its
+ * next request. In shared mode Redis holds the state for every instance and whoever resets restores it there.
  */
-export function syncAdmissionWithLedger(store: AdmissionStore, database: DatabaseHandle, ledger: Ledger, clock: () => number): void {
-  pruneUsageMinutes(database.sqlite, clock());
-  setInterval(() => pruneUsageMinutes(database.sqlite, clock()), 3_600_000).unref();
-  restoreFromLedger(store, database.sqlite, clock());
-  let resets = readUsageResets(database.sqlite);
-  database.onExternalChange(() => {
-    const latest = readUsageResets(database.sqlite);
+export async function syncAdmissionWithLedger(store: AdmissionStore, storage: Storage, ledger: LedgerStore, clock: () => number): Promise<void> {
+  await storage.usage.prune(clock());
+  setInterval(() => void storage.usage.prune(clock()).catch(() => {}), pruneEveryMs).unref();
+  if (storage.kind !== "sqlite") return;
+  await restoreFromLedger(store, storage.usage, clock());
+  let resets = await storage.usage.resets();
+  storage.changes.onChange(async () => {
+    const latest = await storage.usage.resets();
     for (const [organizationId, resetAt] of latest) {
       if (resets.get(organizationId) === resetAt) continue;
       // Rows settled in memory but not yet committed must be in the database before it is read back.
-      ledger.flush();
-      restoreFromLedger(store, database.sqlite, clock(), organizationId);
+      await ledger.flush();
+      await restoreFromLedger(store, storage.usage, clock(), organizationId);
     }
     resets = latest;
   });
+}
+
+/**
+ * An operator's usage reset, from the CLI or the console: recorded in the database (usage that ended before now no
+ * longer counts, also after restarts), then in the shared admission state, then announced to every instance.
+ */
+export async function resetUsage(storage: Storage, organizationId: string, now: number, sharedStore?: AdmissionStore): Promise<void> {
+  await storage.usage.reset(organizationId, now);
+  if (sharedStore) await restoreFromLedger(sharedStore, storage.usage, now, organizationId);
+  await storage.changes.announce();
 }

@@ -1,5 +1,6 @@
 import type { PlanConfig } from "../../config/schema";
 import { SluiceError, type SluiceErrorOptions } from "../../errors";
+import type { LedgerBucket } from "../../storage/types";
 
 export type RejectionKind = "five_hour" | "month" | "concurrency";
 
@@ -59,26 +60,25 @@ export interface UsageSnapshot {
 }
 
 /**
- * The one owner of quota and concurrency state. `admit` is synchronous so that checking both quotas, reserving
- * and taking the slot cannot interleave with another request; a shared store (Redis) implements the same
- * interface for several instances.
+ * The one owner of quota and concurrency state: checking both quotas, reserving and taking the slot is one atomic
+ * step. In one process (MemoryAdmissionStore) every call is synchronous, so nothing can interleave; the shared store
+ * (RedisAdmissionStore) does the same step in one Lua script for every instance, and answers asynchronously.
  */
 export interface AdmissionStore {
-  /** Throws SluiceError 429 (rate_limit_exceeded or insufficient_quota) or returns the lease. */
-  admit(request: AdmissionRequest, now: number): Lease;
-  snapshot(organizationId: string, plan: PlanConfig, now: number): UsageSnapshot;
+  /** Throws SluiceError 429 (rate_limit_exceeded or insufficient_quota), or 503 if it cannot decide; returns the lease. */
+  admit(request: AdmissionRequest, now: number): Lease | Promise<Lease>;
+  snapshot(organizationId: string, plan: PlanConfig, now: number): UsageSnapshot | Promise<UsageSnapshot>;
   /** Forgets an organization's recorded usage (an operator's reset); reservations in flight stay. */
-  reset(organizationId: string): void;
+  reset(organizationId: string): void | Promise<void>;
   /** Replaces an organization's recorded usage with what the ledger holds (start-up, resets). */
-  restore(organizationId: string, buckets: LedgerBucket[], monthTokens: number, monthStart: number): void;
-  /** Requests admitted and not yet settled, over all organizations. */
+  restore(organizationId: string, buckets: LedgerBucket[], monthTokens: number, monthStart: number): void | Promise<void>;
+  /** Requests this process admitted and has not yet settled, over all organizations. */
   inFlight(): number;
-  /** Tokens reserved and not yet settled, over all organizations. */
+  /** Tokens this process reserved and has not yet settled, over all organizations. */
   reservedTokens(): number;
+  /** What stops admission now (a shared store that does not answer); empty when nothing does. */
+  problems?(): Promise<string[]>;
+  close?(): void;
 }
 
-/** Ledger usage of one organization in one minute, for rebuilding the window. */
-export interface LedgerBucket {
-  tokens: number;
-  lastTime: number;
-}
+export type { LedgerBucket };

@@ -9,8 +9,12 @@ export function bearerKey(request: Request): string | undefined {
 }
 
 /** The caller of a request, noted in its record (for the log line and metrics); throws 401/403 as SluiceErrors. */
-export function authenticateRequest(auth: AuthService, request: Request): Caller {
+export function authenticateRequest(auth: AuthService, request: Request): Caller | Promise<Caller> {
   const caller = auth.authenticate(bearerKey(request));
+  return caller instanceof Promise ? caller.then((found) => noteCaller(request, found)) : noteCaller(request, caller);
+}
+
+function noteCaller(request: Request, caller: Caller): Caller {
   const record = recordOf(request);
   if (record) {
     record.organizationId = caller.organizationId;
@@ -26,4 +30,4 @@ export function authenticateRequest(auth: AuthService, request: Request): Caller
  * accept an `access_token` query parameter.
  */
 export const authPlugin = (auth: AuthService) =>
-  new Elysia({ name: "auth" }).resolve({ as: "scoped" }, ({ request }) => ({ caller: authenticateRequest(auth, request) }));
+  new Elysia({ name: "auth" }).resolve({ as: "scoped" }, async ({ request }) => ({ caller: await authenticateRequest(auth, request) }));

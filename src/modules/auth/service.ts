@@ -1,7 +1,6 @@
-import type { Database } from "bun:sqlite";
 import type { PlanConfig } from "../../config/schema";
-import type { DatabaseHandle } from "../../db/client";
 import { SluiceError } from "../../errors";
+import type { ChangeFeed, KeyCredentials, KeyRepository } from "../../storage/types";
 import { hashesEqual, hashKeySecret, keyPrefix } from "../keys/secret";
 
 /** Who is asking: the key, its organization and the organization's plan. */
@@ -12,17 +11,6 @@ export interface Caller {
   plan: PlanConfig;
 }
 
-interface KeyRecord {
-  hash: string;
-  keyId: string;
-  organizationId: string;
-  organizationName: string;
-  organizationStatus: string;
-  planId: string;
-  expiresAt: number | null;
-  revokedAt: number | null;
-}
-
 const maxCachedKeys = 100_000;
 
 function invalidKey(): SluiceError {
@@ -31,41 +19,73 @@ function invalidKey(): SluiceError {
 const lastUsedFlushMs = 1000;
 
 /**
- * Turns a bearer key into a Caller. Keys are looked up by SHA-256 hash, first in memory, then with one
- * indexed query; the cache is dropped whenever SQLite's data_version says another connection wrote (a CLI
- * revocation applies to the very next request). `last_used_at` is written in batches, once a second.
+ * Turns a bearer key into a Caller. Keys are looked up by SHA-256 hash, first in memory, then with one indexed
+ * query; the cache is dropped whenever the change feed says another process changed keys or organizations (SQLite:
+ * the `change_counter` row; shared mode: the epoch in Redis, read before every request), so a revocation anywhere
+ * applies to the very next request. `last_used_at` is written in batches, once a second.
  */
 export class AuthService {
-  private readonly cache = new Map<string, KeyRecord>();
+  private readonly cache = new Map<string, KeyCredentials>();
   private readonly lastUsed = new Map<string, number>();
-  private readonly lookup;
   private readonly flushTimer: Timer;
 
   constructor(
-    private readonly database: DatabaseHandle,
+    private readonly keys: KeyRepository,
+    private readonly changes: ChangeFeed,
     private readonly plans: ReadonlyMap<string, PlanConfig>,
-    /** Writes [key id, time] pairs of last use; off the request thread (the ledger's writer), as it is a write. */
+    /** Writes [key id, time] pairs of last use; off the request path (the ledger's writer), as it is a write. */
     private readonly touchKeys: (entries: [string, number][]) => void,
+    /** Turns a failure to look for changes (Redis down) into the caller's error. */
+    private readonly unavailable: (cause: unknown) => SluiceError = (cause) => new SluiceError("server_overloaded", "Keys cannot be checked right now. Retry shortly.", { retryAfterSeconds: 2, cause }),
   ) {
-    const sqlite: Database = database.sqlite;
-    this.lookup = sqlite.query<KeyRecord, [string]>(
-      `SELECT k.hash AS hash, k.id AS keyId, o.id AS organizationId, o.name AS organizationName,
-              o.status AS organizationStatus, o.plan AS planId, k.expires_at AS expiresAt, k.revoked_at AS revokedAt
-         FROM api_keys k JOIN organizations o ON o.id = k.organization_id
-        WHERE k.hash = ?`,
-    );
-    database.onExternalChange(() => this.cache.clear());
+    changes.onChange(() => this.cache.clear());
     this.flushTimer = setInterval(() => this.flushLastUsed(), lastUsedFlushMs);
     this.flushTimer.unref();
   }
 
-  /** Throws missing_api_key, invalid_api_key or organization_inactive; returns the caller otherwise. */
-  authenticate(bearer: string | undefined, now = Date.now()): Caller {
+  /**
+   * Throws missing_api_key, invalid_api_key or organization_inactive; returns the caller otherwise. Synchronous
+   * when the key is cached and nothing changed (SQLite mode's hot path), a promise otherwise.
+   */
+  authenticate(bearer: string | undefined, now = Date.now()): Caller | Promise<Caller> {
     if (!bearer) throw new SluiceError("missing_api_key", "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'.");
     if (!bearer.startsWith(keyPrefix)) throw invalidKey();
-    this.database.pollExternalChanges();
     const hash = hashKeySecret(bearer);
-    const record = this.cache.get(hash) ?? this.load(hash);
+    let checked: void | Promise<void>;
+    try {
+      checked = this.changes.check();
+    } catch (error) {
+      throw this.unavailable(error);
+    }
+    if (checked === undefined) {
+      const cached = this.cache.get(hash);
+      if (cached) return this.callerOf(cached, hash, now);
+    }
+    return this.authenticateSlowly(checked, hash, now);
+  }
+
+  private async authenticateSlowly(checked: void | Promise<void>, hash: string, now: number): Promise<Caller> {
+    try {
+      await checked;
+    } catch (error) {
+      throw this.unavailable(error);
+    }
+    let record = this.cache.get(hash);
+    if (!record) {
+      try {
+        record = await this.keys.credentials(hash);
+      } catch (error) {
+        throw this.unavailable(error);
+      }
+      if (record) {
+        if (this.cache.size >= maxCachedKeys) this.cache.clear();
+        this.cache.set(hash, record);
+      }
+    }
+    return this.callerOf(record, hash, now);
+  }
+
+  private callerOf(record: KeyCredentials | undefined, hash: string, now: number): Caller {
     if (!record || !hashesEqual(record.hash, hash)) throw invalidKey();
     if (record.revokedAt !== null || (record.expiresAt !== null && record.expiresAt <= now)) throw invalidKey();
     if (record.organizationStatus !== "active") {
@@ -98,13 +118,5 @@ export class AuthService {
   close(): void {
     clearInterval(this.flushTimer);
     this.flushLastUsed();
-  }
-
-  private load(hash: string): KeyRecord | undefined {
-    const record = this.lookup.get(hash) ?? undefined;
-    if (!record) return undefined;
-    if (this.cache.size >= maxCachedKeys) this.cache.clear();
-    this.cache.set(hash, record);
-    return record;
   }
 }

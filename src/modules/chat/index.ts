@@ -47,7 +47,8 @@ export const chatRoutes = (chat: ChatService, auth: AuthService, options: ChatRo
     "/v1/chat/completions",
     async ({ request }) => {
       const record = recordOf(request) as RequestRecord;
-      const caller = authenticateRequest(auth, request);
+      const authenticated = authenticateRequest(auth, request);
+      const caller = authenticated instanceof Promise ? await authenticated : authenticated;
       if (options.lifecycle.draining) {
         throw new SluiceError("server_overloaded", "The server is restarting and takes no new requests. Retry shortly.", { retryAfterSeconds: 2 });
       }

@@ -1,6 +1,7 @@
 import type { SafetyRuleConfig } from "../../config/schema";
 import { SluiceError, UpstreamError } from "../../errors";
-import type { Ledger, LedgerRow } from "../../ledger/ledger";
+import type { LedgerRow } from "../../ledger/ledger";
+import type { LedgerStore } from "../../storage/types";
 import { countChatTokens, countTextTokens, estimateChatTokens, loadTokenizer } from "../../tokens/count";
 import { AdmissionRejected, type Lease } from "../admission/store";
 import { abortAfter } from "../../upstream/deadlines";
@@ -11,7 +12,7 @@ import type { CompletionEvent, Usage } from "../../upstream/types";
 import type { AdmissionStore } from "../admission/store";
 import type { Caller } from "../auth/service";
 import type { ModelRegistry } from "../models/registry";
-import type { ModelQueue } from "../queue/model-queue";
+import type { Queue } from "../queue/model-queue";
 import { refusalText } from "../safety/rules";
 import type { SafetyService } from "../safety/service";
 import { UsageMeter } from "./meter";
@@ -44,9 +45,11 @@ export type ChatResult =
 
 export interface ChatServiceDependencies {
   models: ModelRegistry;
-  ledger: Ledger;
+  ledger: LedgerStore;
   admission: AdmissionStore;
-  queues: ReadonlyMap<string, ModelQueue>;
+  queues: ReadonlyMap<string, Queue>;
+  /** Whether the ledger's database answers: no request is admitted that could not be recorded. */
+  ledgerAvailable?: () => boolean;
   safety: SafetyService;
   clock: () => number;
   metrics?: Metrics;
@@ -117,12 +120,18 @@ export class ChatService {
     const entry = models.callable(plan, request.model);
     const prepared = await prepareRequest(request, entry);
     const promptEstimate = prepared.promptTokens ?? estimateChatTokens(prepared.messages);
+    if (this.deps.ledgerAvailable && !this.deps.ledgerAvailable()) {
+      throw new SluiceError("server_overloaded", "The gateway cannot record usage right now (its database does not answer), so it takes no requests. Retry shortly.", {
+        retryAfterSeconds: 2,
+      });
+    }
     let lease: Lease;
     try {
-      lease = admission.admit(
+      const admitted = admission.admit(
         { organizationId: context.caller.organizationId, plan, modelId: prepared.modelId, promptTokens: promptEstimate, maxTokens: prepared.maxTokens },
         clock(),
       );
+      lease = admitted instanceof Promise ? await admitted : admitted;
     } catch (error) {
       if (error instanceof AdmissionRejected) this.deps.metrics?.quotaRejections.inc({ kind: error.kind });
       throw error;
@@ -133,7 +142,7 @@ export class ChatService {
       // The red-line check comes before the request takes a queue place or reaches the upstream.
       const rule = await this.deps.safety.checkInput(prepared.messages, context.abort.signal);
       if (rule) return await this.refuse(prepared, context, identity, lease, rule);
-      const queue = queues.get(prepared.modelId) as ModelQueue;
+      const queue = queues.get(prepared.modelId) as Queue;
       const slot = await queue.acquire(context.caller.organizationId, context.abort.signal);
       const cancelDeadline = abortAfter(context.abort, prepared.entry.config.timeoutMs);
       this.active.add(context.abort);

@@ -1,12 +1,9 @@
-import { and, eq, gt, lt } from "drizzle-orm";
-import type { Drizzle } from "../../db/client";
-import { sessions, users } from "../../db/schema";
 import { SluiceError, invalidRequest } from "../../errors";
 import { randomId } from "../../ids";
+import type { AccountRepository, Role, User } from "../../storage/types";
 import { hashKeySecret } from "../keys/secret";
 
-export type User = typeof users.$inferSelect;
-export type Role = User["role"];
+export type { Role, User };
 
 /** Who is asking, once their session is known. */
 export interface Actor {
@@ -21,18 +18,17 @@ const sessionLifetimeMs = 7 * 24 * 3_600_000;
 const minimumPasswordLength = 10;
 const failureWindowMs = 15 * 60_000;
 const maxFailures = 5;
-const maxTrackedEmails = 10_000;
 
 function token(): string {
   return Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString("base64url");
 }
 
-/** Console accounts and sessions: passwords with Bun.password (argon2id), sessions stored as hashes. */
+/**
+ * Console accounts and sessions: passwords with Bun.password (argon2id), sessions stored as hashes in the database
+ * (so a session opened through one instance works on every instance), failed sign-ins counted there too.
+ */
 export class AccountService {
-  /** Failed sign-ins per email, to slow down guessing. */
-  private readonly failures = new Map<string, { count: number; since: number }>();
-
-  constructor(private readonly db: Drizzle) {}
+  constructor(private readonly repository: AccountRepository) {}
 
   static checkEmail(email: unknown): string {
     if (typeof email !== "string" || !/^[^\s@]+@[^\s@]+\.[^\s@]+$/.test(email.trim()) || email.length > 254) throw invalidRequest("Enter a valid email address.", "email");
@@ -49,61 +45,46 @@ export class AccountService {
   async createUser(input: { email: string; password: string; role: Role; organizationId: string | null }): Promise<User> {
     const email = AccountService.checkEmail(input.email);
     const password = AccountService.checkPassword(input.password);
-    if (this.db.select({ id: users.id }).from(users).where(eq(users.email, email)).get()) {
-      throw invalidRequest("An account with this email already exists.", "email");
-    }
+    if (await this.repository.findUserByEmail(email)) throw invalidRequest("An account with this email already exists.", "email");
     const user: User = { id: randomId("usr_", 12), email, passwordHash: await Bun.password.hash(password), role: input.role, organizationId: input.organizationId, createdAt: Date.now() };
-    this.db.insert(users).values(user).run();
+    await this.repository.insertUser(user);
     return user;
   }
 
-  findByEmail(email: string): User | undefined {
-    return this.db.select().from(users).where(eq(users.email, email.trim().toLowerCase())).get();
+  findByEmail(email: string): Promise<User | undefined> {
+    return this.repository.findUserByEmail(email.trim().toLowerCase());
   }
 
   /** Checks the password (slowly, on purpose) and opens a session; 401 on a mismatch, 429 after repeated ones. */
   async signIn(emailInput: unknown, passwordInput: unknown, now = Date.now()): Promise<{ token: string; actor: Actor }> {
     const email = typeof emailInput === "string" ? emailInput.trim().toLowerCase() : "";
-    const failure = this.failures.get(email);
+    const failure = await this.repository.failures(email);
     if (failure && now - failure.since < failureWindowMs && failure.count >= maxFailures) {
       throw new SluiceError("rate_limit_exceeded", "Too many failed sign-ins for this account. Try again later.", { retryAfterSeconds: Math.ceil((failure.since + failureWindowMs - now) / 1000) });
     }
-    const user = email ? this.findByEmail(email) : undefined;
+    const user = email ? await this.findByEmail(email) : undefined;
     const password = typeof passwordInput === "string" ? passwordInput : "";
     // Verify against a real hash even for unknown emails, so that timing does not tell which emails exist.
     const valid = user ? await Bun.password.verify(password, user.passwordHash) : (await Bun.password.verify(password, await dummyHash()), false);
     if (!user || !valid) {
-      const current = failure && now - failure.since < failureWindowMs ? failure : { count: 0, since: now };
-      current.count++;
-      // Guessing across many emails must not grow this map without end: past windows are dropped.
-      if (this.failures.size > maxTrackedEmails) {
-        for (const [key, entry] of this.failures) if (now - entry.since >= failureWindowMs) this.failures.delete(key);
-      }
-      this.failures.set(email, current);
+      await this.repository.addFailure(email, now, now - failureWindowMs);
       throw new SluiceError("invalid_api_key", "Wrong email or password.");
     }
-    this.failures.delete(email);
-    this.db.delete(sessions).where(lt(sessions.expiresAt, now)).run();
+    if (failure) await this.repository.clearFailures(email);
     const sessionToken = token();
     const csrfToken = token();
-    this.db.insert(sessions).values({ tokenHash: hashKeySecret(sessionToken), userId: user.id, csrfToken, createdAt: now, expiresAt: now + sessionLifetimeMs }).run();
+    await this.repository.openSession({ tokenHash: hashKeySecret(sessionToken), userId: user.id, csrfToken, createdAt: now, expiresAt: now + sessionLifetimeMs }, now);
     return { token: sessionToken, actor: { userId: user.id, email: user.email, role: user.role, organizationId: user.organizationId, csrfToken } };
   }
 
   /** The actor behind a session token, if the session exists and has not expired. */
-  actorOf(sessionToken: string | undefined, now = Date.now()): Actor | undefined {
+  async actorOf(sessionToken: string | undefined, now = Date.now()): Promise<Actor | undefined> {
     if (!sessionToken) return undefined;
-    const row = this.db
-      .select({ userId: users.id, email: users.email, role: users.role, organizationId: users.organizationId, csrfToken: sessions.csrfToken })
-      .from(sessions)
-      .innerJoin(users, eq(users.id, sessions.userId))
-      .where(and(eq(sessions.tokenHash, hashKeySecret(sessionToken)), gt(sessions.expiresAt, now)))
-      .get();
-    return row ?? undefined;
+    return await this.repository.sessionUser(hashKeySecret(sessionToken), now);
   }
 
-  signOut(sessionToken: string): void {
-    this.db.delete(sessions).where(eq(sessions.tokenHash, hashKeySecret(sessionToken))).run();
+  async signOut(sessionToken: string): Promise<void> {
+    await this.repository.closeSession(hashKeySecret(sessionToken));
   }
 }
 

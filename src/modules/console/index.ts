@@ -37,16 +37,16 @@ export const consoleRoutes = (service: ConsoleService, accounts: AccountService)
           cookie[sessionCookie]?.set({ value: token, httpOnly: true, sameSite: "strict", path: "/", maxAge: 7 * 24 * 3600, secure: new URL(request.url).protocol === "https:" || request.headers.get("x-forwarded-proto") === "https" });
           return service.me(actor);
         })
-        .resolve(({ cookie, request }) => {
-          const actor = accounts.actorOf(cookie[sessionCookie]?.value as string | undefined);
+        .resolve(async ({ cookie, request }) => {
+          const actor = await accounts.actorOf(cookie[sessionCookie]?.value as string | undefined);
           if (!actor) throw new SluiceError("missing_api_key", "Sign in first.");
           if (request.method !== "GET" && request.headers.get("x-csrf-token") !== actor.csrfToken) {
             throw new SluiceError("invalid_request", "Missing or wrong CSRF token; reload the page.");
           }
           return { actor: actor as Actor };
         })
-        .post("/signout", ({ cookie }) => {
-          accounts.signOut(cookie[sessionCookie]?.value as string);
+        .post("/signout", async ({ cookie }) => {
+          await accounts.signOut(cookie[sessionCookie]?.value as string);
           cookie[sessionCookie]?.remove();
           return { ok: true };
         })

@@ -1,23 +1,8 @@
-import { asc, eq } from "drizzle-orm";
-import type { Drizzle } from "../../db/client";
-import { apiKeys } from "../../db/schema";
 import { randomId } from "../../ids";
+import type { ApiKey, ApiKeyInfo, ChangeFeed, KeyRepository } from "../../storage/types";
 import { generateKeySecret, hashKeySecret, shownPrefix } from "./secret";
 
-export type ApiKey = typeof apiKeys.$inferSelect;
-/** What may be shown about a key: everything but its hash. */
-export type ApiKeyInfo = Omit<ApiKey, "hash">;
-
-const shownColumns = {
-  id: apiKeys.id,
-  organizationId: apiKeys.organizationId,
-  name: apiKeys.name,
-  prefix: apiKeys.prefix,
-  createdAt: apiKeys.createdAt,
-  lastUsedAt: apiKeys.lastUsedAt,
-  expiresAt: apiKeys.expiresAt,
-  revokedAt: apiKeys.revokedAt,
-};
+export type { ApiKey, ApiKeyInfo };
 
 export class KeyError extends Error {
   override name = "KeyError";
@@ -25,9 +10,13 @@ export class KeyError extends Error {
 
 /** API keys: created with their secret shown once, listed without it, revoked. */
 export class KeyService {
-  constructor(private readonly db: Drizzle) {}
+  constructor(
+    private readonly repository: KeyRepository,
+    /** Told of every revocation, so that every instance refuses the key from its next request. */
+    private readonly changes?: ChangeFeed,
+  ) {}
 
-  create(input: { organizationId: string; name?: string; expiresInMs?: number; now?: number }): { key: ApiKeyInfo; secret: string } {
+  async create(input: { organizationId: string; name?: string; expiresInMs?: number; now?: number }): Promise<{ key: ApiKeyInfo; secret: string }> {
     const now = input.now ?? Date.now();
     const secret = generateKeySecret();
     const row: ApiKey = {
@@ -41,30 +30,26 @@ export class KeyService {
       expiresAt: input.expiresInMs === undefined ? null : now + input.expiresInMs,
       revokedAt: null,
     };
-    this.db.insert(apiKeys).values(row).run();
+    await this.repository.insert(row);
     const { hash: _hash, ...key } = row;
     return { key, secret };
   }
 
-  listForOrganization(organizationId: string): ApiKeyInfo[] {
-    return this.db
-      .select(shownColumns)
-      .from(apiKeys)
-      .where(eq(apiKeys.organizationId, organizationId))
-      .orderBy(asc(apiKeys.createdAt))
-      .all();
+  listForOrganization(organizationId: string): Promise<ApiKeyInfo[]> {
+    return this.repository.listForOrganization(organizationId);
   }
 
-  find(keyId: string): ApiKeyInfo | undefined {
-    return this.db.select(shownColumns).from(apiKeys).where(eq(apiKeys.id, keyId)).get();
+  find(keyId: string): Promise<ApiKeyInfo | undefined> {
+    return this.repository.find(keyId);
   }
 
   /** Revokes a key; revoking twice keeps the first revocation time. */
-  revoke(keyId: string, now = Date.now()): ApiKeyInfo {
-    const existing = this.find(keyId);
+  async revoke(keyId: string, now = Date.now()): Promise<ApiKeyInfo> {
+    const existing = await this.find(keyId);
     if (!existing) throw new KeyError(`no key with id "${keyId}"`);
     if (existing.revokedAt !== null) return existing;
-    this.db.update(apiKeys).set({ revokedAt: now }).where(eq(apiKeys.id, keyId)).run();
+    await this.repository.revoke(keyId, now);
+    await this.changes?.announce();
     return { ...existing, revokedAt: now };
   }
 }

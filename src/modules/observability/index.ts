@@ -1,5 +1,4 @@
 import { Elysia } from "elysia";
-import type { DatabaseHandle } from "../../db/client";
 import { SluiceError } from "../../errors";
 import type { Logger } from "./logger";
 import type { Metrics } from "./metrics";
@@ -14,25 +13,21 @@ export interface Lifecycle {
 
 export interface ObservabilityOptions {
   metrics: Metrics;
-  database: DatabaseHandle;
+  /** What stops this instance from serving now (a database or Redis that does not answer); empty when ready. */
+  readiness: () => Promise<string[]>;
   lifecycle: Lifecycle;
   /** When set, /metrics requires `Authorization: Bearer <token>`. */
   metricsToken: string | undefined;
 }
 
-/** GET /healthz (the process answers), GET /readyz (database writable, not draining), GET /metrics (Prometheus). */
+/** GET /healthz (the process answers), GET /readyz (database and Redis answer, not draining), GET /metrics (Prometheus). */
 export const observabilityRoutes = (options: ObservabilityOptions) =>
   new Elysia({ name: "observability" })
     .get("/healthz", () => ({ status: "ok" }))
-    .get("/readyz", ({ set }) => {
+    .get("/readyz", async ({ set }) => {
       const problems: string[] = [];
       if (options.lifecycle.draining) problems.push("draining");
-      try {
-        options.database.sqlite.run("BEGIN IMMEDIATE");
-        options.database.sqlite.run("ROLLBACK");
-      } catch (error) {
-        problems.push(`database not writable: ${(error as Error).message}`);
-      }
+      problems.push(...(await options.readiness()));
       if (problems.length === 0) return { status: "ready" };
       set.status = 503;
       set.headers["retry-after"] = "5";

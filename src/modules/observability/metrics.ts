@@ -1,4 +1,4 @@
-import type { ModelQueue } from "../queue/model-queue";
+import type { Queue } from "../queue/model-queue";
 import { Counter, Gauge, Histogram, Registry } from "./prometheus";
 
 const latencyBuckets = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
@@ -14,7 +14,7 @@ export class Metrics {
   readonly upstreamErrors = new Counter(this.registry, "sluice_upstream_errors_total", "Upstream failures by model and error code", ["model", "code"]);
   readonly refusals = new Counter(this.registry, "sluice_safety_refusals_total", "Red-line refusals by rule", ["rule"]);
 
-  constructor(queues: ReadonlyMap<string, ModelQueue>) {
+  constructor(queues: ReadonlyMap<string, Queue>) {
     new Gauge(this.registry, "sluice_in_flight", "Requests holding an upstream slot, by model", ["model"], (gauge) => {
       for (const [model, queue] of queues) gauge.set({ model }, queue.stats().active);
     });

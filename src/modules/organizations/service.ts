@@ -1,11 +1,8 @@
-import { asc, eq } from "drizzle-orm";
-import type { Drizzle } from "../../db/client";
-import { organizations } from "../../db/schema";
 import { randomId } from "../../ids";
+import type { ChangeFeed, Organization, OrganizationRepository, OrganizationStatus } from "../../storage/types";
 
 export const organizationStatuses = ["active", "waitlist", "suspended"] as const;
-export type OrganizationStatus = (typeof organizationStatuses)[number];
-export type Organization = typeof organizations.$inferSelect;
+export type { Organization, OrganizationStatus };
 
 export class OrganizationError extends Error {
   override name = "OrganizationError";
@@ -14,42 +11,46 @@ export class OrganizationError extends Error {
 /** Organizations: create, change plan or status, list. Plans are checked against the configuration. */
 export class OrganizationService {
   constructor(
-    private readonly db: Drizzle,
+    private readonly repository: OrganizationRepository,
     private readonly planIds: ReadonlySet<string>,
+    /** Told of every change, so that every instance's key cache sees a new plan or status at once. */
+    private readonly changes?: ChangeFeed,
   ) {}
 
-  create(input: { name: string; plan?: string; status?: OrganizationStatus }): Organization {
+  async create(input: { name: string; plan?: string; status?: OrganizationStatus }): Promise<Organization> {
     const name = input.name.trim();
     if (!name) throw new OrganizationError("organization name must not be empty");
     const plan = this.checkPlan(input.plan ?? "default");
-    if (this.findByName(name)) throw new OrganizationError(`organization "${name}" already exists`);
+    if (await this.findByName(name)) throw new OrganizationError(`organization "${name}" already exists`);
     const row: Organization = { id: randomId("org_", 12), name, plan, status: input.status ?? "active", createdAt: Date.now() };
-    this.db.insert(organizations).values(row).run();
+    await this.repository.insert(row);
+    await this.changes?.announce();
     return row;
   }
 
-  update(name: string, changes: { plan?: string; status?: OrganizationStatus }): Organization {
-    const existing = this.requireByName(name);
+  async update(name: string, changes: { plan?: string; status?: OrganizationStatus }): Promise<Organization> {
+    const existing = await this.requireByName(name);
     const plan = changes.plan === undefined ? existing.plan : this.checkPlan(changes.plan);
     const status = changes.status ?? existing.status;
-    this.db.update(organizations).set({ plan, status }).where(eq(organizations.id, existing.id)).run();
+    await this.repository.update(existing.id, { plan, status });
+    await this.changes?.announce();
     return { ...existing, plan, status };
   }
 
-  list(): Organization[] {
-    return this.db.select().from(organizations).orderBy(asc(organizations.createdAt)).all();
+  list(): Promise<Organization[]> {
+    return this.repository.list();
   }
 
-  findById(id: string): Organization | undefined {
-    return this.db.select().from(organizations).where(eq(organizations.id, id)).get();
+  findById(id: string): Promise<Organization | undefined> {
+    return this.repository.findById(id);
   }
 
-  findByName(name: string): Organization | undefined {
-    return this.db.select().from(organizations).where(eq(organizations.name, name)).get();
+  findByName(name: string): Promise<Organization | undefined> {
+    return this.repository.findByName(name);
   }
 
-  requireByName(name: string): Organization {
-    const found = this.findByName(name);
+  async requireByName(name: string): Promise<Organization> {
+    const found = await this.findByName(name);
     if (!found) throw new OrganizationError(`no organization named "${name}"`);
     return found;
   }

@@ -1,4 +1,5 @@
 import { describe, expect, test } from "bun:test";
+import type { MemoryAdmissionStore } from "../../../src/modules/admission/memory-store";
 import { join } from "node:path";
 import OpenAI from "openai";
 import type { ConfigFile } from "../../../src/config/schema";
@@ -206,7 +207,7 @@ describe("every path settles", () => {
           const rowsNow = sluice.ledgerRows();
           const ids = new Set(rowsNow.map((row) => row.request_id));
           const total = rowsNow.reduce((sum, row) => sum + row.prompt_tokens + row.completion_tokens, 0);
-          const used = rowsNow.length === 0 ? -1 : sluice.server.admission.snapshot(rowsNow[0]!.organization_id, { id: "limited", models: ["*"], tokensPer5h: 1 }, Date.now()).fiveHours.used;
+          const used = rowsNow.length === 0 ? -1 : (sluice.server.admission as MemoryAdmissionStore).snapshot(rowsNow[0]!.organization_id, { id: "limited", models: ["*"], tokensPer5h: 1 }, Date.now()).fiveHours.used;
           return requestIds.every((id) => ids.has(id)) && total === used;
         };
         await eventually(recordedAll, 5000).catch(() => undefined);
@@ -237,7 +238,7 @@ describe("every path settles", () => {
         // What the ledger says equals what admission counted.
         const organizationId = rows[0]!.organization_id;
         const recorded = rows.reduce((sum, row) => sum + row.prompt_tokens + row.completion_tokens, 0);
-        expect(sluice.server.admission.snapshot(organizationId, { id: "limited", models: ["*"], tokensPer5h: 1 }, Date.now()).fiveHours.used).toBe(recorded);
+        expect((sluice.server.admission as MemoryAdmissionStore).snapshot(organizationId, { id: "limited", models: ["*"], tokensPer5h: 1 }, Date.now()).fiveHours.used).toBe(recorded);
       },
     );
   }, 60_000);
@@ -248,7 +249,7 @@ describe("fair queue", () => {
     await withSluice(
       { models: [fakeModel(upstream.url, "m", "slow-1-20", { max_concurrency: 1, queue_size: 100 })], plans: [{ id: "default", models: ["*"] }] },
       async (sluice) => {
-        const other = sluice.addOrganization("other");
+        const other = await sluice.addOrganization("other");
         const flood = Array.from({ length: 20 }, (_, index) => sluice.post("/v1/chat/completions", { model: "m", messages: [{ role: "user", content: `flood ${index}` }] }));
         await eventually(() => sluice.server.queues.get("m")!.stats().queued === 19);
         const fair = Array.from({ length: 3 }, (_, index) =>
@@ -317,8 +318,8 @@ describe("durability and operations", () => {
     await withSluice(
       file,
       async (sluice) => {
-        const org = sluice.organizations.findByName("acme")!;
-        const snapshot = sluice.server.admission.snapshot(org.id, { id: "limited", models: ["*"], tokensPer5h: 1000 }, Date.now());
+        const org = (await sluice.organizations.findByName("acme"))!;
+        const snapshot = (sluice.server.admission as MemoryAdmissionStore).snapshot(org.id, { id: "limited", models: ["*"], tokensPer5h: 1000 }, Date.now());
         expect(snapshot.fiveHours.used).toBe(900);
         expect(Number(remainingBefore)).toBeLessThan(1000 - 600);
         const response = await sluice.post("/v1/chat/completions", { model: "m", messages, max_tokens: 300 });

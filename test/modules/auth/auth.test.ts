@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
 import { openDatabase } from "../../../src/db/client";
 import { KeyService } from "../../../src/modules/keys/service";
+import { sqliteStorage } from "../../../src/storage/sqlite";
 import { OrganizationService } from "../../../src/modules/organizations/service";
 import { startFakeUpstream, type FakeUpstream } from "../../fake-upstream";
 import { eventually, fakeModel, startSluice, type TestSluice } from "../../helpers";
@@ -24,9 +25,10 @@ const chat = { model: "echo", messages: [{ role: "user", content: "hi" }] };
 function otherProcess() {
   const path = sluice.database.sqlite.filename;
   const database = openDatabase(path);
+  const storage = sqliteStorage(database);
   return {
-    keys: new KeyService(database.db),
-    organizations: new OrganizationService(database.db, new Set(["default", "other"])),
+    keys: new KeyService(storage.keys),
+    organizations: new OrganizationService(storage.organizations, new Set(["default", "other"])),
     close: () => database.close(),
   };
 }
@@ -63,31 +65,31 @@ describe("keys (spec section 5)", () => {
   });
 
   test("a revocation made by another process applies to the very next request", async () => {
-    const { key, keyId } = sluice.addOrganization("revoke-org");
+    const { key, keyId } = await sluice.addOrganization("revoke-org");
     const headers = { authorization: `Bearer ${key}` };
     expect((await sluice.post("/v1/chat/completions", chat, headers)).status).toBe(200);
     const other = otherProcess();
-    other.keys.revoke(keyId);
+    await other.keys.revoke(keyId);
     other.close();
     expect(await errorOf(await sluice.post("/v1/chat/completions", chat, headers))).toEqual({ status: 401, code: "invalid_api_key" });
   });
 
   test("an expired key: 401 invalid_api_key", async () => {
-    const organization = sluice.organizations.findByName("acme")!;
-    const { secret } = sluice.keys.create({ organizationId: organization.id, expiresInMs: 1000, now: Date.now() - 2000 });
+    const organization = (await sluice.organizations.findByName("acme"))!;
+    const { secret } = await sluice.keys.create({ organizationId: organization.id, expiresInMs: 1000, now: Date.now() - 2000 });
     expect(await errorOf(await sluice.post("/v1/chat/completions", chat, { authorization: `Bearer ${secret}` }))).toEqual({ status: 401, code: "invalid_api_key" });
   });
 
   test("an organization on the waitlist or suspended: 403 organization_inactive, from the next request", async () => {
-    const waiting = sluice.addOrganization("waiting-org", { status: "waitlist" });
+    const waiting = await sluice.addOrganization("waiting-org", { status: "waitlist" });
     expect(await errorOf(await sluice.post("/v1/chat/completions", chat, { authorization: `Bearer ${waiting.key}` }))).toEqual({ status: 403, code: "organization_inactive" });
-    const active = sluice.addOrganization("soon-suspended");
+    const active = await sluice.addOrganization("soon-suspended");
     const headers = { authorization: `Bearer ${active.key}` };
     expect((await sluice.post("/v1/chat/completions", chat, headers)).status).toBe(200);
     const other = otherProcess();
-    other.organizations.update("soon-suspended", { status: "suspended" });
+    await other.organizations.update("soon-suspended", { status: "suspended" });
     expect(await errorOf(await sluice.post("/v1/chat/completions", chat, headers))).toEqual({ status: 403, code: "organization_inactive" });
-    other.organizations.update("soon-suspended", { status: "active" });
+    await other.organizations.update("soon-suspended", { status: "active" });
     other.close();
     expect((await sluice.post("/v1/chat/completions", chat, headers)).status).toBe(200);
     const error = await sluice.client({ apiKey: waiting.key }).models.list().catch((caught: unknown) => caught);
@@ -95,21 +97,21 @@ describe("keys (spec section 5)", () => {
   });
 
   test("a plan change by another process applies to the next request", async () => {
-    const { key } = sluice.addOrganization("plan-change");
+    const { key } = await sluice.addOrganization("plan-change");
     const headers = { authorization: `Bearer ${key}` };
     expect((await sluice.post("/v1/chat/completions", chat, headers)).status).toBe(200);
     const other = otherProcess();
-    other.organizations.update("plan-change", { plan: "other" });
+    await other.organizations.update("plan-change", { plan: "other" });
     other.close();
     expect(await errorOf(await sluice.post("/v1/chat/completions", chat, headers))).toEqual({ status: 404, code: "model_not_found" });
   });
 
   test("last_used_at is recorded in batches, not per request", async () => {
-    const { key, keyId } = sluice.addOrganization("last-used");
-    expect(sluice.keys.find(keyId)!.lastUsedAt).toBeNull();
+    const { key, keyId } = await sluice.addOrganization("last-used");
+    expect((await sluice.keys.find(keyId))!.lastUsedAt).toBeNull();
     const before = Date.now();
     for (let index = 0; index < 5; index++) await sluice.post("/v1/chat/completions", chat, { authorization: `Bearer ${key}` });
-    await eventually(() => sluice.keys.find(keyId)!.lastUsedAt !== null, 3000);
-    expect(sluice.keys.find(keyId)!.lastUsedAt!).toBeGreaterThanOrEqual(before);
+    await eventually(() => sluice.database.sqlite.query<{ last: number | null }, [string]>("SELECT last_used_at AS last FROM api_keys WHERE id = ?").get(keyId)?.last != null, 3000);
+    expect((await sluice.keys.find(keyId))!.lastUsedAt!).toBeGreaterThanOrEqual(before);
   });
 });

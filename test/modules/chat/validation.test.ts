@@ -137,7 +137,7 @@ describe("models in chat requests", () => {
 
   test("a model outside the caller's plan is 404 model_not_found", async () => {
     await expectError(await sluice.post("/v1/chat/completions", { model: "premium", messages: user }), 404, "model_not_found", "model");
-    const gold = sluice.addOrganization("gold-org", { plan: "gold" });
+    const gold = await sluice.addOrganization("gold-org", { plan: "gold" });
     const response = await sluice.post("/v1/chat/completions", { model: "premium", messages: user }, { authorization: `Bearer ${gold.key}` });
     expect(response.status).toBe(200);
   });

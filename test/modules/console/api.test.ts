@@ -14,7 +14,7 @@ beforeAll(async () => {
     models: [fakeModel(upstream.url, "m", "usage-10-5")],
     plans: [{ id: "default", models: ["*"], tokens_per_5h: 100_000, tokens_per_month: 1_000_000 }, { id: "pro", models: ["*"] }],
   });
-  await new AccountService(sluice.database.db).createUser({ email: "op@example.com", password, role: "operator", organizationId: null });
+  await new AccountService(sluice.storage.accounts).createUser({ email: "op@example.com", password, role: "operator", organizationId: null });
 });
 afterAll(async () => {
   await sluice.stop();

@@ -18,7 +18,7 @@ beforeAll(async () => {
   mkdirSync(artifacts, { recursive: true });
   upstream = startFakeUpstream();
   sluice = await startSluice({ models: [fakeModel(upstream.url, "qwen3", "usage-12-30")], plans: [{ id: "default", models: ["*"], tokens_per_5h: 200_000, tokens_per_month: 5_000_000 }] });
-  await new AccountService(sluice.database.db).createUser({ email: "operator@example.com", password: "operator password", role: "operator", organizationId: null });
+  await new AccountService(sluice.storage.accounts).createUser({ email: "operator@example.com", password: "operator password", role: "operator", organizationId: null });
   browser = await chromium.launch({
     executablePath: "/usr/bin/chromium",
     headless: true,

@@ -33,7 +33,7 @@ test("GET /v1/models lists the plan's enabled models in OpenAI's shape", async (
   expect(schemaErrors("ListModelsResponse", raw)).toEqual([]);
   expect(page.data[0]).toMatchObject({ id: "qwen3-32b", object: "model", owned_by: "acme" });
   expect(Number.isInteger(page.data[0]!.created)).toBe(true);
-  const all = sluice.addOrganization("all-org", { plan: "all" });
+  const all = await sluice.addOrganization("all-org", { plan: "all" });
   const allPage = await sluice.client({ apiKey: all.key }).models.list();
   expect(allPage.data.map((model) => model.id)).toEqual(["qwen3-32b", "Qwen/Qwen3-8B", "premium"]);
 });

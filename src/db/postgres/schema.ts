@@ -1,0 +1,107 @@
+// The PostgreSQL twin of ../schema.ts (SQLite): the same tables, columns and indexes, so that both backends answer
+// the same queries. Times are milliseconds since the epoch in bigint columns, read back as JavaScript numbers.
+import { bigint, index, pgTable, primaryKey, text } from "drizzle-orm/pg-core";
+
+const time = (name: string) => bigint(name, { mode: "number" });
+
+export const organizations = pgTable("organizations", {
+  id: text("id").primaryKey(),
+  name: text("name").notNull().unique(),
+  plan: text("plan").notNull(),
+  status: text("status", { enum: ["active", "waitlist", "suspended"] }).notNull(),
+  createdAt: time("created_at").notNull(),
+});
+
+export const apiKeys = pgTable(
+  "api_keys",
+  {
+    id: text("id").primaryKey(),
+    organizationId: text("organization_id")
+      .notNull()
+      .references(() => organizations.id),
+    name: text("name").notNull(),
+    prefix: text("prefix").notNull(),
+    hash: text("hash").notNull().unique(),
+    createdAt: time("created_at").notNull(),
+    lastUsedAt: time("last_used_at"),
+    expiresAt: time("expires_at"),
+    revokedAt: time("revoked_at"),
+  },
+  (table) => [index("api_keys_organization_idx").on(table.organizationId)],
+);
+
+export const usageLedger = pgTable(
+  "usage_ledger",
+  {
+    requestId: text("request_id").primaryKey(),
+    organizationId: text("organization_id").notNull(),
+    keyId: text("key_id").notNull(),
+    model: text("model").notNull(),
+    promptTokens: bigint("prompt_tokens", { mode: "number" }).notNull(),
+    completionTokens: bigint("completion_tokens", { mode: "number" }).notNull(),
+    reasoningTokens: bigint("reasoning_tokens", { mode: "number" }).notNull(),
+    outcome: text("outcome").notNull(),
+    errorCode: text("error_code"),
+    ruleId: text("rule_id"),
+    usageSource: text("usage_source").notNull(),
+    startedAt: time("started_at").notNull(),
+    endedAt: time("ended_at").notNull(),
+  },
+  (table) => [index("usage_ledger_organization_time_idx").on(table.organizationId, table.endedAt)],
+);
+
+export const usageResets = pgTable("usage_resets", {
+  organizationId: text("organization_id").primaryKey(),
+  resetAt: time("reset_at").notNull(),
+});
+
+export const usageMinutes = pgTable(
+  "usage_minutes",
+  {
+    organizationId: text("organization_id").notNull(),
+    minute: bigint("minute", { mode: "number" }).notNull(),
+    tokens: bigint("tokens", { mode: "number" }).notNull(),
+    lastTime: time("last_time").notNull(),
+  },
+  (table) => [primaryKey({ columns: [table.organizationId, table.minute] }), index("usage_minutes_minute_idx").on(table.minute)],
+);
+
+export const usageMonths = pgTable(
+  "usage_months",
+  {
+    organizationId: text("organization_id").notNull(),
+    month: bigint("month", { mode: "number" }).notNull(),
+    tokens: bigint("tokens", { mode: "number" }).notNull(),
+  },
+  (table) => [primaryKey({ columns: [table.organizationId, table.month] })],
+);
+
+export const users = pgTable("users", {
+  id: text("id").primaryKey(),
+  email: text("email").notNull().unique(),
+  passwordHash: text("password_hash").notNull(),
+  role: text("role", { enum: ["member", "operator"] }).notNull(),
+  organizationId: text("organization_id").references(() => organizations.id),
+  createdAt: time("created_at").notNull(),
+});
+
+export const sessions = pgTable(
+  "sessions",
+  {
+    tokenHash: text("token_hash").primaryKey(),
+    userId: text("user_id")
+      .notNull()
+      .references(() => users.id),
+    csrfToken: text("csrf_token").notNull(),
+    createdAt: time("created_at").notNull(),
+    expiresAt: time("expires_at").notNull(),
+  },
+  (table) => [index("sessions_user_idx").on(table.userId)],
+);
+
+/** Failed console sign-ins per email in the current window, shared by every instance. */
+export const signInFailures = pgTable("sign_in_failures", {
+  email: text("email").primaryKey(),
+  count: bigint("count", { mode: "number" }).notNull(),
+  since: time("since").notNull(),
+});

@@ -1,0 +1,166 @@
+import { sql } from "drizzle-orm";
+import type { BunSQLDatabase } from "drizzle-orm/bun-sql";
+import * as schema from "../db/postgres/schema";
+import { monthOf } from "../modules/admission/month";
+import { bucketMs } from "../modules/admission/window";
+import { withTimeout } from "../storage/with-timeout";
+import type { LedgerStore } from "../storage/types";
+import type { LedgerRow } from "./ledger";
+
+type Database = BunSQLDatabase<typeof schema>;
+
+interface Pending {
+  row: LedgerRow;
+  resolve: () => void;
+  reject: (error: unknown) => void;
+}
+
+/** Transactions committing at once: PostgreSQL groups their WAL flushes, so a few in flight raise throughput. */
+const maxCommitsInFlight = 4;
+/** A commit that takes longer is refused: its rows' answers fail rather than wait on a dead database. */
+const commitTimeoutMs = 5000;
+
+/** Sums a batch's tokens per organization and minute, and per organization and month: one upsert each. */
+function aggregates(rows: LedgerRow[]) {
+  const minutes = new Map<string, { organizationId: string; minute: number; tokens: number; lastTime: number }>();
+  const months = new Map<string, { organizationId: string; month: number; tokens: number }>();
+  for (const row of rows) {
+    const tokens = row.promptTokens + row.completionTokens;
+    if (tokens === 0) continue;
+    const minute = Math.floor(row.endedAt / bucketMs);
+    const minuteEntry = minutes.get(`${row.organizationId} ${minute}`);
+    if (minuteEntry) {
+      minuteEntry.tokens += tokens;
+      minuteEntry.lastTime = Math.max(minuteEntry.lastTime, row.endedAt);
+    } else minutes.set(`${row.organizationId} ${minute}`, { organizationId: row.organizationId, minute, tokens, lastTime: row.endedAt });
+    const month = monthOf(row.endedAt);
+    const monthEntry = months.get(`${row.organizationId} ${month}`);
+    if (monthEntry) monthEntry.tokens += tokens;
+    else months.set(`${row.organizationId} ${month}`, { organizationId: row.organizationId, month, tokens });
+  }
+  // Upserts in one order in every transaction, so that concurrent commits cannot deadlock on the same rows.
+  const byKey = <T extends { organizationId: string }>(entries: Map<string, T>) => [...entries].sort(([left], [right]) => (left < right ? -1 : 1)).map(([, value]) => value);
+  return { minutes: byKey(minutes), months: byKey(months) };
+}
+
+/**
+ * The ledger on PostgreSQL: a group commit. Rows recorded while a commit runs share the next transaction (up to
+ * four run at once); `record` resolves only after its row's transaction committed, so an answer that waits for it
+ * is never lost to a crash of this instance.
+ */
+export class PostgresLedger implements LedgerStore {
+  private pending: Pending[] = [];
+  private inFlight = 0;
+  private scheduled = false;
+  private closed = false;
+  private readonly idle: (() => void)[] = [];
+  private touches = new Map<string, number>();
+
+  constructor(
+    private readonly db: Database,
+    /** Told whether each commit worked, so that admission stops while the database does not answer. */
+    private readonly onCommit: (ok: boolean) => void = () => {},
+  ) {}
+
+  record(row: LedgerRow): Promise<void> {
+    if (this.closed) return Promise.reject(new Error("the ledger is closed"));
+    return new Promise((resolve, reject) => {
+      this.pending.push({ row, resolve, reject });
+      if (!this.scheduled) {
+        this.scheduled = true;
+        setImmediate(() => this.pump());
+      }
+    });
+  }
+
+  touchKeys(entries: [string, number][]): void {
+    for (const [keyId, time] of entries) this.touches.set(keyId, Math.max(time, this.touches.get(keyId) ?? 0));
+    if (!this.scheduled) {
+      this.scheduled = true;
+      setImmediate(() => this.pump());
+    }
+  }
+
+  async flush(): Promise<void> {
+    this.pump();
+    while (this.inFlight > 0 || this.pending.length > 0) {
+      await new Promise<void>((resolve) => this.idle.push(resolve));
+      this.pump();
+    }
+  }
+
+  async close(): Promise<void> {
+    await this.flush();
+    this.closed = true;
+  }
+
+  private pump(): void {
+    this.scheduled = false;
+    if (this.touches.size > 0 && this.inFlight < maxCommitsInFlight) {
+      const touches = this.touches;
+      this.touches = new Map();
+      this.inFlight++;
+      void this.writeTouches(touches).finally(() => this.done());
+    }
+    while (this.pending.length > 0 && this.inFlight < maxCommitsInFlight) {
+      const batch = this.pending;
+      this.pending = [];
+      this.inFlight++;
+      void this.commit(batch).finally(() => this.done());
+    }
+  }
+
+  private done(): void {
+    this.inFlight--;
+    if (this.pending.length > 0) this.pump();
+    if (this.inFlight === 0 && this.pending.length === 0) for (const resolve of this.idle.splice(0)) resolve();
+  }
+
+  private async commit(batch: Pending[]): Promise<void> {
+    const rows = batch.map((pending) => pending.row);
+    const { minutes, months } = aggregates(rows);
+    try {
+      await withTimeout(
+        this.db.transaction(async (transaction) => {
+          await transaction.insert(schema.usageLedger).values(rows).onConflictDoNothing();
+          if (minutes.length > 0) {
+            await transaction
+              .insert(schema.usageMinutes)
+              .values(minutes)
+              .onConflictDoUpdate({
+                target: [schema.usageMinutes.organizationId, schema.usageMinutes.minute],
+                set: { tokens: sql`${schema.usageMinutes.tokens} + excluded.tokens`, lastTime: sql`greatest(${schema.usageMinutes.lastTime}, excluded.last_time)` },
+              });
+          }
+          if (months.length > 0) {
+            await transaction
+              .insert(schema.usageMonths)
+              .values(months)
+              .onConflictDoUpdate({ target: [schema.usageMonths.organizationId, schema.usageMonths.month], set: { tokens: sql`${schema.usageMonths.tokens} + excluded.tokens` } });
+          }
+        }),
+        commitTimeoutMs,
+        "PostgreSQL (ledger commit)",
+      );
+      this.onCommit(true);
+      for (const pending of batch) pending.resolve();
+    } catch (error) {
+      this.onCommit(false);
+      for (const pending of batch) pending.reject(error);
+    }
+  }
+
+  private async writeTouches(touches: Map<string, number>): Promise<void> {
+    try {
+      const values = [...touches].map(([keyId, time]) => sql`(${keyId}, ${time}::bigint)`);
+      await withTimeout(
+        this.db.execute(sql`UPDATE api_keys AS k SET last_used_at = greatest(coalesce(k.last_used_at, 0), t.time)
+          FROM (VALUES ${sql.join(values, sql`, `)}) AS t(id, time) WHERE k.id = t.id`),
+        commitTimeoutMs,
+        "PostgreSQL (last used)",
+      );
+    } catch {
+      // last_used_at is informational; the next second's update carries a newer time anyway
+    }
+  }
+}

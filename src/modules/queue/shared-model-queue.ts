@@ -1,0 +1,118 @@
+import type { ModelConfig } from "../../config/schema";
+import { keyPrefix, type RedisConnection } from "../../storage/redis";
+import { admissionUnavailable } from "../admission/redis-store";
+import { leaseMs, type LeaseKeeper } from "../admission/lease-keeper";
+import { FairLine, queueFull } from "./fair-line";
+import type { Queue, Slot } from "./model-queue";
+
+/**
+ * While requests wait, slots are tried again this often even without a notice: a notice lost with a Redis
+ * reconnect, or a slot freed by an instance that died (its lease expiring), still reaches the line.
+ */
+const pollMs = 25;
+
+/**
+ * A model's `max_concurrency` shared by every instance (a global cap on the upstream server): its slots are leases
+ * in one Redis sorted set. Requests that find no slot wait in this instance's fair line (`queue_size` and
+ * `queue_timeout_ms` apply per instance); a slot freed on any instance is announced over pub/sub, and the instances
+ * with waiters race for it, each giving what it wins to the organization whose turn it is in its own line.
+ */
+export class SharedModelQueue implements Queue {
+  private active = 0;
+  private readonly line: FairLine;
+  private readonly key: string;
+  private readonly channel: string;
+  private dispatching = false;
+  private poller: Timer | undefined;
+
+  constructor(
+    private readonly model: ModelConfig,
+    private readonly redis: RedisConnection,
+    private readonly keeper: LeaseKeeper,
+  ) {
+    this.line = new FairLine(model.id, model.queueTimeoutMs);
+    this.key = `${keyPrefix}model:{${model.id}}:slots`;
+    this.channel = `${keyPrefix}model:{${model.id}}:freed`;
+    if (model.maxConcurrency !== undefined) void redis.subscribe(this.channel, () => void this.dispatch());
+  }
+
+  async acquire(organizationId: string, signal: AbortSignal): Promise<Slot> {
+    if (this.model.maxConcurrency === undefined) return this.localSlot();
+    if (this.line.waiting === 0) {
+      let slot: Slot | undefined;
+      try {
+        slot = await this.tryTake();
+      } catch (error) {
+        throw admissionUnavailable(error);
+      }
+      if (slot) return slot;
+    }
+    if (this.line.waiting >= this.model.queueSize) throw queueFull(this.model.id);
+    const waiting = this.line.wait(organizationId, signal);
+    this.poller ??= setInterval(() => void this.dispatch(), pollMs);
+    return waiting;
+  }
+
+  stats(): { active: number; queued: number } {
+    return { active: this.active, queued: this.line.waiting };
+  }
+
+  close(): void {
+    clearInterval(this.poller);
+  }
+
+  private localSlot(): Slot {
+    this.active++;
+    let released = false;
+    return {
+      release: () => {
+        if (released) return;
+        released = true;
+        this.active--;
+      },
+    };
+  }
+
+  private async tryTake(): Promise<Slot | undefined> {
+    const leaseId = crypto.randomUUID();
+    const taken = await this.redis.script("takeSlot", [this.key], [this.model.maxConcurrency as number, leaseId, leaseMs]);
+    if (Number(taken) !== 1) return undefined;
+    this.keeper.hold(this.key, leaseId);
+    this.active++;
+    let released = false;
+    return {
+      release: () => {
+        if (released) return;
+        released = true;
+        this.active--;
+        this.keeper.release(this.key, leaseId);
+        // If Redis does not take the release now, the lease expires by itself.
+        void this.redis
+          .call("ZREM", [this.key, leaseId])
+          .then(() => this.redis.call("PUBLISH", [this.channel, "1"]))
+          .catch(() => {});
+        void this.dispatch();
+      },
+    };
+  }
+
+  /** Takes free slots for waiters while there are both. */
+  private async dispatch(): Promise<void> {
+    if (this.dispatching) return;
+    this.dispatching = true;
+    try {
+      while (this.line.waiting > 0) {
+        const slot = await this.tryTake().catch(() => undefined);
+        if (!slot) break;
+        // The waiter may have left while the slot was being taken.
+        if (!this.line.grantNext(slot)) slot.release();
+      }
+    } finally {
+      this.dispatching = false;
+      if (this.line.waiting === 0 && this.poller) {
+        clearInterval(this.poller);
+        this.poller = undefined;
+      }
+    }
+  }
+}

@@ -1,0 +1,293 @@
+// The PostgreSQL backend of shared mode: the durable truth of every instance (tenants, accounts, sessions, the
+// ledger and its aggregates), through Drizzle over Bun's built-in SQL client.
+import { SQL } from "bun";
+import { and, asc, desc, eq, gt, gte, lt, sql } from "drizzle-orm";
+import { drizzle, type BunSQLDatabase } from "drizzle-orm/bun-sql";
+import * as schema from "../db/postgres/schema";
+import { migratePostgres } from "../db/postgres/migrate";
+import { PostgresLedger } from "../ledger/postgres-ledger";
+import { monthOf } from "../modules/admission/month";
+import { bucketMs, fiveHoursMs } from "../modules/admission/window";
+import { oldestNeededMinute, usageByOrganization } from "./sqlite";
+import type { AccountRepository, ChangeFeed, KeyRepository, OrganizationRepository, Storage, UsageRepository } from "./types";
+import { withTimeout } from "./with-timeout";
+
+type Database = BunSQLDatabase<typeof schema>;
+const { apiKeys, organizations, sessions, signInFailures, usageLedger, usageMinutes, usageMonths, usageResets, users } = schema;
+
+/** Every query that a request waits for gives up after this long (PostgreSQL stopped, a dead link). */
+export const postgresTimeoutMs = 3000;
+const healthIntervalMs = 1000;
+const hourMs = 3_600_000;
+
+/** Whether SLUICE_DB names a PostgreSQL database rather than a SQLite file. */
+export function isPostgresUrl(value: string | undefined): value is string {
+  return value !== undefined && /^postgres(ql)?:\/\//.test(value);
+}
+
+function timed<T>(promise: Promise<T>): Promise<T> {
+  return withTimeout(promise, postgresTimeoutMs, "PostgreSQL");
+}
+
+const shownKeyColumns = {
+  id: apiKeys.id,
+  organizationId: apiKeys.organizationId,
+  name: apiKeys.name,
+  prefix: apiKeys.prefix,
+  createdAt: apiKeys.createdAt,
+  lastUsedAt: apiKeys.lastUsedAt,
+  expiresAt: apiKeys.expiresAt,
+  revokedAt: apiKeys.revokedAt,
+};
+
+function organizationRepository(db: Database): OrganizationRepository {
+  return {
+    async insert(row) {
+      await timed(db.insert(organizations).values(row));
+    },
+    async update(id, changes) {
+      await timed(db.update(organizations).set(changes).where(eq(organizations.id, id)));
+    },
+    async list() {
+      return await timed(db.select().from(organizations).orderBy(asc(organizations.createdAt)));
+    },
+    async findById(id) {
+      return (await timed(db.select().from(organizations).where(eq(organizations.id, id)).limit(1)))[0];
+    },
+    async findByName(name) {
+      return (await timed(db.select().from(organizations).where(eq(organizations.name, name)).limit(1)))[0];
+    },
+  };
+}
+
+function keyRepository(db: Database): KeyRepository {
+  return {
+    async insert(row) {
+      await timed(db.insert(apiKeys).values(row));
+    },
+    async listForOrganization(organizationId) {
+      return await timed(db.select(shownKeyColumns).from(apiKeys).where(eq(apiKeys.organizationId, organizationId)).orderBy(asc(apiKeys.createdAt)));
+    },
+    async find(keyId) {
+      return (await timed(db.select(shownKeyColumns).from(apiKeys).where(eq(apiKeys.id, keyId)).limit(1)))[0];
+    },
+    async revoke(keyId, at) {
+      await timed(db.update(apiKeys).set({ revokedAt: at }).where(eq(apiKeys.id, keyId)));
+    },
+    async credentials(hash) {
+      const rows = await timed(
+        db
+          .select({
+            hash: apiKeys.hash,
+            keyId: apiKeys.id,
+            organizationId: organizations.id,
+            organizationName: organizations.name,
+            organizationStatus: organizations.status,
+            planId: organizations.plan,
+            expiresAt: apiKeys.expiresAt,
+            revokedAt: apiKeys.revokedAt,
+          })
+          .from(apiKeys)
+          .innerJoin(organizations, eq(organizations.id, apiKeys.organizationId))
+          .where(eq(apiKeys.hash, hash))
+          .limit(1),
+      );
+      return rows[0];
+    },
+  };
+}
+
+function accountRepository(db: Database): AccountRepository {
+  return {
+    async findUserByEmail(email) {
+      return (await timed(db.select().from(users).where(eq(users.email, email)).limit(1)))[0];
+    },
+    async insertUser(user) {
+      await timed(db.insert(users).values(user));
+    },
+    async openSession(session, now) {
+      await timed(db.delete(sessions).where(lt(sessions.expiresAt, now)));
+      await timed(db.insert(sessions).values(session));
+    },
+    async sessionUser(tokenHash, now) {
+      const rows = await timed(
+        db
+          .select({ userId: users.id, email: users.email, role: users.role, organizationId: users.organizationId, csrfToken: sessions.csrfToken })
+          .from(sessions)
+          .innerJoin(users, eq(users.id, sessions.userId))
+          .where(and(eq(sessions.tokenHash, tokenHash), gt(sessions.expiresAt, now)))
+          .limit(1),
+      );
+      return rows[0];
+    },
+    async closeSession(tokenHash) {
+      await timed(db.delete(sessions).where(eq(sessions.tokenHash, tokenHash)));
+    },
+    async failures(email) {
+      return (await timed(db.select({ count: signInFailures.count, since: signInFailures.since }).from(signInFailures).where(eq(signInFailures.email, email)).limit(1)))[0];
+    },
+    async addFailure(email, now, windowStart) {
+      // One statement, so that failures counted by several instances at once all count.
+      await timed(
+        db
+          .insert(signInFailures)
+          .values({ email, count: 1, since: now })
+          .onConflictDoUpdate({
+            target: signInFailures.email,
+            set: {
+              count: sql`CASE WHEN ${signInFailures.since} > ${windowStart} THEN ${signInFailures.count} + 1 ELSE 1 END`,
+              since: sql`CASE WHEN ${signInFailures.since} > ${windowStart} THEN ${signInFailures.since} ELSE ${now}::bigint END`,
+            },
+          }),
+      );
+    },
+    async clearFailures(email) {
+      await timed(db.delete(signInFailures).where(eq(signInFailures.email, email)));
+    },
+  };
+}
+
+function usageRepository(db: Database): UsageRepository {
+  return {
+    async read(now, organizationId) {
+      const windowStart = Math.floor((now - fiveHoursMs) / bucketMs);
+      const [windowRows, monthRows] = await Promise.all([
+        timed(
+          db
+            .select({ organizationId: usageMinutes.organizationId, tokens: usageMinutes.tokens, lastTime: usageMinutes.lastTime })
+            .from(usageMinutes)
+            .where(organizationId === undefined ? gte(usageMinutes.minute, windowStart) : and(gte(usageMinutes.minute, windowStart), eq(usageMinutes.organizationId, organizationId)))
+            .orderBy(asc(usageMinutes.lastTime)),
+        ),
+        timed(
+          db
+            .select({ organizationId: usageMonths.organizationId, tokens: usageMonths.tokens })
+            .from(usageMonths)
+            .where(organizationId === undefined ? eq(usageMonths.month, monthOf(now)) : and(eq(usageMonths.month, monthOf(now)), eq(usageMonths.organizationId, organizationId))),
+        ),
+      ]);
+      return usageByOrganization(windowRows, monthRows);
+    },
+    async prune(now) {
+      await timed(db.delete(usageMinutes).where(lt(usageMinutes.minute, oldestNeededMinute(now))));
+    },
+    async reset(organizationId, at) {
+      // Rebuilt from the rows after the reset in one transaction; the lock on the reset row orders concurrent resets.
+      await timed(
+        db.transaction(async (transaction) => {
+          await transaction
+            .insert(usageResets)
+            .values({ organizationId, resetAt: at })
+            .onConflictDoUpdate({ target: usageResets.organizationId, set: { resetAt: at } });
+          await transaction.delete(usageMinutes).where(eq(usageMinutes.organizationId, organizationId));
+          await transaction.delete(usageMonths).where(eq(usageMonths.organizationId, organizationId));
+          await transaction.execute(sql`INSERT INTO usage_minutes (organization_id, minute, tokens, last_time)
+            SELECT organization_id, ended_at / ${bucketMs}, sum(prompt_tokens + completion_tokens), max(ended_at) FROM usage_ledger
+             WHERE organization_id = ${organizationId} AND ended_at > ${at} AND prompt_tokens + completion_tokens > 0
+             GROUP BY organization_id, ended_at / ${bucketMs}`);
+          const rows = await transaction
+            .select({ endedAt: usageLedger.endedAt, tokens: sql<number>`${usageLedger.promptTokens} + ${usageLedger.completionTokens}`.mapWith(Number) })
+            .from(usageLedger)
+            .where(and(eq(usageLedger.organizationId, organizationId), gt(usageLedger.endedAt, at)));
+          const months = new Map<number, number>();
+          for (const row of rows) if (row.tokens > 0) months.set(monthOf(row.endedAt), (months.get(monthOf(row.endedAt)) ?? 0) + row.tokens);
+          if (months.size > 0) await transaction.insert(usageMonths).values([...months].map(([month, tokens]) => ({ organizationId, month, tokens })));
+        }),
+      );
+    },
+    async resets() {
+      const rows = await timed(db.select().from(usageResets));
+      return new Map(rows.map((row) => [row.organizationId, row.resetAt]));
+    },
+    async hourly(organizationId, since) {
+      const rows = await timed(
+        db
+          .select({
+            hour: sql<number>`${usageLedger.endedAt} / ${hourMs}`.mapWith(Number),
+            model: usageLedger.model,
+            keyName: sql<string>`coalesce(${apiKeys.name}, ${usageLedger.keyId})`,
+            tokens: sql<number>`sum(${usageLedger.promptTokens} + ${usageLedger.completionTokens})`.mapWith(Number),
+          })
+          .from(usageLedger)
+          .leftJoin(apiKeys, eq(apiKeys.id, usageLedger.keyId))
+          .where(and(eq(usageLedger.organizationId, organizationId), gte(usageLedger.endedAt, since)))
+          .groupBy(sql`1`, usageLedger.model, usageLedger.keyId, apiKeys.name),
+      );
+      return rows;
+    },
+    async refusalsByRule(since) {
+      return await timed(
+        db
+          .select({ ruleId: sql<string>`${usageLedger.ruleId}`, count: sql<number>`count(*)`.mapWith(Number), last: sql<number>`max(${usageLedger.endedAt})`.mapWith(Number) })
+          .from(usageLedger)
+          .where(and(eq(usageLedger.outcome, "content_filter"), gte(usageLedger.endedAt, since)))
+          .groupBy(usageLedger.ruleId)
+          .orderBy(desc(sql`count(*)`), asc(usageLedger.ruleId)),
+      );
+    },
+    async recentRefusals(since, limit) {
+      return await timed(
+        db
+          .select({ endedAt: usageLedger.endedAt, requestId: usageLedger.requestId, organization: organizations.name, model: usageLedger.model, ruleId: sql<string>`${usageLedger.ruleId}` })
+          .from(usageLedger)
+          .leftJoin(organizations, eq(organizations.id, usageLedger.organizationId))
+          .where(and(eq(usageLedger.outcome, "content_filter"), gte(usageLedger.endedAt, since)))
+          .orderBy(desc(usageLedger.endedAt))
+          .limit(limit),
+      );
+    },
+  };
+}
+
+/**
+ * Connects to PostgreSQL, applies pending migrations (exactly once across instances starting together) and watches
+ * whether it answers. `changes` tells instances about each other's changes (Redis in shared mode).
+ */
+export async function postgresStorage(url: string, changes: ChangeFeed): Promise<Storage & { client: SQL }> {
+  const client = new SQL(url, { max: 16, connectionTimeout: postgresTimeoutMs / 1000, idleTimeout: 60 });
+  await withTimeout(migratePostgres(client), 30_000, "PostgreSQL (migrations)");
+  const db = drizzle({ client, schema });
+  let available = true;
+  let lastProblem = "";
+  let closed = false;
+  const check = async () => {
+    try {
+      await withTimeout(client`SELECT 1`, postgresTimeoutMs, "PostgreSQL");
+      available = true;
+      lastProblem = "";
+    } catch (error) {
+      available = false;
+      lastProblem = (error as Error).message;
+    }
+  };
+  const healthTimer = setInterval(() => void check(), healthIntervalMs);
+  healthTimer.unref();
+  return {
+    kind: "postgres",
+    client,
+    organizations: organizationRepository(db),
+    keys: keyRepository(db),
+    accounts: accountRepository(db),
+    usage: usageRepository(db),
+    changes,
+    openLedger() {
+      return new PostgresLedger(db, (ok) => {
+        if (!ok) {
+          available = false;
+          void check();
+        }
+      });
+    },
+    available: () => available,
+    async problems() {
+      await check();
+      return available ? [] : [`PostgreSQL does not answer: ${lastProblem}`];
+    },
+    async close() {
+      if (closed) return;
+      closed = true;
+      clearInterval(healthTimer);
+      await client.close({ timeout: 1 });
+    },
+  };
+}

@@ -1,0 +1,28 @@
+-- Settles a lease once: frees its concurrency place and reservation and records what was spent, at Redis's time.
+-- KEYS: state, minutes, lasts, leases, reservations (as admit.lua), settled (a marker that makes a retry harmless)
+-- ARGV: lease id, tokens spent (-1: nothing to record)
+if not redis.call('SET', KEYS[6], '1', 'NX', 'PX', 600000) then return 0 end
+local state, minutes, lasts, leases, reservations = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local now = now_ms()
+redis.call('ZREM', leases, ARGV[1])
+local reservation = redis.call('HGET', reservations, ARGV[1])
+if reservation then
+  redis.call('HDEL', reservations, ARGV[1])
+  local reserved = tonumber(redis.call('HGET', state, 'reserved') or '0') - tonumber(reservation)
+  if reserved < 0 then reserved = 0 end
+  redis.call('HSET', state, 'reserved', reserved)
+end
+local spent = tonumber(ARGV[2])
+if spent > 0 then
+  local minute = math.floor(now / 60000)
+  redis.call('HINCRBY', minutes, minute, spent)
+  redis.call('ZADD', lasts, 'GT', now, minute)
+  redis.call('HINCRBY', state, 'total', spent)
+  local month = month_of(now)
+  if tonumber(redis.call('HGET', state, 'month') or '-1') == month then
+    redis.call('HINCRBY', state, 'month_used', spent)
+  else
+    redis.call('HSET', state, 'month', month, 'month_used', spent)
+  end
+end
+return 1

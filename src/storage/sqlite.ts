@@ -1,0 +1,295 @@
+// The SQLite backend: one file, one instance (the default). Every call is synchronous underneath; the interfaces are
+// async only because PostgreSQL's are.
+import { and, asc, eq, gt, lt } from "drizzle-orm";
+import type { DatabaseHandle } from "../db/client";
+import { apiKeys, organizations, sessions, users } from "../db/schema";
+import { Ledger } from "../ledger/ledger";
+import { addToMinuteSql, addToMonthSql } from "../ledger/ledger-writer";
+import { monthOf } from "../modules/admission/month";
+import { bucketMs, fiveHoursMs } from "../modules/admission/window";
+import { startCheckpointer } from "../db/checkpointer";
+import type {
+  AccountRepository,
+  ApiKeyInfo,
+  ChangeFeed,
+  HourlyUsage,
+  KeyCredentials,
+  KeyRepository,
+  LedgerStore,
+  Organization,
+  OrganizationRepository,
+  OrganizationUsage,
+  RecentRefusal,
+  RefusalCount,
+  Storage,
+  UsageRepository,
+} from "./types";
+
+const shownKeyColumns = {
+  id: apiKeys.id,
+  organizationId: apiKeys.organizationId,
+  name: apiKeys.name,
+  prefix: apiKeys.prefix,
+  createdAt: apiKeys.createdAt,
+  lastUsedAt: apiKeys.lastUsedAt,
+  expiresAt: apiKeys.expiresAt,
+  revokedAt: apiKeys.revokedAt,
+};
+
+const hourMs = 3_600_000;
+
+function organizationRepository({ db }: DatabaseHandle): OrganizationRepository {
+  return {
+    async insert(row) {
+      db.insert(organizations).values(row).run();
+    },
+    async update(id, changes) {
+      db.update(organizations).set(changes).where(eq(organizations.id, id)).run();
+    },
+    async list() {
+      return db.select().from(organizations).orderBy(asc(organizations.createdAt)).all();
+    },
+    async findById(id) {
+      return db.select().from(organizations).where(eq(organizations.id, id)).get();
+    },
+    async findByName(name) {
+      return db.select().from(organizations).where(eq(organizations.name, name)).get();
+    },
+  };
+}
+
+function keyRepository({ db, sqlite }: DatabaseHandle): KeyRepository {
+  const lookup = sqlite.query<KeyCredentials, [string]>(
+    `SELECT k.hash AS hash, k.id AS keyId, o.id AS organizationId, o.name AS organizationName,
+            o.status AS organizationStatus, o.plan AS planId, k.expires_at AS expiresAt, k.revoked_at AS revokedAt
+       FROM api_keys k JOIN organizations o ON o.id = k.organization_id
+      WHERE k.hash = ?`,
+  );
+  return {
+    async insert(row) {
+      db.insert(apiKeys).values(row).run();
+    },
+    async listForOrganization(organizationId): Promise<ApiKeyInfo[]> {
+      return db.select(shownKeyColumns).from(apiKeys).where(eq(apiKeys.organizationId, organizationId)).orderBy(asc(apiKeys.createdAt)).all();
+    },
+    async find(keyId) {
+      return db.select(shownKeyColumns).from(apiKeys).where(eq(apiKeys.id, keyId)).get();
+    },
+    async revoke(keyId, at) {
+      db.update(apiKeys).set({ revokedAt: at }).where(eq(apiKeys.id, keyId)).run();
+    },
+    async credentials(hash) {
+      return lookup.get(hash) ?? undefined;
+    },
+  };
+}
+
+function accountRepository({ db }: DatabaseHandle): AccountRepository {
+  // One process serves SQLite, so its failed sign-ins can live in memory.
+  const failures = new Map<string, { count: number; since: number }>();
+  const maxTrackedEmails = 10_000;
+  return {
+    async findUserByEmail(email) {
+      return db.select().from(users).where(eq(users.email, email)).get();
+    },
+    async insertUser(user) {
+      db.insert(users).values(user).run();
+    },
+    async openSession(session, now) {
+      db.delete(sessions).where(lt(sessions.expiresAt, now)).run();
+      db.insert(sessions).values(session).run();
+    },
+    async sessionUser(tokenHash, now) {
+      return db
+        .select({ userId: users.id, email: users.email, role: users.role, organizationId: users.organizationId, csrfToken: sessions.csrfToken })
+        .from(sessions)
+        .innerJoin(users, eq(users.id, sessions.userId))
+        .where(and(eq(sessions.tokenHash, tokenHash), gt(sessions.expiresAt, now)))
+        .get();
+    },
+    async closeSession(tokenHash) {
+      db.delete(sessions).where(eq(sessions.tokenHash, tokenHash)).run();
+    },
+    async failures(email) {
+      return failures.get(email);
+    },
+    async addFailure(email, now, windowStart) {
+      const current = failures.get(email);
+      // Guessing across many emails must not grow this map without end: past windows are dropped.
+      if (failures.size > maxTrackedEmails) {
+        for (const [key, entry] of failures) if (entry.since <= windowStart) failures.delete(key);
+      }
+      if (current && current.since > windowStart) current.count++;
+      else failures.set(email, { count: 1, since: now });
+    },
+    async clearFailures(email) {
+      failures.delete(email);
+    },
+  };
+}
+
+function usageRepository({ sqlite }: DatabaseHandle): UsageRepository {
+  return {
+    async read(now, organizationId) {
+      const onlyOne = organizationId === undefined ? "" : "AND organization_id = ?2";
+      const parameters = (first: number) => (organizationId === undefined ? [first] : [first, organizationId]);
+      const windowRows = sqlite
+        .query<{ organizationId: string; tokens: number; lastTime: number }, (string | number)[]>(
+          `SELECT organization_id AS organizationId, tokens, last_time AS lastTime FROM usage_minutes
+            WHERE minute >= ?1 ${onlyOne} ORDER BY last_time`,
+        )
+        .all(...parameters(Math.floor((now - fiveHoursMs) / bucketMs)));
+      const monthRows = sqlite
+        .query<{ organizationId: string; tokens: number }, (string | number)[]>(`SELECT organization_id AS organizationId, tokens FROM usage_months WHERE month = ?1 ${onlyOne}`)
+        .all(...parameters(monthOf(now)));
+      return usageByOrganization(windowRows, monthRows);
+    },
+    async prune(now) {
+      sqlite.run("DELETE FROM usage_minutes WHERE minute < ?", [oldestNeededMinute(now)]);
+    },
+    async reset(organizationId, at) {
+      // The aggregates are rebuilt from the rows after the reset in one transaction, so rows the server commits
+      // meanwhile are neither lost nor counted twice.
+      sqlite.transaction(() => {
+        sqlite.run(
+          "INSERT INTO usage_resets (organization_id, reset_at) VALUES (?1, ?2) ON CONFLICT(organization_id) DO UPDATE SET reset_at = excluded.reset_at",
+          [organizationId, at],
+        );
+        sqlite.run("DELETE FROM usage_minutes WHERE organization_id = ?", [organizationId]);
+        sqlite.run("DELETE FROM usage_months WHERE organization_id = ?", [organizationId]);
+        const rows = sqlite
+          .query<{ tokens: number; endedAt: number }, [string, number]>(
+            "SELECT prompt_tokens + completion_tokens AS tokens, ended_at AS endedAt FROM usage_ledger WHERE organization_id = ? AND ended_at > ?",
+          )
+          .all(organizationId, at);
+        for (const row of rows) {
+          sqlite.run(addToMinuteSql, [organizationId, Math.floor(row.endedAt / bucketMs), row.tokens, row.endedAt]);
+          sqlite.run(addToMonthSql, [organizationId, monthOf(row.endedAt), row.tokens]);
+        }
+      })();
+    },
+    async resets() {
+      const rows = sqlite.query<{ organizationId: string; resetAt: number }, []>("SELECT organization_id AS organizationId, reset_at AS resetAt FROM usage_resets").all();
+      return new Map(rows.map((row) => [row.organizationId, row.resetAt]));
+    },
+    async hourly(organizationId, since): Promise<HourlyUsage[]> {
+      return sqlite
+        .query<HourlyUsage, [string, number]>(
+          `SELECT l.ended_at / ${hourMs} AS hour, l.model AS model, coalesce(k.name, l.key_id) AS keyName, sum(l.prompt_tokens + l.completion_tokens) AS tokens
+             FROM usage_ledger l LEFT JOIN api_keys k ON k.id = l.key_id
+            WHERE l.organization_id = ? AND l.ended_at >= ? GROUP BY hour, l.model, l.key_id`,
+        )
+        .all(organizationId, since);
+    },
+    async refusalsByRule(since): Promise<RefusalCount[]> {
+      return sqlite
+        .query<RefusalCount, [number]>(
+          `SELECT rule_id AS ruleId, count(*) AS count, max(ended_at) AS last FROM usage_ledger
+            WHERE outcome = 'content_filter' AND ended_at >= ? GROUP BY rule_id ORDER BY count DESC, rule_id`,
+        )
+        .all(since);
+    },
+    async recentRefusals(since, limit): Promise<RecentRefusal[]> {
+      return sqlite
+        .query<RecentRefusal, [number, number]>(
+          `SELECT l.ended_at AS endedAt, l.request_id AS requestId, o.name AS organization, l.model AS model, l.rule_id AS ruleId
+             FROM usage_ledger l LEFT JOIN organizations o ON o.id = l.organization_id
+            WHERE l.outcome = 'content_filter' AND l.ended_at >= ? ORDER BY l.ended_at DESC LIMIT ?`,
+        )
+        .all(since, limit);
+    },
+  };
+}
+
+/** Minute aggregates older than 6 hours are never read again. */
+export function oldestNeededMinute(now: number): number {
+  return Math.floor((now - fiveHoursMs - 3_600_000) / bucketMs);
+}
+
+/** Groups aggregate rows by organization. */
+export function usageByOrganization(
+  windowRows: { organizationId: string; tokens: number; lastTime: number }[],
+  monthRows: { organizationId: string; tokens: number }[],
+): Map<string, OrganizationUsage> {
+  const usage = new Map<string, OrganizationUsage>();
+  const entry = (id: string) => {
+    let found = usage.get(id);
+    if (!found) usage.set(id, (found = { buckets: [], monthTokens: 0 }));
+    return found;
+  };
+  for (const row of windowRows) entry(row.organizationId).buckets.push({ tokens: Number(row.tokens), lastTime: Number(row.lastTime) });
+  for (const row of monthRows) entry(row.organizationId).monthTokens = Number(row.tokens);
+  return usage;
+}
+
+function ledgerStore(ledger: Ledger, stopCheckpointer: () => void): LedgerStore {
+  return {
+    record: (row) => ledger.record(row),
+    touchKeys: (entries) => ledger.touchKeys(entries),
+    async flush() {
+      ledger.flush();
+    },
+    async close() {
+      ledger.close();
+      stopCheckpointer();
+    },
+  };
+}
+
+export type SqliteStorage = Storage & { kind: "sqlite"; database: DatabaseHandle };
+
+/** Whether a storage is the SQLite one, whose file some commands (backup, doctor) work on directly. */
+export function isSqliteStorage(storage: Storage): storage is SqliteStorage {
+  return storage.kind === "sqlite" && "database" in storage;
+}
+
+/** Storage over one SQLite file (or `:memory:`), with its writer and checkpoint threads for a serving process. */
+export function sqliteStorage(database: DatabaseHandle): SqliteStorage {
+  const listeners: (() => void | Promise<void>)[] = [];
+  let running: Promise<unknown> | undefined;
+  database.onExternalChange(() => {
+    running = Promise.all(listeners.map((listener) => listener()));
+  });
+  const changes: ChangeFeed = {
+    onChange: (listener) => listeners.push(listener),
+    check() {
+      // Synchronous unless something changed: the hot path pays one PRAGMA, not a promise.
+      database.pollExternalChanges();
+      if (running === undefined) return;
+      const finished = running;
+      running = undefined;
+      return finished.then(() => {});
+    },
+    // SQLite's triggers raise change_counter with every such write (migration 0006).
+    announce: async () => {},
+  };
+  return {
+    kind: "sqlite" as const,
+    database,
+    organizations: organizationRepository(database),
+    keys: keyRepository(database),
+    accounts: accountRepository(database),
+    usage: usageRepository(database),
+    changes,
+    openLedger() {
+      const ledger = new Ledger(database.sqlite);
+      const stopCheckpointer = startCheckpointer(database, () => ledger.checkpointAfterCommits());
+      return ledgerStore(ledger, stopCheckpointer);
+    },
+    available: () => true,
+    async problems() {
+      try {
+        database.sqlite.run("BEGIN IMMEDIATE");
+        database.sqlite.run("ROLLBACK");
+        return [];
+      } catch (error) {
+        return [`database not writable: ${(error as Error).message}`];
+      }
+    },
+    async close() {
+      database.close();
+    },
+  };
+}
+
+export type { Organization };

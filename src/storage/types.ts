@@ -1,0 +1,188 @@
+// What the services need from a database, whichever runs: SQLite (one instance, the default) or PostgreSQL (several
+// instances, with Redis). Routes and services see only these interfaces; the SQL of each dialect lives beside it.
+import type { LedgerRow } from "../ledger/ledger";
+
+export type OrganizationStatus = "active" | "waitlist" | "suspended";
+
+export interface Organization {
+  id: string;
+  name: string;
+  plan: string;
+  status: OrganizationStatus;
+  createdAt: number;
+}
+
+export interface ApiKey {
+  id: string;
+  organizationId: string;
+  name: string;
+  prefix: string;
+  /** SHA-256 of the whole key, hex. The key itself is never stored. */
+  hash: string;
+  createdAt: number;
+  lastUsedAt: number | null;
+  expiresAt: number | null;
+  revokedAt: number | null;
+}
+
+/** What may be shown about a key: everything but its hash. */
+export type ApiKeyInfo = Omit<ApiKey, "hash">;
+
+/** A key with what authentication needs of its organization. */
+export interface KeyCredentials {
+  hash: string;
+  keyId: string;
+  organizationId: string;
+  organizationName: string;
+  organizationStatus: string;
+  planId: string;
+  expiresAt: number | null;
+  revokedAt: number | null;
+}
+
+export type Role = "member" | "operator";
+
+export interface User {
+  id: string;
+  email: string;
+  passwordHash: string;
+  role: Role;
+  organizationId: string | null;
+  createdAt: number;
+}
+
+export interface Session {
+  tokenHash: string;
+  userId: string;
+  csrfToken: string;
+  createdAt: number;
+  expiresAt: number;
+}
+
+/** A session's user, as the console needs it. */
+export interface SessionUser {
+  userId: string;
+  email: string;
+  role: Role;
+  organizationId: string | null;
+  csrfToken: string;
+}
+
+/** Ledger usage of one organization in one minute, for rebuilding the 5-hour window. */
+export interface LedgerBucket {
+  tokens: number;
+  lastTime: number;
+}
+
+export interface OrganizationUsage {
+  buckets: LedgerBucket[];
+  monthTokens: number;
+}
+
+export interface HourlyUsage {
+  hour: number;
+  model: string;
+  keyName: string;
+  tokens: number;
+}
+
+export interface RefusalCount {
+  ruleId: string;
+  count: number;
+  last: number;
+}
+
+export interface RecentRefusal {
+  endedAt: number;
+  requestId: string;
+  organization: string | null;
+  model: string;
+  ruleId: string;
+}
+
+export interface OrganizationRepository {
+  insert(row: Organization): Promise<void>;
+  update(id: string, changes: { plan: string; status: OrganizationStatus }): Promise<void>;
+  list(): Promise<Organization[]>;
+  findById(id: string): Promise<Organization | undefined>;
+  findByName(name: string): Promise<Organization | undefined>;
+}
+
+export interface KeyRepository {
+  insert(row: ApiKey): Promise<void>;
+  listForOrganization(organizationId: string): Promise<ApiKeyInfo[]>;
+  find(keyId: string): Promise<ApiKeyInfo | undefined>;
+  revoke(keyId: string, at: number): Promise<void>;
+  /** The key with this hash and its organization, for authentication. */
+  credentials(hash: string): Promise<KeyCredentials | undefined>;
+}
+
+export interface AccountRepository {
+  findUserByEmail(email: string): Promise<User | undefined>;
+  insertUser(user: User): Promise<void>;
+  /** Stores a new session and drops expired ones. */
+  openSession(session: Session, now: number): Promise<void>;
+  sessionUser(tokenHash: string, now: number): Promise<SessionUser | undefined>;
+  closeSession(tokenHash: string): Promise<void>;
+  /** Failed sign-ins of an email in its current window (shared by every instance on PostgreSQL). */
+  failures(email: string): Promise<{ count: number; since: number } | undefined>;
+  /** Counts one more failure: in the current window if it started after `windowStart`, else in a new one. */
+  addFailure(email: string, now: number, windowStart: number): Promise<void>;
+  clearFailures(email: string): Promise<void>;
+}
+
+export interface UsageRepository {
+  /** What each organization (or one) used in the last 5 hours per minute and this month, from the aggregates. */
+  read(now: number, organizationId?: string): Promise<Map<string, OrganizationUsage>>;
+  /** Drops minute aggregates no window can need any more. */
+  prune(now: number): Promise<void>;
+  /** An operator's reset: usage that ended before `at` no longer counts, also after a restart. */
+  reset(organizationId: string, at: number): Promise<void>;
+  /** Every organization's last reset time. */
+  resets(): Promise<Map<string, number>>;
+  /** Tokens per hour, model and key since `since`. */
+  hourly(organizationId: string, since: number): Promise<HourlyUsage[]>;
+  refusalsByRule(since: number): Promise<RefusalCount[]>;
+  recentRefusals(since: number, limit: number): Promise<RecentRefusal[]>;
+}
+
+/** The usage ledger: a row per request that reached an upstream, committed before the answer's last byte. */
+export interface LedgerStore {
+  /** Resolves once the row is committed; rejects if it cannot be. */
+  record(row: LedgerRow): Promise<void>;
+  /** Records when keys were last used ([key id, time] pairs); nothing waits for it. */
+  touchKeys(entries: [string, number][]): void;
+  /** Commits everything recorded so far. */
+  flush(): Promise<void>;
+  /** Flushes and stops; rows recorded later are refused. */
+  close(): Promise<void>;
+}
+
+/**
+ * Tells a process that someone else (the CLI, another instance) changed what it caches: keys, organizations, usage
+ * resets.
+ */
+export interface ChangeFeed {
+  onChange(listener: () => void | Promise<void>): void;
+  /** Looks for changes now; when there were some, resolves after the listeners finished. */
+  check(): void | Promise<void>;
+  /** Tells every other process that this one changed something they cache. */
+  announce(): Promise<void>;
+}
+
+/** One database, whichever engine runs it. */
+export interface Storage {
+  readonly kind: "sqlite" | "postgres";
+  readonly organizations: OrganizationRepository;
+  readonly keys: KeyRepository;
+  readonly accounts: AccountRepository;
+  readonly usage: UsageRepository;
+  readonly changes: ChangeFeed;
+  /** The ledger writer of a serving process (one per process). */
+  openLedger(): LedgerStore;
+  /** Whether the database was reachable at the last check: requests are not admitted while it is not. */
+  available(): boolean;
+  /** What stops the database from serving now, in plain words; empty when nothing does. */
+  problems(): Promise<string[]>;
+  close(): Promise<void>;
+}
