@@ -3,12 +3,12 @@ BUN_VERSION := 1.4.5
 BUN := node_modules/.bin/bun
 STAMP := node_modules/.sluice-installed
 
-.PHONY: run test build bench soak install clean chromium
+.PHONY: run test build bench soak install clean chromium shared-services
 
 run: $(STAMP)
 	$(BUN) src/main.ts serve
 
-test: $(STAMP) chromium
+test: $(STAMP) chromium shared-services
 	node_modules/.bin/tsc --noEmit -p .
 	node_modules/.bin/tsc --noEmit -p src/modules/console/ui
 	$(BUN) test --timeout 20000
@@ -38,6 +38,15 @@ $(STAMP): package.json bun.lock
 # The console's browser tests drive Debian's Chromium (never a downloaded browser).
 chromium:
 	@command -v chromium >/dev/null || (apt-get update -qq >/dev/null && apt-get install -y -qq chromium >/dev/null) || (sudo apt-get update -qq >/dev/null && sudo apt-get install -y -qq chromium >/dev/null)
+
+# The shared-mode tests start their own PostgreSQL and Redis (Debian's servers) on loopback ports with temporary data
+# directories; only the packages are needed. Debian's postgresql package may start a cluster of its own: it is
+# stopped, as nothing uses it.
+shared-services:
+	@(command -v redis-server >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1) || \
+		( (apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql redis-server >/dev/null) || \
+		  (sudo apt-get update -qq >/dev/null && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql redis-server >/dev/null) ) && \
+		( (service postgresql stop >/dev/null 2>&1; service redis-server stop >/dev/null 2>&1) || true )
 
 clean:
 	rm -rf dist node_modules

@@ -182,9 +182,9 @@ function usageRepository(db: Database): UsageRepository {
           await transaction.delete(usageMinutes).where(eq(usageMinutes.organizationId, organizationId));
           await transaction.delete(usageMonths).where(eq(usageMonths.organizationId, organizationId));
           await transaction.execute(sql`INSERT INTO usage_minutes (organization_id, minute, tokens, last_time)
-            SELECT organization_id, ended_at / ${bucketMs}, sum(prompt_tokens + completion_tokens), max(ended_at) FROM usage_ledger
+            SELECT organization_id, ended_at / ${sql.raw(String(bucketMs))}, sum(prompt_tokens + completion_tokens), max(ended_at) FROM usage_ledger
              WHERE organization_id = ${organizationId} AND ended_at > ${at} AND prompt_tokens + completion_tokens > 0
-             GROUP BY organization_id, ended_at / ${bucketMs}`);
+             GROUP BY organization_id, ended_at / ${sql.raw(String(bucketMs))}`);
           const rows = await transaction
             .select({ endedAt: usageLedger.endedAt, tokens: sql<number>`${usageLedger.promptTokens} + ${usageLedger.completionTokens}`.mapWith(Number) })
             .from(usageLedger)
@@ -203,7 +203,7 @@ function usageRepository(db: Database): UsageRepository {
       const rows = await timed(
         db
           .select({
-            hour: sql<number>`${usageLedger.endedAt} / ${hourMs}`.mapWith(Number),
+            hour: sql<number>`${usageLedger.endedAt} / ${sql.raw(String(hourMs))}`.mapWith(Number),
             model: usageLedger.model,
             keyName: sql<string>`coalesce(${apiKeys.name}, ${usageLedger.keyId})`,
             tokens: sql<number>`sum(${usageLedger.promptTokens} + ${usageLedger.completionTokens})`.mapWith(Number),

@@ -1,0 +1,371 @@
+// Shared mode: three real `sluice serve` processes on one PostgreSQL and one Redis (Debian's servers, started here),
+// with the official OpenAI SDK as a client and the fake upstream counting what it sees in flight.
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import OpenAI from "openai";
+import { countChatTokens, loadTokenizer } from "../../src/tokens/count";
+import { httpPost, useFakeUpstream } from "../helpers";
+import { startCluster, type Cluster } from "../support/cluster";
+import { startPostgres, startRedis, type PostgresServer, type RedisServer } from "../support/services";
+import { startSluiceProcess } from "../support/sluice-process";
+
+const upstream = useFakeUpstream();
+let postgres: PostgresServer;
+let redis: RedisServer;
+
+beforeAll(async () => {
+  [postgres, redis] = await Promise.all([startPostgres(), startRedis()]);
+});
+afterAll(async () => {
+  postgres?.stop();
+  await redis?.stop();
+});
+
+const messages = [{ role: "user", content: "hi" }];
+
+function toml(plan: string, model: { upstream: string; extra?: string } = { upstream: "usage-10-20" }): string {
+  return `[[models]]\nid = "m"\nbackend = "openai"\nbase_url = "${upstream.url}"\nupstream_model = "${model.upstream}"\n${model.extra ?? ""}\n\n[[plans]]\nid = "default"\nmodels = ["*"]\n${plan}\n\n[[plans]]\nid = "other"\nmodels = ["*"]\n`;
+}
+
+async function withCluster(configuration: string, run: (cluster: Cluster) => Promise<void>, count = 3): Promise<void> {
+  const cluster = await startCluster(postgres, redis, configuration, count);
+  try {
+    await run(cluster);
+  } finally {
+    await cluster.stop();
+  }
+}
+
+async function codeOf(response: Response): Promise<string> {
+  return ((await response.json()) as { error: { code: string } }).error.code;
+}
+
+/** Leases of every organization and model still held in Redis (not yet expired). */
+async function leasesHeld(): Promise<number> {
+  const client = new Bun.RedisClient(redis.url);
+  try {
+    const keys = (await client.send("KEYS", ["sluice:*:leases"])) as string[];
+    const slots = (await client.send("KEYS", ["sluice:model:*:slots"])) as string[];
+    const [seconds, microseconds] = ((await client.send("TIME", [])) as string[]).map(Number) as [number, number];
+    const now = seconds * 1000 + Math.floor(microseconds / 1000);
+    let total = 0;
+    for (const key of [...keys, ...slots]) total += Number(await client.send("ZCOUNT", [key, `(${now}`, "+inf"]));
+    return total;
+  } finally {
+    client.close();
+  }
+}
+
+async function ledgerTokens(cluster: Cluster): Promise<{ rows: number; tokens: number }> {
+  const [row] = (await cluster.sql`SELECT count(*)::int AS rows, coalesce(sum(prompt_tokens + completion_tokens), 0)::int AS tokens FROM usage_ledger`) as { rows: number; tokens: number }[];
+  return row ?? { rows: 0, tokens: 0 };
+}
+
+describe("limits are exact across three instances", () => {
+  test("500 requests over 3 instances, max_concurrency = 3: the upstream never sees more than 3; the rest 429 with Retry-After; nothing left held", async () => {
+    await withCluster(toml("max_concurrency = 3", { upstream: "usage-10-20-40" }), async (cluster) => {
+      const key = cluster.addOrganization("acme");
+      upstream.reset();
+      const responses = await Promise.all(Array.from({ length: 500 }, (_, index) => cluster.chat(index, key, { model: "m", messages })));
+      const succeeded = responses.filter((response) => response.status === 200);
+      const rejected = responses.filter((response) => response.status === 429);
+      expect(succeeded.length + rejected.length).toBe(500);
+      expect(succeeded.length).toBeGreaterThanOrEqual(3);
+      expect(upstream.maxInFlight).toBeLessThanOrEqual(3);
+      for (const response of rejected) {
+        expect(response.headers.get("retry-after")).toBe("1");
+        expect(await codeOf(response)).toBe("rate_limit_exceeded");
+      }
+      expect(await leasesHeld()).toBe(0);
+      expect((await ledgerTokens(cluster)).rows).toBe(succeeded.length);
+    });
+  }, 60_000);
+
+  test("a model's max_concurrency is one cap over every instance; its waiters start when any instance frees a slot", async () => {
+    await withCluster(toml("", { upstream: "usage-10-20-30", extra: "max_concurrency = 2\nqueue_size = 50\nqueue_timeout_ms = 20000" }), async (cluster) => {
+      const key = cluster.addOrganization("acme");
+      upstream.reset();
+      const started = performance.now();
+      const responses = await Promise.all(Array.from({ length: 30 }, (_, index) => cluster.chat(index, key, { model: "m", messages })));
+      const elapsed = performance.now() - started;
+      expect(responses.map((response) => response.status)).toEqual(Array(30).fill(200));
+      expect(upstream.maxInFlight).toBeLessThanOrEqual(2);
+      expect(upstream.maxInFlight).toBe(2);
+      // 30 requests of 30 ms through 2 slots need 450 ms at best; a hand-over that took a poll interval (25 ms)
+      // each time would add ~375 ms more; seconds would mean waiters missed freed slots.
+      expect(elapsed).toBeLessThan(3000);
+      expect(await leasesHeld()).toBe(0);
+    });
+  }, 60_000);
+
+  test("200 concurrent requests over 3 instances against a 5-hour quota with room for about 5: within the one-instance bound; headers right on every instance", async () => {
+    await loadTokenizer();
+    const promptTokens = countChatTokens([{ role: "user", text: "hi" }]);
+    const maxTokens = 90;
+    const quota = 5 * (promptTokens + maxTokens);
+    await withCluster(toml(`tokens_per_5h = ${quota}`, { upstream: `usage-${promptTokens}-${maxTokens}-20` }), async (cluster) => {
+      const key = cluster.addOrganization("acme");
+      const responses = await Promise.all(Array.from({ length: 200 }, (_, index) => cluster.chat(index, key, { model: "m", messages, max_tokens: maxTokens })));
+      const succeeded = responses.filter((response) => response.status === 200);
+      const rejected = responses.filter((response) => response.status === 429);
+      expect(succeeded.length + rejected.length).toBe(200);
+      expect(succeeded.length).toBeGreaterThanOrEqual(4);
+      for (const response of rejected) {
+        expect(response.headers.get("x-should-retry")).toBe("false");
+        expect(Number(response.headers.get("retry-after"))).toBeGreaterThan(4 * 3600);
+        expect(await codeOf(response)).toBe("rate_limit_exceeded");
+      }
+      for (const response of succeeded) {
+        expect(response.headers.get("x-ratelimit-limit-tokens")).toBe(String(quota));
+        expect(Number(response.headers.get("x-ratelimit-remaining-tokens"))).toBeLessThan(quota);
+      }
+      const { tokens } = await ledgerTokens(cluster);
+      // The README's bound for one instance holds for three: never N times it.
+      expect(tokens).toBeLessThanOrEqual(quota + succeeded.length * maxTokens);
+      expect(tokens).toBeLessThanOrEqual(quota);
+      // Whichever instance answers next sees the same used-up window.
+      for (let index = 0; index < 3; index++) {
+        const response = await cluster.chat(index, key, { model: "m", messages, max_tokens: maxTokens });
+        expect(response.status).toBe(429);
+        expect(Number(response.headers.get("retry-after"))).toBeGreaterThan(4 * 3600);
+      }
+      expect(await leasesHeld()).toBe(0);
+    });
+  }, 60_000);
+
+  test("the monthly quota: within the one-instance bound across instances; 429 insufficient_quota that the SDK does not retry, on every instance", async () => {
+    await loadTokenizer();
+    const promptTokens = countChatTokens([{ role: "user", text: "hi" }]);
+    await withCluster(toml("tokens_per_month = 150", { upstream: "usage-10-20" }), async (cluster) => {
+      const key = cluster.addOrganization("acme");
+      const responses = await Promise.all(Array.from({ length: 60 }, (_, index) => cluster.chat(index, key, { model: "m", messages, max_tokens: 20 })));
+      const succeeded = responses.filter((response) => response.status === 200).length;
+      const { tokens } = await ledgerTokens(cluster);
+      expect(tokens).toBe(succeeded * 30);
+      // README: each request admitted while the quota had room adds at most max_tokens − 1 + (the upstream's prompt
+      // count − Sluice's) beyond its reservation: here 19 + (10 − Sluice's count of "hi").
+      expect(tokens).toBeLessThanOrEqual(150 + succeeded * (19 + 10 - promptTokens));
+      expect(succeeded).toBeLessThanOrEqual(6);
+      upstream.reset();
+      for (const instance of cluster.instances) {
+        const client = new OpenAI({ baseURL: `${instance.url}/v1`, apiKey: key, maxRetries: 3 });
+        const error = await client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "hi" }] }).catch((caught: unknown) => caught);
+        expect(error).toBeInstanceOf(OpenAI.RateLimitError);
+        expect((error as InstanceType<typeof OpenAI.RateLimitError>).code).toBe("insufficient_quota");
+      }
+      // One attempt per instance, no retries, and none reached the upstream.
+      expect(upstream.bodies.length).toBe(0);
+    });
+  }, 60_000);
+});
+
+describe("changes reach every instance at once", () => {
+  test("a key revoked through instance A's console or the CLI gets 401 from the very next request through instance B; suspension, plan moves and usage resets too", async () => {
+    await withCluster(toml("tokens_per_5h = 200"), async (cluster) => {
+      const key = cluster.addOrganization("acme");
+      const second = cluster.addOrganization("beta");
+      for (let index = 0; index < 3; index++) expect((await cluster.chat(index, key, { model: "m", messages })).status).toBe(200);
+      // Revoked through the CLI: every instance refuses it from its next request.
+      const listed = cluster.cli("key", "list", "--org", "acme").stdout.trim().split("\t")[0] as string;
+      expect(cluster.cli("key", "revoke", listed).code).toBe(0);
+      for (let index = 0; index < 3; index++) {
+        const response = await cluster.chat(index, key, { model: "m", messages });
+        expect(response.status).toBe(401);
+        expect(await codeOf(response)).toBe("invalid_api_key");
+      }
+      // Suspended, then active again.
+      expect((await cluster.chat(1, second, { model: "m", messages })).status).toBe(200);
+      expect(cluster.cli("org", "update", "beta", "--status", "suspended").code).toBe(0);
+      expect(await codeOf(await cluster.chat(2, second, { model: "m", messages }))).toBe("organization_inactive");
+      expect(cluster.cli("org", "update", "beta", "--status", "active").code).toBe(0);
+      // The 5-hour quota (200) is used up by now: 6 answers of 30 tokens, then refused everywhere.
+      for (let index = 0; index < 6; index++) await cluster.chat(index, second, { model: "m", messages, max_tokens: 20 });
+      expect((await cluster.chat(0, second, { model: "m", messages, max_tokens: 20 })).status).toBe(429);
+      expect(cluster.cli("usage", "--org", "beta").stdout).toMatch(/\n5h\t2\d\d\t200\t0\t/);
+      expect(cluster.cli("usage", "reset", "--org", "beta").code).toBe(0);
+      for (let index = 0; index < 3; index++) expect((await cluster.chat(index, second, { model: "m", messages, max_tokens: 20 })).status).toBe(200);
+      // Moved to a plan without the quota.
+      expect(cluster.cli("org", "update", "beta", "--plan", "other").code).toBe(0);
+      const response = await cluster.chat(1, second, { model: "m", messages, max_tokens: 20 });
+      expect(response.status).toBe(200);
+      expect(response.headers.get("x-ratelimit-limit-tokens")).toBeNull();
+    });
+  }, 60_000);
+
+  test("console: signed in through one instance, signed in on every instance; a key revoked in one instance's console is refused by another; sign-in failures count across instances", async () => {
+    await withCluster(toml(""), async (cluster) => {
+      const [first, second, third] = cluster.instances as [typeof cluster.instances[0], typeof cluster.instances[0], typeof cluster.instances[0]];
+      const operatorPassword = "operator password";
+      expect(Bun.spawnSync([process.execPath, "src/main.ts", "operator", "create", "op@example.com"], { env: { ...cluster.environment, SLUICE_OPERATOR_PASSWORD: operatorPassword }, cwd: `${import.meta.dir}/../..` }).exitCode).toBe(0);
+      const key = cluster.addOrganization("acme");
+      const signIn = await httpPost(`${first.url}/console/api/signin`, JSON.stringify({ email: "op@example.com", password: operatorPassword }), { "content-type": "application/json" });
+      expect(signIn.status).toBe(200);
+      const cookie = (signIn.headers.get("set-cookie") as string).split(";")[0] as string;
+      const { csrfToken } = (await signIn.json()) as { csrfToken: string };
+      const organizations = await fetch(`${second.url}/console/api/operator/organizations`, { headers: { cookie } });
+      expect(organizations.status).toBe(200);
+      const acme = ((await organizations.json()) as { id: string; name: string }[]).find((organization) => organization.name === "acme") as { id: string };
+      // Suspended through instance C's console: instance A refuses the key at once.
+      const suspend = await httpPost(`${third.url}/console/api/operator/organizations/${acme.id}`, JSON.stringify({ status: "suspended" }), { cookie, "x-csrf-token": csrfToken, "content-type": "application/json" });
+      expect(suspend.status).toBe(200);
+      expect(await codeOf(await cluster.chat(0, key, { model: "m", messages }))).toBe("organization_inactive");
+      // Five wrong passwords spread over three instances: the sixth try is refused on any of them.
+      for (let attempt = 0; attempt < 5; attempt++) {
+        const instance = cluster.instances[attempt % 3] as (typeof cluster.instances)[0];
+        const wrong = await httpPost(`${instance.url}/console/api/signin`, JSON.stringify({ email: "op@example.com", password: "wrong password!" }), { "content-type": "application/json" });
+        expect(wrong.status).toBe(401);
+      }
+      const locked = await httpPost(`${second.url}/console/api/signin`, JSON.stringify({ email: "op@example.com", password: operatorPassword }), { "content-type": "application/json" });
+      expect(locked.status).toBe(429);
+      expect(Number(locked.headers.get("retry-after"))).toBeGreaterThan(0);
+    });
+  }, 60_000);
+});
+
+describe("operations", () => {
+  test("three instances started at the same moment on an empty database migrate it exactly once; the CLI works against PostgreSQL", async () => {
+    await withCluster(toml(""), async (cluster) => {
+      const migrations = (await cluster.sql`SELECT tag FROM sluice_migrations`) as { tag: string }[];
+      expect(migrations.map((row) => row.tag)).toEqual(["0000_init"]);
+      const key = cluster.addOrganization("acme");
+      expect((await cluster.chat(0, key, { model: "m", messages })).status).toBe(200);
+      const list = cluster.cli("org", "list");
+      expect(list.code).toBe(0);
+      expect(list.stdout).toContain("\tacme\tdefault\tactive\t");
+      expect(cluster.cli("key", "list", "--org", "acme").stdout).toContain("sk-sluice-");
+      expect(cluster.cli("refusals").stdout).toContain("rule\tname\trefusals\tlast");
+      const backup = cluster.cli("backup", "/tmp/never-written.db");
+      expect(backup.code).toBe(2);
+      expect(backup.stderr).toContain("pg_dump");
+      // doctor with the built-in demo model only (the fake upstream has no GET /models to check).
+      const demoConfig = `${cluster.environment.SLUICE_CONFIG}.demo.toml`;
+      await Bun.write(demoConfig, `[[models]]\nid = "demo"\nbackend = "demo"\n\n[[plans]]\nid = "default"\nmodels = ["*"]\n`);
+      const doctor = Bun.spawnSync([process.execPath, "src/main.ts", "doctor"], { env: { ...cluster.environment, SLUICE_CONFIG: demoConfig }, cwd: `${import.meta.dir}/../..` });
+      expect(doctor.stdout.toString()).toContain("PostgreSQL: all 1 migration(s) applied");
+      expect(doctor.stdout.toString()).toContain("Redis: redis://127.0.0.1");
+      expect(doctor.exitCode).toBe(0);
+      const down = Bun.spawnSync([process.execPath, "src/main.ts", "doctor"], { env: { ...cluster.environment, SLUICE_CONFIG: demoConfig, SLUICE_REDIS_URL: "redis://127.0.0.1:1" }, cwd: `${import.meta.dir}/../..` });
+      expect(down.exitCode).toBe(1);
+      expect(down.stdout.toString()).toContain("PROBLEM  Redis: cannot reach redis://127.0.0.1:1");
+      // PostgreSQL without Redis is refused with the reason.
+      const alone = Bun.spawnSync([process.execPath, "src/main.ts", "org", "list"], { env: { ...cluster.environment, SLUICE_REDIS_URL: "" }, cwd: `${import.meta.dir}/../..`, stderr: "pipe" });
+      expect(alone.exitCode).toBe(1);
+      expect(alone.stderr.toString()).toContain("SLUICE_REDIS_URL");
+    });
+  }, 60_000);
+
+  test("a database migrated by a newer Sluice: an instance refuses to start", async () => {
+    await withCluster(toml(""), async (cluster) => {
+      await cluster.sql`INSERT INTO sluice_migrations (tag, applied_at) VALUES ('9999_future', 0)`;
+      const started = await startSluiceProcess(cluster.environment).then(
+        (instance) => {
+          instance.child.kill("SIGKILL");
+          return true;
+        },
+        (error: Error) => error.message,
+      );
+      expect(started).toContain("newer Sluice");
+    }, 1);
+  }, 30_000);
+
+  test("kill -9 of one instance under load: the others keep answering, its leases come back within the lease time, every answered request is in the ledger", async () => {
+    await withCluster(toml("max_concurrency = 6", { upstream: "usage-10-20-30" }), async (cluster) => {
+      const key = cluster.addOrganization("acme");
+      const answered: string[] = [];
+      const failures: number[] = [];
+      let stop = false;
+      const worker = async (index: number) => {
+        while (!stop) {
+          try {
+            const response = await cluster.chat(index, key, { model: "m", messages });
+            const text = await response.text();
+            if (response.status === 200 && JSON.parse(text).object === "chat.completion") answered.push(response.headers.get("x-request-id") as string);
+            else if (index % 3 !== 0) failures.push(response.status);
+          } catch {
+            // instance 0 died mid-request: that request was never answered
+            await Bun.sleep(5);
+          }
+        }
+      };
+      const workers = Array.from({ length: 6 }, (_, index) => worker(index));
+      while (answered.length < 60) await Bun.sleep(5);
+      (cluster.instances[0] as (typeof cluster.instances)[0]).child.kill("SIGKILL");
+      const killedAt = Date.now();
+      await Bun.sleep(300);
+      const answeredAfterKill = answered.length;
+      await Bun.sleep(700);
+      stop = true;
+      await Promise.all(workers);
+      // The two others went on answering (their share of the 6 slots; the dead one's leases count until they expire).
+      expect(answered.length).toBeGreaterThan(answeredAfterKill);
+      const recorded = new Set(((await cluster.sql`SELECT request_id FROM usage_ledger`) as { request_id: string }[]).map((row) => row.request_id));
+      expect(answered.filter((id) => !recorded.has(id))).toEqual([]);
+      // The dead instance's leases expire (15 s) and every place is free again.
+      while ((await leasesHeld()) > 0 && Date.now() - killedAt < 20_000) await Bun.sleep(250);
+      expect(await leasesHeld()).toBe(0);
+      const after = await Promise.all(Array.from({ length: 6 }, (_, index) => cluster.chat(1 + (index % 2), key, { model: "m", messages })));
+      expect(after.map((response) => response.status)).toEqual(Array(6).fill(200));
+    });
+  }, 60_000);
+
+  test("Redis stopped: 503 with Retry-After, never admitted without limits, /readyz 503; back by itself; restarted empty, the window is rebuilt from the ledger", async () => {
+    await withCluster(toml("tokens_per_5h = 95"), async (cluster) => {
+      const key = cluster.addOrganization("acme");
+      // 3 answers of 30 tokens: 90 of 95 used, no room for a fourth prompt.
+      for (let index = 0; index < 3; index++) expect((await cluster.chat(index, key, { model: "m", messages, max_tokens: 20 })).status).toBe(200);
+      await redis.pause();
+      upstream.reset();
+      for (let index = 0; index < 3; index++) {
+        const response = await cluster.chat(index, key, { model: "m", messages, max_tokens: 20 });
+        expect(response.status).toBe(503);
+        expect(Number(response.headers.get("retry-after"))).toBeGreaterThan(0);
+        expect(await codeOf(response)).toBe("server_overloaded");
+        const ready = await fetch(`${(cluster.instances[index] as (typeof cluster.instances)[0]).url}/readyz`);
+        expect(ready.status).toBe(503);
+      }
+      expect(upstream.bodies.length).toBe(0);
+      await redis.resume();
+      // Redis came back empty: the first request rebuilds the window from PostgreSQL, so 90 of 95 are still used.
+      const deadline = Date.now() + 10_000;
+      let response = await cluster.chat(0, key, { model: "m", messages, max_tokens: 5 });
+      while (response.status === 503 && Date.now() < deadline) {
+        await Bun.sleep(100);
+        response = await cluster.chat(0, key, { model: "m", messages, max_tokens: 5 });
+      }
+      expect(response.status).toBe(429);
+      expect(Number(response.headers.get("retry-after"))).toBeGreaterThan(4 * 3600);
+      expect(cluster.cli("usage", "--org", "acme").stdout).toContain("\n5h\t90\t95\t");
+      for (const instance of cluster.instances) expect((await fetch(`${instance.url}/readyz`)).status).toBe(200);
+    });
+  }, 60_000);
+
+  test("PostgreSQL stopped: no request is answered without a ledger row (503 before the upstream), /readyz 503; service resumes when it is back", async () => {
+    await withCluster(toml(""), async (cluster) => {
+      const key = cluster.addOrganization("acme");
+      expect((await cluster.chat(0, key, { model: "m", messages })).status).toBe(200);
+      postgres.pause();
+      try {
+        // The health check notices within a second.
+        await Bun.sleep(2500);
+        upstream.reset();
+        for (let index = 0; index < 3; index++) {
+          const response = await cluster.chat(index, key, { model: "m", messages });
+          expect(response.status).toBe(503);
+          expect(Number(response.headers.get("retry-after"))).toBeGreaterThan(0);
+          expect((await fetch(`${(cluster.instances[index] as (typeof cluster.instances)[0]).url}/readyz`)).status).toBe(503);
+        }
+        expect(upstream.bodies.length).toBe(0);
+      } finally {
+        postgres.resume();
+      }
+      const deadline = Date.now() + 15_000;
+      let response = await cluster.chat(1, key, { model: "m", messages });
+      while (response.status !== 200 && Date.now() < deadline) {
+        await Bun.sleep(250);
+        response = await cluster.chat(1, key, { model: "m", messages });
+      }
+      expect(response.status).toBe(200);
+      const id = response.headers.get("x-request-id") as string;
+      expect(((await cluster.sql`SELECT count(*)::int AS count FROM usage_ledger WHERE request_id = ${id}`) as { count: number }[])[0]?.count).toBe(1);
+    });
+  }, 60_000);
+});
