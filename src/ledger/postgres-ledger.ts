@@ -1,4 +1,4 @@
-import { sql } from "drizzle-orm";
+import { sql, type SQL } from "drizzle-orm";
 import type { BunSQLDatabase } from "drizzle-orm/bun-sql";
 import * as schema from "../db/postgres/schema";
 import { monthOf } from "../modules/admission/month";
@@ -41,6 +41,33 @@ function aggregates(rows: LedgerRow[]) {
   // Upserts in one order in every transaction, so that concurrent commits cannot deadlock on the same rows.
   const byKey = <T extends { organizationId: string }>(entries: Map<string, T>) => [...entries].sort(([left], [right]) => (left < right ? -1 : 1)).map(([, value]) => value);
   return { minutes: byKey(minutes), months: byKey(months) };
+}
+
+/**
+ * One statement for a whole batch: the rows and both aggregates in data-modifying CTEs. A single statement is its
+ * own transaction, so this is as atomic as BEGIN … COMMIT and costs one round trip instead of five.
+ */
+function commitStatement(rows: LedgerRow[], minutes: ReturnType<typeof aggregates>["minutes"], months: ReturnType<typeof aggregates>["months"]): SQL {
+  const rowValues = rows.map(
+    (row) =>
+      sql`(${row.requestId}, ${row.organizationId}, ${row.keyId}, ${row.model}, ${row.promptTokens}::bigint, ${row.completionTokens}::bigint, ${row.reasoningTokens}::bigint, ${row.outcome}, ${row.errorCode}, ${row.ruleId}, ${row.usageSource}, ${row.startedAt}::bigint, ${row.endedAt}::bigint)`,
+  );
+  const insertRows = sql`INSERT INTO usage_ledger (request_id, organization_id, key_id, model, prompt_tokens, completion_tokens, reasoning_tokens,
+      outcome, error_code, rule_id, usage_source, started_at, ended_at) VALUES ${sql.join(rowValues, sql`, `)} ON CONFLICT DO NOTHING`;
+  const parts: SQL[] = [];
+  if (minutes.length > 0) {
+    const values = minutes.map((entry) => sql`(${entry.organizationId}, ${entry.minute}::bigint, ${entry.tokens}::bigint, ${entry.lastTime}::bigint)`);
+    parts.push(sql`INSERT INTO usage_minutes AS m (organization_id, minute, tokens, last_time) VALUES ${sql.join(values, sql`, `)}
+      ON CONFLICT (organization_id, minute) DO UPDATE SET tokens = m.tokens + excluded.tokens, last_time = greatest(m.last_time, excluded.last_time)`);
+  }
+  if (months.length > 0) {
+    const values = months.map((entry) => sql`(${entry.organizationId}, ${entry.month}::bigint, ${entry.tokens}::bigint)`);
+    parts.push(sql`INSERT INTO usage_months AS m (organization_id, month, tokens) VALUES ${sql.join(values, sql`, `)}
+      ON CONFLICT (organization_id, month) DO UPDATE SET tokens = m.tokens + excluded.tokens`);
+  }
+  if (parts.length === 0) return insertRows;
+  const ctes = parts.map((part, index) => sql`${sql.raw(`aggregate_${index}`)} AS (${part} RETURNING 1)`);
+  return sql`WITH ${sql.join(ctes, sql`, `)} ${insertRows}`;
 }
 
 /**
@@ -120,28 +147,7 @@ export class PostgresLedger implements LedgerStore {
     const rows = batch.map((pending) => pending.row);
     const { minutes, months } = aggregates(rows);
     try {
-      await withTimeout(
-        this.db.transaction(async (transaction) => {
-          await transaction.insert(schema.usageLedger).values(rows).onConflictDoNothing();
-          if (minutes.length > 0) {
-            await transaction
-              .insert(schema.usageMinutes)
-              .values(minutes)
-              .onConflictDoUpdate({
-                target: [schema.usageMinutes.organizationId, schema.usageMinutes.minute],
-                set: { tokens: sql`${schema.usageMinutes.tokens} + excluded.tokens`, lastTime: sql`greatest(${schema.usageMinutes.lastTime}, excluded.last_time)` },
-              });
-          }
-          if (months.length > 0) {
-            await transaction
-              .insert(schema.usageMonths)
-              .values(months)
-              .onConflictDoUpdate({ target: [schema.usageMonths.organizationId, schema.usageMonths.month], set: { tokens: sql`${schema.usageMonths.tokens} + excluded.tokens` } });
-          }
-        }),
-        commitTimeoutMs,
-        "PostgreSQL (ledger commit)",
-      );
+      await withTimeout(this.db.execute(commitStatement(rows, minutes, months)), commitTimeoutMs, "PostgreSQL (ledger commit)");
       this.onCommit(true);
       for (const pending of batch) pending.resolve();
     } catch (error) {

@@ -25,7 +25,7 @@ export class LeaseKeeper {
     this.held.set(leaseId, key);
   }
 
-  release(_key: string, leaseId: string): void {
+  release(leaseId: string): void {
     this.held.delete(leaseId);
   }
 

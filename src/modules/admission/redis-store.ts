@@ -112,7 +112,7 @@ export class RedisAdmissionStore implements AdmissionStore {
       settle: (spent: SpentTokens | null) => {
         if (settled) return;
         settled = true;
-        this.keeper.release(keys[3] as string, leaseId);
+        this.keeper.release(leaseId);
         this.localInFlight--;
         this.localReserved -= reply.reservation;
         if (spent) this.estimate.observe(request.modelId, spent.completionTokens);

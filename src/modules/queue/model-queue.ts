@@ -6,6 +6,18 @@ export interface Slot {
   release(): void;
 }
 
+/** A slot whose `release` runs `onRelease` the first time only. */
+export function slotReleasedOnce(onRelease: () => void): Slot {
+  let released = false;
+  return {
+    release() {
+      if (released) return;
+      released = true;
+      onRelease();
+    },
+  };
+}
+
 /** A model's upstream slots and the line in front of them, in one process or shared by every instance. */
 export interface Queue {
   /** A slot now, or after waiting in the queue; throws 503 server_overloaded or ClientGoneError. */
@@ -40,15 +52,10 @@ export class ModelQueue implements Queue {
 
   private take(): Slot {
     this.active++;
-    let released = false;
-    return {
-      release: () => {
-        if (released) return;
-        released = true;
-        this.active--;
-        this.dispatch();
-      },
-    };
+    return slotReleasedOnce(() => {
+      this.active--;
+      this.dispatch();
+    });
   }
 
   private dispatch(): void {

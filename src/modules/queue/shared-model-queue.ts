@@ -3,7 +3,7 @@ import { keyPrefix, type RedisConnection } from "../../storage/redis";
 import { admissionUnavailable } from "../admission/redis-store";
 import { leaseMs, type LeaseKeeper } from "../admission/lease-keeper";
 import { FairLine, queueFull } from "./fair-line";
-import type { Queue, Slot } from "./model-queue";
+import { slotReleasedOnce, type Queue, type Slot } from "./model-queue";
 
 /**
  * While requests wait, slots are tried again this often even without a notice: a notice lost with a Redis
@@ -63,14 +63,7 @@ export class SharedModelQueue implements Queue {
 
   private localSlot(): Slot {
     this.active++;
-    let released = false;
-    return {
-      release: () => {
-        if (released) return;
-        released = true;
-        this.active--;
-      },
-    };
+    return slotReleasedOnce(() => this.active--);
   }
 
   private async tryTake(): Promise<Slot | undefined> {
@@ -79,21 +72,16 @@ export class SharedModelQueue implements Queue {
     if (Number(taken) !== 1) return undefined;
     this.keeper.hold(this.key, leaseId);
     this.active++;
-    let released = false;
-    return {
-      release: () => {
-        if (released) return;
-        released = true;
-        this.active--;
-        this.keeper.release(this.key, leaseId);
-        // If Redis does not take the release now, the lease expires by itself.
-        void this.redis
-          .call("ZREM", [this.key, leaseId])
-          .then(() => this.redis.call("PUBLISH", [this.channel, "1"]))
-          .catch(() => {});
-        void this.dispatch();
-      },
-    };
+    return slotReleasedOnce(() => {
+      this.active--;
+      this.keeper.release(leaseId);
+      // If Redis does not take the release now, the lease expires by itself.
+      void this.redis
+        .call("ZREM", [this.key, leaseId])
+        .then(() => this.redis.call("PUBLISH", [this.channel, "1"]))
+        .catch(() => {});
+      void this.dispatch();
+    });
   }
 
   /** Takes free slots for waiters while there are both. */

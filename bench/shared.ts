@@ -1,0 +1,217 @@
+// The shared-mode phase of `make bench`: Sluice on PostgreSQL + Redis against the same executable on SQLite, in one
+// run, on Debian's servers started here (as the tests start them). Writes its figures into the `shared` key of
+// bench/results/latest.json (or partial.json when that is what the main runner wrote last).
+//   1. whole answers, closed loop, one instance each: SQLite vs shared (interleaved rounds, medians)
+//   2. latency at 1,000 requests a second, open loop: p50 / p99 of each
+//   3. one admission script call on its own (sequential EVALSHA round trips): what Redis adds per request
+//   4. three shared instances at once (one wrk per instance), and a burst of 500 over them against
+//      max_concurrency = 3, counted
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { startPostgres, startRedis } from "../test/support/services";
+import { freePort, waitForPort } from "./ports";
+
+const root = join(import.meta.dir, "..");
+const bun = process.execPath;
+const sluiceBinary = join(root, "dist/sluice");
+const work = mkdtempSync(join(tmpdir(), "sluice-bench-shared-"));
+const rounds = 3;
+const seconds = 6;
+const connections = 64;
+const rate = 1000;
+const children: Bun.Subprocess[] = [];
+
+function log(message: string): void {
+  process.stderr.write(`[bench shared] ${message}\n`);
+}
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((left, right) => left - right);
+  return sorted[Math.floor(sorted.length / 2)] ?? Number.NaN;
+}
+
+function start(command: string[], environment: Record<string, string | undefined>): Bun.Subprocess {
+  const child = Bun.spawn(command, { env: environment, stdout: "ignore", stderr: "ignore" });
+  children.push(child);
+  return child;
+}
+
+async function wrkScript(name: string, key: string): Promise<string> {
+  const script = join(work, `${name}.lua`);
+  const body = JSON.stringify({ model: "bench", messages: [{ role: "user", content: "What is 2+2? Answer briefly." }] });
+  await Bun.write(script, `wrk.method = "POST"\nwrk.body = ${JSON.stringify(body)}\nwrk.headers["Content-Type"] = "application/json"\nwrk.headers["Authorization"] = "Bearer ${key}"\n`);
+  return script;
+}
+
+/** Requests a second of one wrk run, and how many answers were not 2xx. */
+async function wrk(url: string, script: string, threads: number, connectionCount: number, duration: number): Promise<{ rps: number; non2xx: number }> {
+  const child = Bun.spawn(["wrk", `-t${threads}`, `-c${connectionCount}`, `-d${duration}s`, "-s", script, url], { stdout: "pipe" });
+  const output = await new Response(child.stdout).text();
+  await child.exited;
+  return { rps: Number(/Requests\/sec:\s+([\d.]+)/.exec(output)?.[1] ?? Number.NaN), non2xx: Number(/Non-2xx or 3xx responses: (\d+)/.exec(output)?.[1] ?? 0) };
+}
+
+async function openLoop(url: string, key: string, duration: number): Promise<{ p50_ms: number; p99_ms: number; errors: number }> {
+  const bodyFile = join(work, "open.json");
+  await Bun.write(bodyFile, JSON.stringify({ model: "bench", messages: [{ role: "user", content: "What is 2+2? Answer briefly." }] }));
+  const child = Bun.spawn([bun, join(import.meta.dir, "load.ts"), "open", url, bodyFile, JSON.stringify({ authorization: `Bearer ${key}`, "content-type": "application/json" }), String(rate), String(duration)], {
+    env: { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" },
+    stdout: "pipe",
+  });
+  const output = await new Response(child.stdout).text();
+  await child.exited;
+  return JSON.parse(output) as { p50_ms: number; p99_ms: number; errors: number };
+}
+
+function configFile(upstreamPort: number, plan: string): string {
+  return `[[models]]\nid = "bench"\nbackend = "openai"\nbase_url = "http://127.0.0.1:${upstreamPort}/v1"\nupstream_model = "bench-upstream"\n\n[[plans]]\nid = "default"\nmodels = ["*"]\n${plan}\n`;
+}
+
+function cli(environment: Record<string, string | undefined>, ...args: string[]): string {
+  return Bun.spawnSync([sluiceBinary, ...args], { env: environment, stdout: "pipe", stderr: "ignore" }).stdout.toString().trim();
+}
+
+async function startInstance(environment: Record<string, string | undefined>): Promise<{ url: string; child: Bun.Subprocess }> {
+  const port = freePort();
+  const child = start([sluiceBinary, "serve"], { ...environment, SLUICE_PORT: String(port) });
+  await waitForPort(port);
+  return { url: `http://127.0.0.1:${port}/v1/chat/completions`, child };
+}
+
+async function main(): Promise<void> {
+  if (!existsSync(sluiceBinary)) Bun.spawnSync(["make", "-s", "build"], { cwd: root, stdout: "inherit", stderr: "inherit" });
+  if (!Bun.which("wrk")) throw new Error("wrk is needed (make bench installs it)");
+  const upstreamPort = freePort();
+  start([bun, join(import.meta.dir, "fake-upstream.ts"), String(upstreamPort), "20", "5"], process.env);
+  await waitForPort(upstreamPort);
+  const [postgres, redis] = await Promise.all([startPostgres(), startRedis()]);
+  try {
+    const plan = "tokens_per_5h = 1000000000000\ntokens_per_month = 1000000000000\nmax_concurrency = 100000";
+    const configPath = join(work, "sluice.toml");
+    await Bun.write(configPath, configFile(upstreamPort, plan));
+    const base = { PATH: process.env.PATH, HOME: process.env.HOME, SLUICE_CONFIG: configPath, SLUICE_LOG_LEVEL: "warn" };
+    mkdirSync(join(work, "sqlite"));
+    const sqliteEnvironment = { ...base, SLUICE_DB: join(work, "sqlite", "sluice.db") };
+    const sharedEnvironment = { ...base, SLUICE_DB: await postgres.createDatabase("bench"), SLUICE_REDIS_URL: redis.url };
+    const keys: Record<string, string> = {};
+    for (const [name, environment] of [["sqlite", sqliteEnvironment], ["shared", sharedEnvironment]] as const) {
+      cli(environment, "org", "create", "bench");
+      keys[name] = cli(environment, "key", "create", "--org", "bench").split("\n").at(-1) as string;
+    }
+    const sqlite = await startInstance(sqliteEnvironment);
+    const shared = await startInstance(sharedEnvironment);
+    const targets = [
+      { name: "sqlite", url: sqlite.url, script: await wrkScript("sqlite", keys.sqlite as string), key: keys.sqlite as string },
+      { name: "shared", url: shared.url, script: await wrkScript("shared", keys.shared as string), key: keys.shared as string },
+    ];
+
+    log(`1/4 whole answers, closed loop (${connections} connections, ${rounds} rounds of ${seconds} s, interleaved)`);
+    const rps: Record<string, number[]> = { sqlite: [], shared: [] };
+    for (const target of targets) await wrk(target.url, target.script, 2, connections, 2);
+    for (let round = 0; round < rounds; round++) {
+      for (const target of targets) {
+        const result = await wrk(target.url, target.script, 2, connections, seconds);
+        if (result.non2xx > 0) log(`${target.name}: ${result.non2xx} non-2xx answers`);
+        rps[target.name]?.push(result.rps);
+      }
+    }
+
+    log(`2/4 latency at ${rate} requests a second, open loop`);
+    const latency: Record<string, { p50: number[]; p99: number[] }> = { sqlite: { p50: [], p99: [] }, shared: { p50: [], p99: [] } };
+    for (let round = 0; round < rounds; round++) {
+      for (const target of targets) {
+        const result = await openLoop(target.url, target.key, seconds);
+        latency[target.name]?.p50.push(result.p50_ms);
+        latency[target.name]?.p99.push(result.p99_ms);
+      }
+    }
+
+    log("3/4 one admission script call alone, sequential round trips");
+    const { RedisConnection } = await import("../src/storage/redis");
+    const connection = new RedisConnection(redis.url);
+    while (!connection.connected) await Bun.sleep(10);
+    const keysOf = ["state", "minutes", "lasts", "leases", "reservations"].map((part) => `sluice:org:{bench-probe}:${part}`);
+    await connection.call("SET", ["sluice:ready", "1"]);
+    const admissionMicroseconds: number[] = [];
+    for (let index = 0; index < 5000; index++) {
+      const started = performance.now();
+      await connection.script("admit", [...keysOf, "sluice:ready"], ["admit", 10, 1_000_000_000, -1, -1, 100, `probe-${index}`, 15000]);
+      admissionMicroseconds.push((performance.now() - started) * 1000);
+    }
+    connection.close();
+
+    log("4/4 three shared instances at once");
+    const more = [shared, await startInstance(sharedEnvironment), await startInstance(sharedEnvironment)];
+    const threeRounds: number[] = [];
+    for (let round = 0; round < rounds; round++) {
+      const results = await Promise.all(more.map((instance) => wrk(instance.url, targets[1]?.script as string, 1, Math.round(connections / 3), seconds)));
+      threeRounds.push(results.reduce((sum, result) => sum + result.rps, 0));
+    }
+    // Exactness under the load generator: an organization with max_concurrency = 3, 500 requests at once over three.
+    await Bun.write(configPath, configFile(upstreamPort, "max_concurrency = 3"));
+    for (const instance of more) instance.child.kill();
+    await Promise.all(more.map((instance) => instance.child.exited));
+    const capped = [await startInstance(sharedEnvironment), await startInstance(sharedEnvironment), await startInstance(sharedEnvironment)];
+    const burst = await Promise.all(
+      Array.from({ length: 500 }, async (_, index) => {
+        const response = await fetch((capped[index % 3] as { url: string }).url, {
+          method: "POST",
+          headers: { authorization: `Bearer ${keys.shared}`, "content-type": "application/json" },
+          body: JSON.stringify({ model: "bench", messages: [{ role: "user", content: "hi" }] }),
+        });
+        await response.arrayBuffer();
+        return response.status;
+      }),
+    );
+    // Settles reach Redis just after each answer's last byte.
+    await Bun.sleep(200);
+    const leases = new Bun.RedisClient(redis.url);
+    const held = Number(await leases.send("ZCARD", ["sluice:org:{" + cli(sharedEnvironment, "org", "list").split("\t")[0] + "}:leases"]));
+    leases.close();
+
+    const sqliteRps = median(rps.sqlite ?? []);
+    const sharedRps = median(rps.shared ?? []);
+    const sortedAdmission = [...admissionMicroseconds].sort((left, right) => left - right);
+    const shared_ = {
+      date: new Date().toISOString(),
+      machine: { cores: navigator.hardwareConcurrency, bun_version: Bun.version, postgres: "Debian 15 (fsync off: test cluster)", redis: "Debian 7.0" },
+      nonstream: { connections, sqlite_rps: sqliteRps, shared_rps: sharedRps, shared_vs_sqlite: sharedRps / sqliteRps },
+      latency: {
+        rate,
+        sqlite_p50_ms: median(latency.sqlite?.p50 ?? []),
+        sqlite_p99_ms: median(latency.sqlite?.p99 ?? []),
+        shared_p50_ms: median(latency.shared?.p50 ?? []),
+        shared_p99_ms: median(latency.shared?.p99 ?? []),
+      },
+      admission_script_round_trip_us: { p50: sortedAdmission[Math.floor(sortedAdmission.length / 2)], p99: sortedAdmission[Math.floor(sortedAdmission.length * 0.99)] },
+      three_instances: { rps: median(threeRounds), vs_one_shared: median(threeRounds) / sharedRps },
+      burst_max_concurrency_3: { requests: 500, ok: burst.filter((status) => status === 200).length, rejected_429: burst.filter((status) => status === 429).length, other: burst.filter((status) => status !== 200 && status !== 429).length, leases_held_after: held },
+      rounds_detail: { nonstream_rps: rps, latency_ms: latency, three_instances_rps: threeRounds },
+    };
+    const resultsPath = join(import.meta.dir, "results", "latest.json");
+    const existing = existsSync(resultsPath) ? ((await Bun.file(resultsPath).json()) as Record<string, unknown>) : {};
+    await Bun.write(resultsPath, `${JSON.stringify({ ...existing, shared: shared_ }, null, 2)}\n`);
+    const fixed = (value: number | undefined, digits = 2) => (value === undefined || Number.isNaN(value) ? "-" : value.toFixed(digits));
+    const l = shared_.latency;
+    console.log(`
+Shared mode (PostgreSQL + Redis) vs SQLite, one instance each, medians of ${rounds}
+  whole answers: SQLite ${fixed(sqliteRps, 0)} rps | shared ${fixed(sharedRps, 0)} rps = ${fixed(shared_.nonstream.shared_vs_sqlite)} (target >= 0.5)
+  latency at ${rate} rps p50 / p99 ms: SQLite ${fixed(l.sqlite_p50_ms)} / ${fixed(l.sqlite_p99_ms)} | shared ${fixed(l.shared_p50_ms)} / ${fixed(l.shared_p99_ms)} (p50 added ${fixed(l.shared_p50_ms - l.sqlite_p50_ms)} ms, target < 1)
+  one admission script call: p50 ${fixed(shared_.admission_script_round_trip_us.p50, 0)} µs, p99 ${fixed(shared_.admission_script_round_trip_us.p99, 0)} µs
+  three shared instances: ${fixed(shared_.three_instances.rps, 0)} rps in all (${fixed(shared_.three_instances.vs_one_shared)} x one)
+  500 at once over three, max_concurrency = 3: ${shared_.burst_max_concurrency_3.ok} answered, ${shared_.burst_max_concurrency_3.rejected_429} x 429, ${shared_.burst_max_concurrency_3.other} other; leases held after: ${held}
+Written to ${resultsPath}`);
+    for (const instance of capped) instance.child.kill();
+  } finally {
+    postgres.stop();
+    await redis.stop();
+  }
+}
+
+try {
+  await main();
+} finally {
+  for (const child of children) child.kill();
+  rmSync(work, { recursive: true, force: true });
+}
