@@ -68,9 +68,10 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const ledger = storage.openLedger();
   const auth = new AuthService(storage.keys, storage.changes, plans, (entries) => ledger.touchKeys(entries));
   const models = new ModelRegistry(options.config, options.environment);
-  const admission: AdmissionStore = redis ? new RedisAdmissionStore(redis, storage.usage) : new MemoryAdmissionStore();
-  await syncAdmissionWithLedger(admission, storage, ledger, clock);
+  // One keeper renews every lease this instance holds: organizations' concurrency leases and model slots.
   const keeper = redis ? new LeaseKeeper(redis) : undefined;
+  const admission: AdmissionStore = redis ? new RedisAdmissionStore(redis, storage.usage, keeper) : new MemoryAdmissionStore();
+  await syncAdmissionWithLedger(admission, storage, ledger, clock);
   const queues = new Map<string, Queue>(
     options.config.models.map((model) => [model.id, redis && keeper ? new SharedModelQueue(model, redis, keeper) : new ModelQueue(model)]),
   );

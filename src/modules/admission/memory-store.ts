@@ -1,6 +1,8 @@
 import type { PlanConfig } from "../../config/schema";
 import { monthOf, startOfNextMonth } from "./month";
-import { AdmissionRejected, type RejectionKind, type AdmissionRequest, type AdmissionStore, type LedgerBucket, type Lease, type SpentTokens, type UsageSnapshot } from "./store";
+import { OutputEstimate } from "./estimate";
+import { quotaRejection, rateLimitHeaders, usageSnapshot } from "./quota-answers";
+import type { AdmissionRequest, AdmissionStore, LedgerBucket, Lease, SpentTokens, UsageSnapshot } from "./store";
 import { RollingWindow, fiveHoursMs } from "./window";
 
 class OrganizationState {
@@ -18,59 +20,6 @@ class OrganizationState {
     }
     return this.monthUsed;
   }
-}
-
-/** Before any answer is known, expect this many output tokens (capped at the request's max_tokens). */
-const initialExpectedOutput = 1024;
-/** Weight of the newest answer in the running average of output tokens per model. */
-const averageWeight = 0.2;
-
-/** The output a model usually gives: a running average per model, for reservations. */
-export class OutputEstimate {
-  private readonly averages = new Map<string, number>();
-
-  /** The usual output of this model, never more than the request's max_tokens. */
-  expected(modelId: string, maxTokens: number): number {
-    return Math.min(maxTokens, Math.ceil(this.averages.get(modelId) ?? initialExpectedOutput));
-  }
-
-  observe(modelId: string, completionTokens: number): void {
-    const previous = this.averages.get(modelId);
-    this.averages.set(modelId, previous === undefined ? completionTokens : previous + averageWeight * (completionTokens - previous));
-  }
-}
-
-/** The 429 of a limit that said no, with its Retry-After; the same words whichever store decided. */
-export function quotaRejection(kind: RejectionKind, plan: PlanConfig, wait: { fiveHourWaitMs?: number; monthResetMs?: number }): AdmissionRejected {
-  if (kind === "month") {
-    return new AdmissionRejected("month", `Your organization has used its monthly quota of ${plan.tokensPerMonth} tokens. It resets on the 1st of next month (00:00 UTC).`, {
-      retryAfterSeconds: secondsUntil(wait.monthResetMs ?? 0),
-      shouldRetry: false,
-    });
-  }
-  if (kind === "five_hour") {
-    return new AdmissionRejected("five_hour", `Your organization has used its 5-hour quota of ${plan.tokensPer5h} tokens. Retry after the time in Retry-After, when enough usage has left the rolling window.`, {
-      retryAfterSeconds: secondsUntil(wait.fiveHourWaitMs ?? fiveHoursMs),
-      shouldRetry: false,
-    });
-  }
-  return new AdmissionRejected("concurrency", `Your organization already has ${plan.maxConcurrency} requests in flight, the most its plan allows. Retry shortly.`, {
-    retryAfterSeconds: 1,
-  });
-}
-
-/** Go-style duration as OpenAI writes `x-ratelimit-reset-tokens`: `1h2m3s`, `45s`, `0s`. */
-export function formatReset(milliseconds: number): string {
-  let seconds = Math.max(0, Math.ceil(milliseconds / 1000));
-  const hours = Math.floor(seconds / 3600);
-  seconds -= hours * 3600;
-  const minutes = Math.floor(seconds / 60);
-  seconds -= minutes * 60;
-  return `${hours ? `${hours}h` : ""}${hours || minutes ? `${minutes}m` : ""}${seconds}s`;
-}
-
-function secondsUntil(milliseconds: number): number {
-  return Math.max(1, Math.ceil(milliseconds / 1000));
 }
 
 /**
@@ -102,12 +51,7 @@ export class MemoryAdmissionStore implements AdmissionStore {
     state.inFlight++;
     this.reservedTotal += reservation;
     this.inFlightTotal++;
-    const headers: Record<string, string> = {};
-    if (plan.tokensPer5h !== undefined) {
-      headers["x-ratelimit-limit-tokens"] = String(plan.tokensPer5h);
-      headers["x-ratelimit-remaining-tokens"] = String(Math.max(0, plan.tokensPer5h - windowUsed - state.reserved));
-      headers["x-ratelimit-reset-tokens"] = formatReset(state.window.timeUntilEmpty(now) || (windowUsed + state.reserved > 0 ? fiveHoursMs : 0));
-    }
+    const headers = plan.tokensPer5h === undefined ? {} : rateLimitHeaders(plan, this.quotaState(state, now, windowUsed));
     let settled = false;
     return {
       reservedTokens: reservation,
@@ -126,21 +70,7 @@ export class MemoryAdmissionStore implements AdmissionStore {
 
   snapshot(organizationId: string, plan: PlanConfig, now: number): UsageSnapshot {
     const state = this.state(organizationId);
-    const windowUsed = state.window.used(now);
-    const monthUsed = state.monthUsedAt(now);
-    const remaining = (limit: number | undefined, used: number) => (limit === undefined ? undefined : Math.max(0, limit - used - state.reserved));
-    return {
-      fiveHours: { used: windowUsed, limit: plan.tokensPer5h, remaining: remaining(plan.tokensPer5h, windowUsed), resetsAt: now + state.window.timeUntilEmpty(now) },
-      month: { used: monthUsed, limit: plan.tokensPerMonth, remaining: remaining(plan.tokensPerMonth, monthUsed), resetsAt: startOfNextMonth(now) },
-      reserved: state.reserved,
-      inFlight: state.inFlight,
-    };
-  }
-
-  reset(organizationId: string): void {
-    const state = this.state(organizationId);
-    state.window.clear();
-    state.monthUsed = 0;
+    return usageSnapshot(plan, this.quotaState(state, now, state.window.used(now)));
   }
 
   restore(organizationId: string, buckets: LedgerBucket[], monthTokens: number, monthStart: number): void {
@@ -179,6 +109,10 @@ export class MemoryAdmissionStore implements AdmissionStore {
     state.monthUsedAt(at);
     state.monthUsed += tokens;
     this.estimate.observe(modelId, spent.completionTokens);
+  }
+
+  private quotaState(state: OrganizationState, now: number, windowUsed: number) {
+    return { now, windowUsed, monthUsed: state.monthUsedAt(now), reserved: state.reserved, inFlight: state.inFlight, untilEmpty: state.window.timeUntilEmpty(now) };
   }
 
   private state(organizationId: string): OrganizationState {

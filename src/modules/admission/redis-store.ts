@@ -3,11 +3,12 @@ import { SluiceError } from "../../errors";
 import { keyPrefix, type RedisConnection, type RedisReply } from "../../storage/redis";
 import type { UsageRepository } from "../../storage/types";
 import { withTimeout } from "../../storage/with-timeout";
-import { formatReset, OutputEstimate, quotaRejection } from "./memory-store";
+import { OutputEstimate } from "./estimate";
+import { leaseMs, type LeaseKeeper } from "./lease-keeper";
 import { monthOf, startOfNextMonth } from "./month";
+import { quotaRejection, rateLimitHeaders, usageSnapshot } from "./quota-answers";
 import type { AdmissionRequest, AdmissionStore, LedgerBucket, Lease, SpentTokens, UsageSnapshot } from "./store";
-import { bucketMs, fiveHoursMs } from "./window";
-import { LeaseKeeper, leaseMs } from "./lease-keeper";
+import { bucketMs } from "./window";
 
 const readyKey = `${keyPrefix}ready`;
 const rebuildLockKey = `${keyPrefix}rebuilding`;
@@ -40,12 +41,14 @@ interface AdmitReply {
   wait: number;
   monthUsed: number;
   inFlight: number;
+  /** Which rebuild of the state this answer came from (see settle.lua). */
+  generation: string;
 }
 
 function readReply(reply: RedisReply): AdmitReply {
-  const values = (reply as number[]).map(Number);
-  const [status = 9, now = 0, windowUsed = 0, reserved = 0, reservation = 0, untilEmpty = 0, wait = 0, monthUsed = 0, inFlight = 0] = values;
-  return { status, now, windowUsed, reserved, reservation, untilEmpty, wait, monthUsed, inFlight };
+  const values = reply as (number | string)[];
+  const [status = 9, now = 0, windowUsed = 0, reserved = 0, reservation = 0, untilEmpty = 0, wait = 0, monthUsed = 0, inFlight = 0] = values.slice(0, 9).map(Number);
+  return { status, now, windowUsed, reserved, reservation, untilEmpty, wait, monthUsed, inFlight, generation: String(values[9] ?? "") };
 }
 
 interface PendingSettle {
@@ -62,7 +65,6 @@ interface PendingSettle {
  */
 export class RedisAdmissionStore implements AdmissionStore {
   private readonly estimate = new OutputEstimate();
-  private readonly keeper: LeaseKeeper;
   private localInFlight = 0;
   private localReserved = 0;
   private rebuilding: Promise<void> | undefined;
@@ -72,8 +74,9 @@ export class RedisAdmissionStore implements AdmissionStore {
   constructor(
     private readonly redis: RedisConnection,
     private readonly usage: UsageRepository,
+    /** Renews this instance's leases; the CLI, which holds none, passes none. */
+    private readonly keeper?: LeaseKeeper,
   ) {
-    this.keeper = new LeaseKeeper(redis);
     this.retryTimer = setInterval(() => void this.retrySettles(), settleRetryMs);
     this.retryTimer.unref();
   }
@@ -84,62 +87,36 @@ export class RedisAdmissionStore implements AdmissionStore {
     const keys = organizationKeys(request.organizationId);
     const wanted = plan.tokensPer5h === undefined && plan.tokensPerMonth === undefined ? 0 : request.promptTokens + this.estimate.expected(request.modelId, request.maxTokens);
     const args = ["admit", request.promptTokens + 1, plan.tokensPer5h ?? -1, plan.tokensPerMonth ?? -1, plan.maxConcurrency ?? -1, wanted, leaseId, leaseMs];
-    let reply = await this.run(keys, args);
-    if (reply.status === 9) {
-      await this.rebuildOnce();
-      reply = await this.run(keys, args);
-      if (reply.status === 9) throw admissionUnavailable(new Error("the admission state is being rebuilt from the ledger"));
-    }
+    const reply = await this.runRebuilt(keys, args);
     if (reply.status !== 0) {
       throw quotaRejection(reply.status === 1 ? "month" : reply.status === 2 ? "five_hour" : "concurrency", plan, {
         fiveHourWaitMs: reply.wait,
         monthResetMs: startOfNextMonth(reply.now) - reply.now,
       });
     }
-    this.keeper.hold(keys[3] as string, leaseId);
+    this.keeper?.hold(keys[3] as string, leaseId);
     this.localInFlight++;
     this.localReserved += reply.reservation;
-    const headers: Record<string, string> = {};
-    if (plan.tokensPer5h !== undefined) {
-      headers["x-ratelimit-limit-tokens"] = String(plan.tokensPer5h);
-      headers["x-ratelimit-remaining-tokens"] = String(Math.max(0, plan.tokensPer5h - reply.windowUsed - reply.reserved));
-      headers["x-ratelimit-reset-tokens"] = formatReset(reply.untilEmpty || (reply.windowUsed + reply.reserved > 0 ? fiveHoursMs : 0));
-    }
     let settled = false;
     return {
       reservedTokens: reply.reservation,
-      headers,
+      headers: rateLimitHeaders(plan, reply),
       settle: (spent: SpentTokens | null) => {
         if (settled) return;
         settled = true;
-        this.keeper.release(leaseId);
+        this.keeper?.release(leaseId);
         this.localInFlight--;
         this.localReserved -= reply.reservation;
         if (spent) this.estimate.observe(request.modelId, spent.completionTokens);
         const tokens = spent ? spent.promptTokens + spent.completionTokens : -1;
-        this.settleInRedis([...keys, `${keyPrefix}settled:${leaseId}`], [leaseId, tokens]);
+        this.settleInRedis([...keys, `${keyPrefix}settled:${leaseId}`, readyKey], [leaseId, tokens, reply.generation]);
       },
     };
   }
 
   async snapshot(organizationId: string, plan: PlanConfig, _now: number): Promise<UsageSnapshot> {
     const keys = organizationKeys(organizationId);
-    let reply = await this.run(keys, ["peek", 0, -1, -1, -1, 0, "", 0]);
-    if (reply.status === 9) {
-      await this.rebuildOnce();
-      reply = await this.run(keys, ["peek", 0, -1, -1, -1, 0, "", 0]);
-    }
-    const remaining = (limit: number | undefined, used: number) => (limit === undefined ? undefined : Math.max(0, limit - used - reply.reserved));
-    return {
-      fiveHours: { used: reply.windowUsed, limit: plan.tokensPer5h, remaining: remaining(plan.tokensPer5h, reply.windowUsed), resetsAt: reply.now + reply.untilEmpty },
-      month: { used: reply.monthUsed, limit: plan.tokensPerMonth, remaining: remaining(plan.tokensPerMonth, reply.monthUsed), resetsAt: startOfNextMonth(reply.now) },
-      reserved: reply.reserved,
-      inFlight: reply.inFlight,
-    };
-  }
-
-  async reset(organizationId: string): Promise<void> {
-    await this.restore(organizationId, [], 0, Date.now());
+    return usageSnapshot(plan, await this.runRebuilt(keys, ["peek", 0, -1, -1, -1, 0, "", 0]));
   }
 
   async restore(organizationId: string, buckets: LedgerBucket[], monthTokens: number, monthStart: number): Promise<void> {
@@ -157,10 +134,9 @@ export class RedisAdmissionStore implements AdmissionStore {
     return this.localReserved;
   }
 
-  /** Stops renewing leases (they expire) and retrying settles. */
+  /** Stops retrying settles. */
   close(): void {
     clearInterval(this.retryTimer);
-    this.keeper.close();
   }
 
   /** Whether Redis answers, for /readyz. */
@@ -171,6 +147,17 @@ export class RedisAdmissionStore implements AdmissionStore {
     } catch (error) {
       return [`Redis does not answer: ${(error as Error).message}`];
     }
+  }
+
+  /** Runs admit.lua; if Redis lost its data, rebuilds the state from the ledger first (503 if that fails). */
+  private async runRebuilt(keys: string[], args: (string | number)[]): Promise<AdmitReply> {
+    let reply = await this.run(keys, args);
+    if (reply.status === 9) {
+      await this.rebuildOnce();
+      reply = await this.run(keys, args);
+      if (reply.status === 9) throw admissionUnavailable(new Error("the admission state is being rebuilt from the ledger"));
+    }
+    return reply;
   }
 
   private async run(keys: string[], args: (string | number)[]): Promise<AdmitReply> {
@@ -221,7 +208,8 @@ export class RedisAdmissionStore implements AdmissionStore {
       const now = Number(((await this.redis.call("TIME", [])) as string[])[0]) * 1000;
       const usage = await this.usage.read(now);
       await Promise.all([...usage].map(([organizationId, entry]) => this.restore(organizationId, entry.buckets, entry.monthTokens, now)));
-      await this.redis.call("SET", [readyKey, String(now)]);
+      // A new generation: leases of the lost one settle without recording anything (see settle.lua).
+      await this.redis.call("SET", [readyKey, `${now}-${owner}`]);
     } finally {
       await this.redis.call("DEL", [rebuildLockKey]).catch(() => {});
     }

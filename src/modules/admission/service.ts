@@ -1,5 +1,4 @@
-import type { Storage } from "../../storage/types";
-import type { LedgerStore } from "../../storage/types";
+import type { LedgerStore, Storage } from "../../storage/types";
 import { restoreFromLedger } from "./ledger-usage";
 import type { AdmissionStore } from "./store";
 

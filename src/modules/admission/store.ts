@@ -68,8 +68,6 @@ export interface AdmissionStore {
   /** Throws SluiceError 429 (rate_limit_exceeded or insufficient_quota), or 503 if it cannot decide; returns the lease. */
   admit(request: AdmissionRequest, now: number): Lease | Promise<Lease>;
   snapshot(organizationId: string, plan: PlanConfig, now: number): UsageSnapshot | Promise<UsageSnapshot>;
-  /** Forgets an organization's recorded usage (an operator's reset); reservations in flight stay. */
-  reset(organizationId: string): void | Promise<void>;
   /** Replaces an organization's recorded usage with what the ledger holds (start-up, resets). */
   restore(organizationId: string, buckets: LedgerBucket[], monthTokens: number, monthStart: number): void | Promise<void>;
   /** Requests this process admitted and has not yet settled, over all organizations. */

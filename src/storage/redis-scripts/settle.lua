@@ -1,6 +1,10 @@
 -- Settles a lease once: frees its concurrency place and reservation and records what was spent, at Redis's time.
--- KEYS: state, minutes, lasts, leases, reservations (as admit.lua), settled (a marker that makes a retry harmless)
--- ARGV: lease id, tokens spent (-1: nothing to record)
+-- KEYS: state, minutes, lasts, leases, reservations (as admit.lua), settled (a marker that makes a retry harmless),
+--       ready (the generation)
+-- ARGV: lease id, tokens spent (-1: nothing to record), the generation the lease was admitted in
+-- A lease of an earlier generation is dropped: Redis lost it with its data, and the state was rebuilt from the
+-- ledger since, which holds the request's row (committed while Redis was away), so recording it would count it twice.
+if redis.call('GET', KEYS[7]) ~= ARGV[3] then return 0 end
 if not redis.call('SET', KEYS[6], '1', 'NX', 'PX', 600000) then return 0 end
 local state, minutes, lasts, leases, reservations = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local now = now_ms()

@@ -1,5 +1,6 @@
 import { describe, expect, test } from "bun:test";
-import { MemoryAdmissionStore, formatReset } from "../../../src/modules/admission/memory-store";
+import { MemoryAdmissionStore } from "../../../src/modules/admission/memory-store";
+import { formatReset } from "../../../src/modules/admission/quota-answers";
 import { startOfNextMonth } from "../../../src/modules/admission/month";
 import { RollingWindow, fiveHoursMs } from "../../../src/modules/admission/window";
 import { SluiceError } from "../../../src/errors";
