@@ -1,7 +1,6 @@
 import type { Database } from "bun:sqlite";
-import { monthOf } from "../modules/admission/month";
-import { bucketMs } from "../modules/admission/window";
 import type { LedgerRow } from "./ledger";
+import { UsageFold } from "./usage-fold";
 
 /** A row as it crosses to the writer thread: its 13 fields in a flat array (cheaper to copy than objects). */
 export type LedgerValue = string | number | null;
@@ -45,8 +44,7 @@ export class LedgerWriter {
     });
     this.write = sqlite.transaction((batches: LedgerValue[][]) => {
       // The aggregates are summed here first: a busy batch of one organization is one upsert, not one per row.
-      const minutes = new Map<string, { organizationId: string; minute: number; tokens: number; lastTime: number }>();
-      const months = new Map<string, { organizationId: string; month: number; tokens: number }>();
+      const fold = new UsageFold();
       for (const values of batches) {
         for (let start = 0; start < values.length; start += fieldsPerRow) {
           // Positional, without slicing each row out: fewer allocations, fewer collections on this thread.
@@ -56,24 +54,11 @@ export class LedgerWriter {
             values[start + 8] as LedgerValue, values[start + 9] as LedgerValue, values[start + 10] as LedgerValue, values[start + 11] as LedgerValue,
             values[start + 12] as LedgerValue,
           );
-          const organizationId = values[start + 1] as string;
-          const tokens = (values[start + 4] as number) + (values[start + 5] as number);
-          const endedAt = values[start + 12] as number;
-          if (tokens === 0) continue;
-          const minute = Math.floor(endedAt / bucketMs);
-          const minuteEntry = minutes.get(`${organizationId} ${minute}`);
-          if (minuteEntry) {
-            minuteEntry.tokens += tokens;
-            minuteEntry.lastTime = Math.max(minuteEntry.lastTime, endedAt);
-          } else minutes.set(`${organizationId} ${minute}`, { organizationId, minute, tokens, lastTime: endedAt });
-          const month = monthOf(endedAt);
-          const monthEntry = months.get(`${organizationId} ${month}`);
-          if (monthEntry) monthEntry.tokens += tokens;
-          else months.set(`${organizationId} ${month}`, { organizationId, month, tokens });
+          fold.add(values[start + 1] as string, (values[start + 4] as number) + (values[start + 5] as number), values[start + 12] as number);
         }
       }
-      for (const entry of minutes.values()) addMinute.run(entry.organizationId, entry.minute, entry.tokens, entry.lastTime);
-      for (const entry of months.values()) addMonth.run(entry.organizationId, entry.month, entry.tokens);
+      for (const entry of fold.minuteTotals()) addMinute.run(entry.organizationId, entry.minute, entry.tokens, entry.lastTime);
+      for (const entry of fold.monthTotals()) addMonth.run(entry.organizationId, entry.month, entry.tokens);
     });
   }
 

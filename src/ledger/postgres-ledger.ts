@@ -1,11 +1,11 @@
 import { sql, type SQL } from "drizzle-orm";
 import type { BunSQLDatabase } from "drizzle-orm/bun-sql";
 import * as schema from "../db/postgres/schema";
-import { monthOf } from "../modules/admission/month";
-import { bucketMs } from "../modules/admission/window";
+import { SluiceError } from "../errors";
 import { withTimeout } from "../storage/with-timeout";
 import type { LedgerStore } from "../storage/types";
 import type { LedgerRow } from "./ledger";
+import { UsageFold, type MinuteTotal, type MonthTotal } from "./usage-fold";
 
 type Database = BunSQLDatabase<typeof schema>;
 
@@ -20,34 +20,11 @@ const maxCommitsInFlight = 4;
 /** A commit that takes longer is refused: its rows' answers fail rather than wait on a dead database. */
 const commitTimeoutMs = 5000;
 
-/** Sums a batch's tokens per organization and minute, and per organization and month: one upsert each. */
-function aggregates(rows: LedgerRow[]) {
-  const minutes = new Map<string, { organizationId: string; minute: number; tokens: number; lastTime: number }>();
-  const months = new Map<string, { organizationId: string; month: number; tokens: number }>();
-  for (const row of rows) {
-    const tokens = row.promptTokens + row.completionTokens;
-    if (tokens === 0) continue;
-    const minute = Math.floor(row.endedAt / bucketMs);
-    const minuteEntry = minutes.get(`${row.organizationId} ${minute}`);
-    if (minuteEntry) {
-      minuteEntry.tokens += tokens;
-      minuteEntry.lastTime = Math.max(minuteEntry.lastTime, row.endedAt);
-    } else minutes.set(`${row.organizationId} ${minute}`, { organizationId: row.organizationId, minute, tokens, lastTime: row.endedAt });
-    const month = monthOf(row.endedAt);
-    const monthEntry = months.get(`${row.organizationId} ${month}`);
-    if (monthEntry) monthEntry.tokens += tokens;
-    else months.set(`${row.organizationId} ${month}`, { organizationId: row.organizationId, month, tokens });
-  }
-  // Upserts in one order in every transaction, so that concurrent commits cannot deadlock on the same rows.
-  const byKey = <T extends { organizationId: string }>(entries: Map<string, T>) => [...entries].sort(([left], [right]) => (left < right ? -1 : 1)).map(([, value]) => value);
-  return { minutes: byKey(minutes), months: byKey(months) };
-}
-
 /**
  * One statement for a whole batch: the rows and both aggregates in data-modifying CTEs. A single statement is its
  * own transaction, so this is as atomic as BEGIN … COMMIT and costs one round trip instead of five.
  */
-function commitStatement(rows: LedgerRow[], minutes: ReturnType<typeof aggregates>["minutes"], months: ReturnType<typeof aggregates>["months"]): SQL {
+function commitStatement(rows: LedgerRow[], minutes: MinuteTotal[], months: MonthTotal[]): SQL {
   const rowValues = rows.map(
     (row) =>
       sql`(${row.requestId}, ${row.organizationId}, ${row.keyId}, ${row.model}, ${row.promptTokens}::bigint, ${row.completionTokens}::bigint, ${row.reasoningTokens}::bigint, ${row.outcome}, ${row.errorCode}, ${row.ruleId}, ${row.usageSource}, ${row.startedAt}::bigint, ${row.endedAt}::bigint)`,
@@ -145,14 +122,20 @@ export class PostgresLedger implements LedgerStore {
 
   private async commit(batch: Pending[]): Promise<void> {
     const rows = batch.map((pending) => pending.row);
-    const { minutes, months } = aggregates(rows);
+    const fold = new UsageFold();
+    for (const row of rows) fold.add(row.organizationId, row.promptTokens + row.completionTokens, row.endedAt);
     try {
-      await withTimeout(this.db.execute(commitStatement(rows, minutes, months)), commitTimeoutMs, "PostgreSQL (ledger commit)");
+      await withTimeout(this.db.execute(commitStatement(rows, fold.minuteTotals(), fold.monthTotals())), commitTimeoutMs, "PostgreSQL (ledger commit)");
       this.onCommit(true);
       for (const pending of batch) pending.resolve();
     } catch (error) {
       this.onCommit(false);
-      for (const pending of batch) pending.reject(error);
+      // The caller's answer is withheld (it could not be recorded): a 503 to retry, not an upstream fault.
+      const refused = new SluiceError("server_overloaded", "The gateway could not record this request (its database does not answer), so it withholds the answer. Retry shortly.", {
+        retryAfterSeconds: 2,
+        cause: error,
+      });
+      for (const pending of batch) pending.reject(refused);
     }
   }
 

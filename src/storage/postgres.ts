@@ -1,14 +1,14 @@
 // The PostgreSQL backend of shared mode: the durable truth of every instance (tenants, accounts, sessions, the
 // ledger and its aggregates), through Drizzle over Bun's built-in SQL client.
 import { SQL } from "bun";
-import { and, asc, desc, eq, gt, gte, lt, sql } from "drizzle-orm";
+import { and, asc, desc, eq, getTableColumns, gt, gte, lt, sql } from "drizzle-orm";
 import { drizzle, type BunSQLDatabase } from "drizzle-orm/bun-sql";
 import * as schema from "../db/postgres/schema";
 import { migratePostgres } from "../db/postgres/migrate";
 import { PostgresLedger } from "../ledger/postgres-ledger";
 import { monthOf } from "../modules/admission/month";
-import { bucketMs, fiveHoursMs } from "../modules/admission/window";
-import { oldestNeededMinute, usageByOrganization } from "./sqlite";
+import { UsageFold } from "../ledger/usage-fold";
+import { hourMs, oldestNeededMinute, usageByOrganization, usageWindowStart } from "./usage-rows";
 import type { AccountRepository, ChangeFeed, KeyRepository, OrganizationRepository, Storage, UsageRepository } from "./types";
 import { withTimeout } from "./with-timeout";
 
@@ -18,7 +18,6 @@ const { apiKeys, organizations, sessions, signInFailures, usageLedger, usageMinu
 /** Every query that a request waits for gives up after this long (PostgreSQL stopped, a dead link). */
 export const postgresTimeoutMs = 3000;
 const healthIntervalMs = 1000;
-const hourMs = 3_600_000;
 
 /** Whether SLUICE_DB names a PostgreSQL database rather than a SQLite file. */
 export function isPostgresUrl(value: string | undefined): value is string {
@@ -29,16 +28,8 @@ function timed<T>(promise: Promise<T>): Promise<T> {
   return withTimeout(promise, postgresTimeoutMs, "PostgreSQL");
 }
 
-const shownKeyColumns = {
-  id: apiKeys.id,
-  organizationId: apiKeys.organizationId,
-  name: apiKeys.name,
-  prefix: apiKeys.prefix,
-  createdAt: apiKeys.createdAt,
-  lastUsedAt: apiKeys.lastUsedAt,
-  expiresAt: apiKeys.expiresAt,
-  revokedAt: apiKeys.revokedAt,
-};
+/** Every column of a key but its hash. */
+const { hash: _hash, ...shownKeyColumns } = getTableColumns(apiKeys);
 
 function organizationRepository(db: Database): OrganizationRepository {
   return {
@@ -150,7 +141,7 @@ function accountRepository(db: Database): AccountRepository {
 function usageRepository(db: Database): UsageRepository {
   return {
     async read(now, organizationId) {
-      const windowStart = Math.floor((now - fiveHoursMs) / bucketMs);
+      const windowStart = usageWindowStart(now);
       const [windowRows, monthRows] = await Promise.all([
         timed(
           db
@@ -181,17 +172,16 @@ function usageRepository(db: Database): UsageRepository {
             .onConflictDoUpdate({ target: usageResets.organizationId, set: { resetAt: at } });
           await transaction.delete(usageMinutes).where(eq(usageMinutes.organizationId, organizationId));
           await transaction.delete(usageMonths).where(eq(usageMonths.organizationId, organizationId));
-          await transaction.execute(sql`INSERT INTO usage_minutes (organization_id, minute, tokens, last_time)
-            SELECT organization_id, ended_at / ${sql.raw(String(bucketMs))}, sum(prompt_tokens + completion_tokens), max(ended_at) FROM usage_ledger
-             WHERE organization_id = ${organizationId} AND ended_at > ${at} AND prompt_tokens + completion_tokens > 0
-             GROUP BY organization_id, ended_at / ${sql.raw(String(bucketMs))}`);
           const rows = await transaction
             .select({ endedAt: usageLedger.endedAt, tokens: sql<number>`${usageLedger.promptTokens} + ${usageLedger.completionTokens}`.mapWith(Number) })
             .from(usageLedger)
             .where(and(eq(usageLedger.organizationId, organizationId), gt(usageLedger.endedAt, at)));
-          const months = new Map<number, number>();
-          for (const row of rows) if (row.tokens > 0) months.set(monthOf(row.endedAt), (months.get(monthOf(row.endedAt)) ?? 0) + row.tokens);
-          if (months.size > 0) await transaction.insert(usageMonths).values([...months].map(([month, tokens]) => ({ organizationId, month, tokens })));
+          const fold = new UsageFold();
+          for (const row of rows) fold.add(organizationId, row.tokens, row.endedAt);
+          const minutes = fold.minuteTotals();
+          const months = fold.monthTotals();
+          if (minutes.length > 0) await transaction.insert(usageMinutes).values(minutes);
+          if (months.length > 0) await transaction.insert(usageMonths).values(months);
         }),
       );
     },

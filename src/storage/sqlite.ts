@@ -1,13 +1,14 @@
 // The SQLite backend: one file, one instance (the default). Every call is synchronous underneath; the interfaces are
 // async only because PostgreSQL's are.
-import { and, asc, eq, gt, lt } from "drizzle-orm";
+import { and, asc, eq, getTableColumns, gt, lt } from "drizzle-orm";
 import type { DatabaseHandle } from "../db/client";
 import { apiKeys, organizations, sessions, users } from "../db/schema";
 import { Ledger } from "../ledger/ledger";
 import { addToMinuteSql, addToMonthSql } from "../ledger/ledger-writer";
+import { UsageFold } from "../ledger/usage-fold";
 import { monthOf } from "../modules/admission/month";
-import { bucketMs, fiveHoursMs } from "../modules/admission/window";
 import { startCheckpointer } from "../db/checkpointer";
+import { hourMs, oldestNeededMinute, usageByOrganization, usageWindowStart } from "./usage-rows";
 import type {
   AccountRepository,
   ApiKeyInfo,
@@ -16,27 +17,16 @@ import type {
   KeyCredentials,
   KeyRepository,
   LedgerStore,
-  Organization,
   OrganizationRepository,
-  OrganizationUsage,
   RecentRefusal,
   RefusalCount,
   Storage,
   UsageRepository,
 } from "./types";
 
-const shownKeyColumns = {
-  id: apiKeys.id,
-  organizationId: apiKeys.organizationId,
-  name: apiKeys.name,
-  prefix: apiKeys.prefix,
-  createdAt: apiKeys.createdAt,
-  lastUsedAt: apiKeys.lastUsedAt,
-  expiresAt: apiKeys.expiresAt,
-  revokedAt: apiKeys.revokedAt,
-};
+/** Every column of a key but its hash. */
+const { hash: _hash, ...shownKeyColumns } = getTableColumns(apiKeys);
 
-const hourMs = 3_600_000;
 
 function organizationRepository({ db }: DatabaseHandle): OrganizationRepository {
   return {
@@ -138,7 +128,7 @@ function usageRepository({ sqlite }: DatabaseHandle): UsageRepository {
           `SELECT organization_id AS organizationId, tokens, last_time AS lastTime FROM usage_minutes
             WHERE minute >= ?1 ${onlyOne} ORDER BY last_time`,
         )
-        .all(...parameters(Math.floor((now - fiveHoursMs) / bucketMs)));
+        .all(...parameters(usageWindowStart(now)));
       const monthRows = sqlite
         .query<{ organizationId: string; tokens: number }, (string | number)[]>(`SELECT organization_id AS organizationId, tokens FROM usage_months WHERE month = ?1 ${onlyOne}`)
         .all(...parameters(monthOf(now)));
@@ -157,15 +147,15 @@ function usageRepository({ sqlite }: DatabaseHandle): UsageRepository {
         );
         sqlite.run("DELETE FROM usage_minutes WHERE organization_id = ?", [organizationId]);
         sqlite.run("DELETE FROM usage_months WHERE organization_id = ?", [organizationId]);
+        const fold = new UsageFold();
         const rows = sqlite
           .query<{ tokens: number; endedAt: number }, [string, number]>(
             "SELECT prompt_tokens + completion_tokens AS tokens, ended_at AS endedAt FROM usage_ledger WHERE organization_id = ? AND ended_at > ?",
           )
           .all(organizationId, at);
-        for (const row of rows) {
-          sqlite.run(addToMinuteSql, [organizationId, Math.floor(row.endedAt / bucketMs), row.tokens, row.endedAt]);
-          sqlite.run(addToMonthSql, [organizationId, monthOf(row.endedAt), row.tokens]);
-        }
+        for (const row of rows) fold.add(organizationId, row.tokens, row.endedAt);
+        for (const entry of fold.minuteTotals()) sqlite.run(addToMinuteSql, [organizationId, entry.minute, entry.tokens, entry.lastTime]);
+        for (const entry of fold.monthTotals()) sqlite.run(addToMonthSql, [organizationId, entry.month, entry.tokens]);
       })();
     },
     async resets() {
@@ -199,27 +189,6 @@ function usageRepository({ sqlite }: DatabaseHandle): UsageRepository {
         .all(since, limit);
     },
   };
-}
-
-/** Minute aggregates older than 6 hours are never read again. */
-export function oldestNeededMinute(now: number): number {
-  return Math.floor((now - fiveHoursMs - 3_600_000) / bucketMs);
-}
-
-/** Groups aggregate rows by organization. */
-export function usageByOrganization(
-  windowRows: { organizationId: string; tokens: number; lastTime: number }[],
-  monthRows: { organizationId: string; tokens: number }[],
-): Map<string, OrganizationUsage> {
-  const usage = new Map<string, OrganizationUsage>();
-  const entry = (id: string) => {
-    let found = usage.get(id);
-    if (!found) usage.set(id, (found = { buckets: [], monthTokens: 0 }));
-    return found;
-  };
-  for (const row of windowRows) entry(row.organizationId).buckets.push({ tokens: Number(row.tokens), lastTime: Number(row.lastTime) });
-  for (const row of monthRows) entry(row.organizationId).monthTokens = Number(row.tokens);
-  return usage;
 }
 
 function ledgerStore(ledger: Ledger, stopCheckpointer: () => void): LedgerStore {
@@ -292,4 +261,3 @@ export function sqliteStorage(database: DatabaseHandle): SqliteStorage {
   };
 }
 
-export type { Organization };

@@ -13,7 +13,7 @@ export class OrganizationService {
   constructor(
     private readonly repository: OrganizationRepository,
     private readonly planIds: ReadonlySet<string>,
-    /** Told of every change, so that every instance's key cache sees a new plan or status at once. */
+    /** Told of every change of plan or status, so that every instance's key cache sees it at once. */
     private readonly changes?: ChangeFeed,
   ) {}
 
@@ -23,8 +23,8 @@ export class OrganizationService {
     const plan = this.checkPlan(input.plan ?? "default");
     if (await this.findByName(name)) throw new OrganizationError(`organization "${name}" already exists`);
     const row: Organization = { id: randomId("org_", 12), name, plan, status: input.status ?? "active", createdAt: Date.now() };
+    // Nothing caches an organization before it exists: no instance needs telling.
     await this.repository.insert(row);
-    await this.changes?.announce();
     return row;
   }
 

@@ -1,0 +1,52 @@
+import { monthOf } from "../modules/admission/month";
+import { bucketMs } from "../modules/admission/window";
+
+export interface MinuteTotal {
+  organizationId: string;
+  minute: number;
+  tokens: number;
+  /** The latest `ended_at` in this minute: the whole minute leaves the 5-hour window 5 hours after it. */
+  lastTime: number;
+}
+
+export interface MonthTotal {
+  organizationId: string;
+  month: number;
+  tokens: number;
+}
+
+/**
+ * Sums ledger rows into the aggregates kept beside them (usage_minutes, usage_months), so that a batch of rows is
+ * one upsert per organization and minute or month rather than one per row. Used by every ledger writer and reset.
+ */
+export class UsageFold {
+  private readonly minutes = new Map<string, MinuteTotal>();
+  private readonly months = new Map<string, MonthTotal>();
+
+  add(organizationId: string, tokens: number, endedAt: number): void {
+    if (tokens === 0) return;
+    const minute = Math.floor(endedAt / bucketMs);
+    const minuteEntry = this.minutes.get(`${organizationId} ${minute}`);
+    if (minuteEntry) {
+      minuteEntry.tokens += tokens;
+      minuteEntry.lastTime = Math.max(minuteEntry.lastTime, endedAt);
+    } else this.minutes.set(`${organizationId} ${minute}`, { organizationId, minute, tokens, lastTime: endedAt });
+    const month = monthOf(endedAt);
+    const monthEntry = this.months.get(`${organizationId} ${month}`);
+    if (monthEntry) monthEntry.tokens += tokens;
+    else this.months.set(`${organizationId} ${month}`, { organizationId, month, tokens });
+  }
+
+  /** In key order, so that concurrent transactions upsert the same rows in the same order and cannot deadlock. */
+  minuteTotals(): MinuteTotal[] {
+    return inKeyOrder(this.minutes);
+  }
+
+  monthTotals(): MonthTotal[] {
+    return inKeyOrder(this.months);
+  }
+}
+
+function inKeyOrder<T>(entries: Map<string, T>): T[] {
+  return [...entries].sort(([left], [right]) => (left < right ? -1 : left > right ? 1 : 0)).map(([, value]) => value);
+}

@@ -1,0 +1,32 @@
+// Reading the usage aggregates back, the same for every backend.
+import { bucketMs, fiveHoursMs } from "../modules/admission/window";
+import type { OrganizationUsage } from "./types";
+
+/** The hourly series of the console's charts. */
+export const hourMs = 3_600_000;
+
+/** The first minute whose aggregate can still be inside the 5-hour window at `now`. */
+export function usageWindowStart(now: number): number {
+  return Math.floor((now - fiveHoursMs) / bucketMs);
+}
+
+/** Minute aggregates older than 6 hours are never read again. */
+export function oldestNeededMinute(now: number): number {
+  return Math.floor((now - fiveHoursMs - 3_600_000) / bucketMs);
+}
+
+/** Groups aggregate rows by organization. */
+export function usageByOrganization(
+  windowRows: { organizationId: string; tokens: number; lastTime: number }[],
+  monthRows: { organizationId: string; tokens: number }[],
+): Map<string, OrganizationUsage> {
+  const usage = new Map<string, OrganizationUsage>();
+  const entry = (id: string) => {
+    let found = usage.get(id);
+    if (!found) usage.set(id, (found = { buckets: [], monthTokens: 0 }));
+    return found;
+  };
+  for (const row of windowRows) entry(row.organizationId).buckets.push({ tokens: Number(row.tokens), lastTime: Number(row.lastTime) });
+  for (const row of monthRows) entry(row.organizationId).monthTokens = Number(row.tokens);
+  return usage;
+}
