@@ -1,4 +1,4 @@
-import { afterAll, beforeEach } from "bun:test";
+import { afterAll, beforeEach, expect } from "bun:test";
 import { Database } from "bun:sqlite";
 import { copyFileSync, mkdtempSync, rmSync } from "node:fs";
 import http from "node:http";
@@ -221,4 +221,36 @@ export async function eventually(condition: () => boolean, timeoutMs = 5000): Pr
     if (Date.now() > deadline) throw new Error("condition not met in time");
     await Bun.sleep(10);
   }
+}
+
+/** The error code of an answer (its body read); null for a 200, whose body is discarded. */
+export async function codeOf(response: Response): Promise<string | null> {
+  if (response.status === 200) {
+    await response.arrayBuffer();
+    return null;
+  }
+  return ((await response.json()) as { error: { code: string } }).error.code;
+}
+
+/**
+ * What a burst against a 5-hour quota with little room must get, wherever it is served: only 200s and 429s, at
+ * least `minimumAnswered` answers, every 429 `rate_limit_exceeded` with `x-should-retry: false` and a Retry-After of
+ * more than 4 hours, every answer the x-ratelimit headers of the quota. Returns the answers.
+ */
+export async function expectFiveHourQuotaAnswers(responses: Response[], quota: number, minimumAnswered: number): Promise<Response[]> {
+  const succeeded = responses.filter((response) => response.status === 200);
+  const rejected = responses.filter((response) => response.status === 429);
+  expect(succeeded.length + rejected.length).toBe(responses.length);
+  expect(succeeded.length).toBeGreaterThanOrEqual(minimumAnswered);
+  for (const response of rejected) {
+    expect(response.headers.get("x-should-retry")).toBe("false");
+    expect(Number(response.headers.get("retry-after"))).toBeGreaterThan(4 * 3600);
+    expect(await codeOf(response)).toBe("rate_limit_exceeded");
+  }
+  for (const response of succeeded) {
+    expect(response.headers.get("x-ratelimit-limit-tokens")).toBe(String(quota));
+    expect(Number(response.headers.get("x-ratelimit-remaining-tokens"))).toBeLessThan(quota);
+    expect(response.headers.get("x-ratelimit-reset-tokens")).toMatch(/^(\d+h)?(\d+m)?\d+s$/);
+  }
+  return succeeded;
 }
