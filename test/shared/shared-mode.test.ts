@@ -51,6 +51,18 @@ async function leasesHeld(): Promise<number> {
   }
 }
 
+/** Sends again while the answer is 503 (an engine coming back), for up to 15 s; the last answer. */
+async function sendWhileUnavailable(send: () => Promise<Response>): Promise<Response> {
+  const deadline = Date.now() + 15_000;
+  let response = await send();
+  while (response.status === 503 && Date.now() < deadline) {
+    await response.arrayBuffer();
+    await Bun.sleep(100);
+    response = await send();
+  }
+  return response;
+}
+
 async function ledgerTokens(cluster: Cluster): Promise<{ rows: number; tokens: number }> {
   const [row] = (await cluster.sql`SELECT count(*)::int AS rows, coalesce(sum(prompt_tokens + completion_tokens), 0)::int AS tokens FROM usage_ledger`) as { rows: number; tokens: number }[];
   return row ?? { rows: 0, tokens: 0 };
@@ -328,12 +340,7 @@ describe("operations", () => {
       expect(upstream.bodies.length).toBe(0);
       await redis.resume();
       // Redis came back empty: the first request rebuilds the window from PostgreSQL, so 90 of 95 are still used.
-      const deadline = Date.now() + 10_000;
-      let response = await cluster.chat(0, key, { model: "m", messages, max_tokens: 5 });
-      while (response.status === 503 && Date.now() < deadline) {
-        await Bun.sleep(100);
-        response = await cluster.chat(0, key, { model: "m", messages, max_tokens: 5 });
-      }
+      const response = await sendWhileUnavailable(() => cluster.chat(0, key, { model: "m", messages, max_tokens: 5 }));
       expect(response.status).toBe(429);
       expect(Number(response.headers.get("retry-after"))).toBeGreaterThan(4 * 3600);
       expect(cluster.cli("usage", "--org", "acme").stdout).toContain("\n5h\t90\t95\t");
@@ -383,12 +390,7 @@ describe("operations", () => {
       expect(events.filter((event) => typeof event === "object" && (event as { object?: string }).object === "chat.completion.chunk").length).toBeGreaterThan(2);
       expect(await leasesHeld()).toBe(0);
       // The organization's one place is free again once PostgreSQL is back.
-      const deadline = Date.now() + 15_000;
-      let next = await cluster.chat(0, key, { model: "m", messages });
-      while (next.status !== 200 && Date.now() < deadline) {
-        await Bun.sleep(250);
-        next = await cluster.chat(0, key, { model: "m", messages });
-      }
+      const next = await sendWhileUnavailable(() => cluster.chat(0, key, { model: "m", messages }));
       expect(next.status).toBe(200);
     }, 1);
   }, 60_000);
@@ -412,12 +414,7 @@ describe("operations", () => {
       } finally {
         postgres.resume();
       }
-      const deadline = Date.now() + 15_000;
-      let response = await cluster.chat(1, key, { model: "m", messages });
-      while (response.status !== 200 && Date.now() < deadline) {
-        await Bun.sleep(250);
-        response = await cluster.chat(1, key, { model: "m", messages });
-      }
+      const response = await sendWhileUnavailable(() => cluster.chat(1, key, { model: "m", messages }));
       expect(response.status).toBe(200);
       const id = response.headers.get("x-request-id") as string;
       expect(((await cluster.sql`SELECT count(*)::int AS count FROM usage_ledger WHERE request_id = ${id}`) as { count: number }[])[0]?.count).toBe(1);
