@@ -54,6 +54,24 @@ const typeByCode: Record<ErrorCode, string> = {
   internal_error: "server_error",
 };
 
+/** Anthropic's `error.type` for each code, for the Messages API (its status codes stay the spec's). */
+const anthropicTypeByCode: Record<ErrorCode, string> = {
+  invalid_request: "invalid_request_error",
+  missing_api_key: "authentication_error",
+  invalid_api_key: "authentication_error",
+  organization_inactive: "permission_error",
+  model_not_found: "not_found_error",
+  not_found: "not_found_error",
+  request_too_large: "request_too_large",
+  rate_limit_exceeded: "rate_limit_error",
+  insufficient_quota: "rate_limit_error",
+  upstream_error: "api_error",
+  server_overloaded: "overloaded_error",
+  model_unavailable: "overloaded_error",
+  safety_unavailable: "overloaded_error",
+  internal_error: "api_error",
+};
+
 export interface SluiceErrorOptions {
   param?: string | null;
   /** Seconds; required for every 429 and 503 (spec section 7, retry rule 1). */
@@ -86,6 +104,11 @@ export class SluiceError extends Error {
   /** The OpenAI error body: `{"error": {"message", "type", "param", "code"}}`. */
   toBody(): { error: { message: string; type: string; param: string | null; code: ErrorCode } } {
     return { error: { message: this.message, type: this.type, param: this.param, code: this.code } };
+  }
+
+  /** Anthropic's error body: `{"type": "error", "error": {"type", "message"}}`. */
+  toAnthropicBody(): { type: "error"; error: { type: string; message: string } } {
+    return { type: "error", error: { type: anthropicTypeByCode[this.code], message: this.message } };
   }
 
   /** The headers this error adds to its response. */

@@ -36,6 +36,8 @@ export interface ServerOptions {
   metricsToken?: string;
   /** Seconds a connection may stay silent (a client trickling its body included); chat answers are exempt. */
   idleTimeoutSeconds?: number;
+  /** How long an Anthropic stream may stay silent before a `ping` event is sent. */
+  heartbeatMs?: number;
 }
 
 export interface RunningServer {
@@ -54,6 +56,7 @@ export interface RunningServer {
 
 export const defaultMaxBodyBytes = 10 * 1024 * 1024;
 const settleWaitMs = 5000;
+const defaultHeartbeatMs = 5000;
 
 async function waitUntil(condition: () => boolean, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
@@ -90,6 +93,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     models,
     chat,
     maxBodyBytes,
+    heartbeatMs: options.heartbeatMs ?? defaultHeartbeatMs,
     metrics,
     logger,
     readiness: async () => [...(await storage.problems()), ...((await admission.problems?.()) ?? [])],

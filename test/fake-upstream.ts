@@ -88,7 +88,7 @@ function sse(body: string | ReadableStream<Uint8Array>): Response {
 }
 
 /**
- * Models: `vllm`, `deepseek` (fixtures), `echo` (answers with the body it got), `slow-N-D` (N words, D ms apart),
+ * Models: `vllm`, `deepseek`, `vllm-tools` (fixtures), `stop-sequence` (ended by the stop string `###`), `echo` (answers with the body it got), `slow-N-D` (N words, D ms apart),
  * `usage-P-C[-D]` (reports P prompt and C completion tokens, after D ms),
  * `fail-500`, `overloaded-429`, `hang`, `context-400`, `bad-400`, `no-usage`, `html-200`, `midstream-error`,
  * `malformed-stream`, `no-done`.
@@ -149,6 +149,14 @@ export function startFakeUpstream(): FakeUpstream {
   async function answer(model: string, stream: boolean, body: Record<string, unknown>, signal: AbortSignal, onAbort: () => void): Promise<Response> {
     const usage = { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15 };
     if (model === "vllm") return stream ? sse(fixture("vllm-stream.sse")) : Response.json(JSON.parse(fixture("vllm-whole.json")));
+    if (model === "vllm-tools") return stream ? sse(fixture("vllm-tools-stream.sse")) : Response.json(JSON.parse(fixture("vllm-tools-whole.json")));
+    if (model === "stop-sequence") {
+      // vLLM names the stop string that ended the answer in `stop_reason`.
+      const stopped = { index: 0, message: { role: "assistant", content: "one two" }, logprobs: null, finish_reason: "stop", stop_reason: "###" };
+      if (!stream) return Response.json({ ...whole(model, "one two", null, usage), choices: [stopped] });
+      const finish = `data: ${JSON.stringify({ id: "chatcmpl-fake", object: "chat.completion.chunk", created: 1763800000, model, choices: [{ index: 0, delta: {}, logprobs: null, finish_reason: "stop", stop_reason: "###" }], usage })}\n\n`;
+      return sse(chunk(model, { role: "assistant", content: "one two" }) + finish + "data: [DONE]\n\n");
+    }
     if (model === "deepseek") return stream ? sse(fixture("deepseek-stream.sse")) : Response.json(JSON.parse(fixture("deepseek-whole.json")));
     if (model === "echo") {
       const text = JSON.stringify(body);

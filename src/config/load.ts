@@ -72,6 +72,7 @@ export function resolveConfig(file: unknown): Config {
     const contextWindow = model.context_window ?? modelDefaults.contextWindow;
     return {
       id: model.id,
+      aliases: model.aliases ?? [],
       backend: model.backend,
       baseUrls: (typeof model.base_url === "string" ? [model.base_url] : (model.base_url ?? [])).map((url) => url.replace(/\/+$/, "")),
       upstreamModel: model.upstream_model ?? model.id,
@@ -95,6 +96,15 @@ export function resolveConfig(file: unknown): Config {
   for (const model of models) {
     if (seen.has(model.id)) throw new ConfigError(`models: duplicate id "${model.id}"`);
     seen.add(model.id);
+  }
+  // An alias must name one model only: neither another model's id nor anyone's alias (its own id included).
+  const named = new Map(models.map((model) => [model.id, `the id of model "${model.id}"`]));
+  for (const model of models) {
+    for (const alias of model.aliases) {
+      const taken = named.get(alias);
+      if (taken) throw new ConfigError(`models "${model.id}": alias "${alias}" is already ${taken}`);
+      named.set(alias, `an alias of model "${model.id}"`);
+    }
   }
   const plans = checked.plans ?? defaultConfigFile.plans ?? [];
   for (const plan of plans) {

@@ -5,6 +5,8 @@ const strict = { additionalProperties: false } as const;
 export const ModelConfigSchema = Type.Object(
   {
     id: Type.String({ minLength: 1, description: "What clients send as `model`" }),
+    /** Other names clients may send for this model (agents that insist on their own model names). */
+    aliases: Type.Optional(Type.Array(Type.String({ minLength: 1 }))),
     backend: Type.Union([Type.Literal("openai"), Type.Literal("demo")]),
     /** One upstream, or several served round-robin with health checks. */
     base_url: Type.Optional(Type.Union([Type.String({ minLength: 1 }), Type.Array(Type.String({ minLength: 1 }), { minItems: 1 })])),
@@ -92,6 +94,8 @@ export type ConfigFile = Static<typeof ConfigFileSchema>;
 /** A model with every default filled in. */
 export interface ModelConfig {
   id: string;
+  /** Other names that reach this model; answers carry the name the caller used. */
+  aliases: string[];
   backend: "openai" | "demo";
   /** Empty for the demo backend. */
   baseUrls: string[];

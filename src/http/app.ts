@@ -1,12 +1,14 @@
 import { Elysia } from "elysia";
 import { newRequestId } from "../ids";
 import type { AuthService } from "../modules/auth/service";
-import { chatRoutes } from "../modules/chat/index";
+import { chatRoutes, type ChatRouteOptions } from "../modules/chat/index";
 import type { AccountService } from "../modules/console/accounts";
 import { consolePage, consoleRoutes } from "../modules/console/index";
 import type { ConsoleService } from "../modules/console/service";
 import type { ChatService } from "../modules/chat/service";
+import { anthropicIdHeaders, anthropicPaths, countTokensRoutes, messagesRoutes } from "../modules/messages/index";
 import { modelRoutes } from "../modules/models/index";
+import { responsesRoutes } from "../modules/responses/index";
 import type { ModelRegistry } from "../modules/models/registry";
 import { finishRecord, observabilityRoutes, type Lifecycle } from "../modules/observability/index";
 import type { Logger } from "../modules/observability/logger";
@@ -22,6 +24,8 @@ export interface AppDependencies {
   models: ModelRegistry;
   chat: ChatService;
   maxBodyBytes: number;
+  /** How long an Anthropic stream may stay silent before a `ping`. */
+  heartbeatMs: number;
   metrics: Metrics;
   logger: Logger;
   /** What stops this instance from serving (database, Redis), for /readyz. */
@@ -30,8 +34,9 @@ export interface AppDependencies {
   metricsToken: string | undefined;
 }
 
-const chatRoute = "/v1/chat/completions";
-const knownRoutes = new Set([chatRoute, "/v1/models", "/openapi.json", "/healthz", "/readyz", "/metrics"]);
+/** The routes that run a model: each logs and counts its own requests (see below). */
+const answerRoutes = new Set(["/v1/chat/completions", "/v1/responses", "/v1/messages"]);
+const knownRoutes = new Set([...answerRoutes, "/v1/messages/count_tokens", "/v1/models", "/openapi.json", "/healthz", "/readyz", "/metrics"]);
 
 /** The route label of a path; anything else is "other", so that metrics cannot grow without bound. */
 function routeOf(url: string): string {
@@ -47,14 +52,24 @@ export function createApp(deps: AppDependencies) {
   // The console's page is a Bun HTML import: Bun bundles it (Preact, uPlot, CSS), also into the compiled executable,
   // and serves it natively; Elysia hands such routes to Bun.serve only through `serve.routes`.
   const finish = (record: RequestRecord) => finishRecord(record, deps.metrics, deps.logger);
+  const answerOptions: ChatRouteOptions = {
+    maxBodyBytes: deps.maxBodyBytes,
+    lifecycle: deps.lifecycle,
+    finish,
+    models: deps.models,
+    heartbeatMs: deps.heartbeatMs,
+    waitWithoutTimeout: (request: Request): void => {
+      app.server?.timeout(request, 0);
+    },
+  };
   const app = new Elysia({ name: "sluice", serve: { routes: { "/": consolePage } } })
     .onRequest(({ request, set }) => {
       const requestId = newRequestId();
       const route = routeOf(request.url);
       startRecord(request, requestId, route);
-      // Chat answers carry the id in their own Response (and errors in errorResponse): a header in `set` would make
+      // Answers carry the id in their own Response (and errors in errorResponse): a header in `set` would make
       // Elysia copy the whole Response to merge it in (measured: ~5% of the whole-answer throughput).
-      if (route !== chatRoute) set.headers["x-request-id"] = requestId;
+      if (!answerRoutes.has(route)) set.headers["x-request-id"] = requestId;
     })
     .onError(({ error, code, request }) => {
       const record = recordOf(request);
@@ -64,26 +79,21 @@ export function createApp(deps: AppDependencies) {
         record.status = sluiceError.status;
         record.code = sluiceError.code;
         record.deferred = false;
-        // The chat route has no onAfterResponse (see below): its failures are logged here.
-        if (record.route === chatRoute) finish(record);
+        // The answer routes have no onAfterResponse (see below): their failures are logged here.
+        if (answerRoutes.has(record.route)) finish(record);
       }
       // A caller who left gets no answer; that is not a server fault worth logging.
       if (sluiceError.code === "internal_error" && !(error instanceof ClientGoneError)) {
         deps.logger.log("error", { message: "internal error", request_id: requestId, error: String((error as Error)?.stack ?? error) });
       }
+      if (record && anthropicPaths.has(record.route)) return errorResponse(sluiceError, requestId, "anthropic", anthropicIdHeaders(requestId));
       return errorResponse(sluiceError, requestId);
     })
-    // Mounted before onAfterResponse, so that the hottest route pays for no hook it does not need: it logs and
-    // counts its own requests (hooks apply to the routes registered after them).
-    .use(
-      chatRoutes(deps.chat, deps.auth, {
-        maxBodyBytes: deps.maxBodyBytes,
-        lifecycle: deps.lifecycle,
-        finish,
-        models: deps.models,
-        waitWithoutTimeout: (request) => app.server?.timeout(request, 0),
-      }),
-    )
+    // Mounted before onAfterResponse, so that the hottest routes pay for no hook they do not need: they log and
+    // count their own requests (hooks apply to the routes registered after them).
+    .use(chatRoutes(deps.chat, deps.auth, answerOptions))
+    .use(responsesRoutes(deps.chat, deps.auth, answerOptions))
+    .use(messagesRoutes(deps.chat, deps.auth, answerOptions))
     .onAfterResponse(({ request, set }) => {
       const record = recordOf(request);
       if (!record || record.deferred) return;
@@ -93,7 +103,8 @@ export function createApp(deps: AppDependencies) {
     .get("/openapi.json", () => openApiDocument)
     .use(observabilityRoutes({ metrics: deps.metrics, readiness: deps.readiness, lifecycle: deps.lifecycle, metricsToken: deps.metricsToken }))
     .use(consoleRoutes(deps.console.service, deps.console.accounts))
-    .use(modelRoutes(deps.models, deps.auth));
+    .use(modelRoutes(deps.models, deps.auth))
+    .use(countTokensRoutes(deps.models, deps.auth, deps.maxBodyBytes));
   return app;
 }
 

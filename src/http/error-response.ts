@@ -16,10 +16,13 @@ export function toSluiceError(error: unknown, elysiaCode: string | number, metho
   }
 }
 
-/** The OpenAI error body as a Response, with x-request-id and the error's retry headers. */
-export function errorResponse(error: SluiceError, requestId: string): Response {
-  return new Response(JSON.stringify(error.toBody()), {
+/**
+ * The error body as a Response, in the OpenAI shape or (for the Messages API) Anthropic's, with the request id and
+ * the error's retry headers.
+ */
+export function errorResponse(error: SluiceError, requestId: string, shape: "openai" | "anthropic" = "openai", idHeaders: Record<string, string> = { "x-request-id": requestId }): Response {
+  return new Response(JSON.stringify(shape === "anthropic" ? error.toAnthropicBody() : error.toBody()), {
     status: error.status,
-    headers: { "content-type": "application/json", "x-request-id": requestId, ...error.headers() },
+    headers: { "content-type": "application/json", ...idHeaders, ...error.headers() },
   });
 }

@@ -1,38 +1,56 @@
-import { doneEvent, serverSentData } from "../upstream/sse";
+/** What sseResponse does beyond relaying frames. */
+export interface SseOptions {
+  headers: Record<string, string>;
+  /** Runs first when the client goes away (it aborts the upstream call). */
+  onCancel: () => void;
+  /** Runs once, when the stream has been written to its end or cancelled. */
+  onEnd: () => void;
+  /** A frame written whenever `intervalMs` passes with nothing else written (a client's sign of life). */
+  heartbeat?: { frame: string; intervalMs: number };
+}
 
 /**
- * Streams a generator's batches of serialized JSON payloads as server-sent events and ends with `data: [DONE]`. It is a Bun
- * "direct" stream: text goes straight into the response, without a chunk queue (the queue cost more CPU than
- * anything else with thousands of streams). When the client goes away, `onCancel` runs first (it aborts the
- * upstream call), then the generator is returned so its `finally` settles the request. `onEnd` runs once, when the
- * stream has been written to its end or cancelled.
+ * Streams a generator's batches of server-sent event frames (already encoded, the last batch ends the protocol's
+ * way, `[DONE]` or otherwise). It is a Bun "direct" stream: text goes straight into the response, without a chunk
+ * queue (the queue cost more CPU than anything else with thousands of streams). When the client goes away,
+ * `onCancel` runs first, then the generator is returned so its `finally` settles the request.
  *
  * The generator is started at once, not at the first pull: a client that leaves before the response starts gets
  * cancel() without any pull(), and returning a generator that never started skips its `finally`, which would leave
  * the request's slot and reservation held for ever.
  */
-export function sseResponse(payloads: AsyncGenerator<string[]>, onCancel: () => void, headers: Record<string, string>, onEnd: () => void): Response {
+export function sseResponse(frames: AsyncGenerator<string[]>, options: SseOptions): Response {
   let cancelled = false;
   let ended = false;
+  let heartbeat: Timer | undefined;
   const end = () => {
+    clearInterval(heartbeat);
     if (ended) return;
     ended = true;
-    onEnd();
+    options.onEnd();
   };
-  const first = payloads.next();
+  const first = frames.next();
   // Awaited by pull; if the stream is cancelled instead, a failure here must not surface as unhandled.
   first.catch(() => undefined);
   const body = new ReadableStream({
     type: "direct",
     async pull(controller: ReadableStreamDirectController) {
+      let wrote = false;
+      if (options.heartbeat) {
+        const frame = options.heartbeat.frame;
+        heartbeat = setInterval(() => {
+          if (!wrote && !cancelled && !ended) {
+            controller.write(frame);
+            void controller.flush();
+          }
+          wrote = false;
+        }, options.heartbeat.intervalMs);
+      }
       try {
-        for (let result = await first; !result.done && !cancelled; result = await payloads.next()) {
+        for (let result = await first; !result.done && !cancelled; result = await frames.next()) {
           // A batch (the events of one upstream read) goes out in one write.
-          controller.write(result.value.length === 1 ? serverSentData(result.value[0] as string) : result.value.map(serverSentData).join(""));
-          await controller.flush();
-        }
-        if (!cancelled) {
-          controller.write(doneEvent);
+          controller.write(result.value.length === 1 ? (result.value[0] as string) : result.value.join(""));
+          wrote = true;
           await controller.flush();
         }
         controller.close();
@@ -45,11 +63,11 @@ export function sseResponse(payloads: AsyncGenerator<string[]>, onCancel: () => 
     cancel() {
       cancelled = true;
       end();
-      onCancel();
-      void payloads.return(undefined);
+      options.onCancel();
+      void frames.return(undefined);
     },
   } as unknown as ConstructorParameters<typeof ReadableStream<Uint8Array>>[0]);
   return new Response(body, {
-    headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", ...headers },
+    headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", ...options.headers },
   });
 }

@@ -42,7 +42,11 @@ export function eventsOfChunk(chunk: unknown): CompletionEvent[] {
     if (content !== undefined || reasoning !== undefined || toolCalls !== undefined) {
       events.push({ type: "delta", content, reasoning, toolCalls });
     }
-    if (typeof choice.finish_reason === "string") events.push({ type: "finish", reason: choice.finish_reason });
+    if (typeof choice.finish_reason === "string") {
+      events.push(
+        typeof choice.stop_reason === "string" ? { type: "finish", reason: choice.finish_reason, stopSequence: choice.stop_reason } : { type: "finish", reason: choice.finish_reason },
+      );
+    }
   }
   const usage = usageOf(chunk.usage);
   if (usage) events.push({ type: "usage", usage });

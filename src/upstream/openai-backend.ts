@@ -151,7 +151,7 @@ export class OpenAIBackend implements Backend {
   }
 
   private completionOf(parsed: unknown): Completion {
-    const choice = (parsed as { choices?: unknown[] })?.choices?.[0] as { message?: Record<string, unknown>; finish_reason?: unknown } | undefined;
+    const choice = (parsed as { choices?: unknown[] })?.choices?.[0] as { message?: Record<string, unknown>; finish_reason?: unknown; stop_reason?: unknown } | undefined;
     if (!choice || typeof choice.message !== "object" || choice.message === null) {
       throw new UpstreamError(`The upstream for model ${this.modelId} sent an answer without choices.`, { isRetryable: true });
     }
@@ -162,6 +162,7 @@ export class OpenAIBackend implements Backend {
       reasoning: reasoningOf(message) ?? null,
       toolCalls,
       finishReason: typeof choice.finish_reason === "string" ? choice.finish_reason : "stop",
+      stopSequence: typeof choice.stop_reason === "string" ? choice.stop_reason : undefined,
       usage: usageOf((parsed as { usage?: unknown }).usage),
     };
   }

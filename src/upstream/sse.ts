@@ -22,9 +22,14 @@ export class ServerSentEventDecoder {
 
 const noEvents: string[] = [];
 
-/** One serialized JSON payload as an SSE `data:` event; the one SSE encoder of Sluice. */
+/** One serialized JSON payload as an SSE `data:` event; with the named form below, the one SSE encoder of Sluice. */
 export function serverSentData(json: string): string {
   return `data: ${json}\n\n`;
+}
+
+/** A named SSE event (`event:` line, then its data), as the Responses and Anthropic streams send them. */
+export function serverSentEvent(name: string, json: string): string {
+  return `event: ${name}\ndata: ${json}\n\n`;
 }
 
 /** The stream's terminator, as OpenAI sends it. */

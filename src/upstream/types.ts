@@ -12,7 +12,8 @@ export type ToolCallDelta = Record<string, unknown>;
 /** One step of a streamed answer, whatever backend produced it. */
 export type CompletionEvent =
   | { type: "delta"; content?: string; reasoning?: string; toolCalls?: ToolCallDelta[] }
-  | { type: "finish"; reason: string }
+  /** `stopSequence`: which of the request's stop strings ended the answer, when the upstream says (vLLM does). */
+  | { type: "finish"; reason: string; stopSequence?: string }
   | { type: "usage"; usage: Usage };
 
 /** A whole answer. */
@@ -21,6 +22,8 @@ export interface Completion {
   reasoning: string | null;
   toolCalls: ToolCallDelta[] | null;
   finishReason: string;
+  /** Which of the request's stop strings ended the answer, when the upstream says (vLLM's `stop_reason`). */
+  stopSequence?: string;
   usage: Usage | undefined;
 }
 

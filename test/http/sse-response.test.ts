@@ -5,8 +5,8 @@ import { sseResponse } from "../../src/http/sse-response";
 function producer(log: string[]) {
   return (async function* () {
     try {
-      yield ['{"n":1}'];
-      yield ['{"n":2}'];
+      yield ['data: {"n":1}\n\n'];
+      yield ['data: {"n":2}\n\n', "data: [DONE]\n\n"];
     } finally {
       log.push("settled");
     }
@@ -16,7 +16,7 @@ function producer(log: string[]) {
 test("a client that leaves before the first byte (cancel without any pull) still gets its request settled", async () => {
   const log: string[] = [];
   const ends: string[] = [];
-  const response = sseResponse(producer(log), () => log.push("upstream aborted"), {}, () => ends.push("end"));
+  const response = sseResponse(producer(log), { onCancel: () => log.push("upstream aborted"), headers: {}, onEnd: () => ends.push("end") });
   // What Bun does when the client is gone before the response starts: cancel() on a stream never pulled.
   await (response.body as ReadableStream<Uint8Array>).cancel();
   await Bun.sleep(0);
@@ -24,10 +24,10 @@ test("a client that leaves before the first byte (cancel without any pull) still
   expect(ends).toEqual(["end"]);
 });
 
-test("a stream read to its end: every batch, then [DONE]; settled once, ended once", async () => {
+test("a stream read to its end: every batch in order; settled once, ended once", async () => {
   const log: string[] = [];
   const ends: string[] = [];
-  const response = sseResponse(producer(log), () => log.push("upstream aborted"), { "x-request-id": "req_1" }, () => ends.push("end"));
+  const response = sseResponse(producer(log), { onCancel: () => log.push("upstream aborted"), headers: { "x-request-id": "req_1" }, onEnd: () => ends.push("end") });
   expect(response.headers.get("content-type")).toBe("text/event-stream; charset=utf-8");
   expect(response.headers.get("x-request-id")).toBe("req_1");
   expect(await response.text()).toBe('data: {"n":1}\n\ndata: {"n":2}\n\ndata: [DONE]\n\n');

@@ -8,9 +8,12 @@ export function bearerKey(request: Request): string | undefined {
   return authorization?.startsWith("Bearer ") ? authorization.slice(7).trim() : undefined;
 }
 
-/** The caller of a request, noted in its record (for the log line and metrics); throws 401/403 as SluiceErrors. */
-export function authenticateRequest(auth: AuthService, request: Request): Caller | Promise<Caller> {
-  const caller = auth.authenticate(bearerKey(request));
+/**
+ * The caller of a request, noted in its record (for the log line and metrics); throws 401/403 as SluiceErrors. The
+ * key is the bearer token unless the API reads it from a header of its own (Anthropic's `x-api-key`).
+ */
+export function authenticateRequest(auth: AuthService, request: Request, key = bearerKey(request)): Caller | Promise<Caller> {
+  const caller = auth.authenticate(key);
   return caller instanceof Promise ? caller.then((found) => noteCaller(request, found)) : noteCaller(request, caller);
 }
 
@@ -29,5 +32,10 @@ function noteCaller(request: Request, caller: Caller): Caller {
  * query string on every request of every route (measured: ~6% of the whole-answer throughput), and it would also
  * accept an `access_token` query parameter.
  */
-export const authPlugin = (auth: AuthService) =>
-  new Elysia({ name: "auth" }).resolve({ as: "scoped" }, async ({ request }) => ({ caller: await authenticateRequest(auth, request) }));
+export const authPlugin = (auth: AuthService, keyOf: (request: Request) => string | undefined = bearerKey) =>
+  new Elysia({ name: "auth", seed: keyOf.name }).resolve({ as: "scoped" }, async ({ request }) => ({ caller: await authenticateRequest(auth, request, keyOf(request)) }));
+
+/** Anthropic's clients send the key in `x-api-key`; a bearer token is taken as well. */
+export function anthropicKey(request: Request): string | undefined {
+  return request.headers.get("x-api-key")?.trim() || bearerKey(request);
+}

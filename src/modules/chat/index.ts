@@ -1,25 +1,56 @@
 import { Elysia } from "elysia";
 import { SluiceError, invalidRequest } from "../../errors";
 import { sseResponse } from "../../http/sse-response";
-import { authenticateRequest } from "../auth/index";
+import { authenticateRequest, bearerKey } from "../auth/index";
 import type { AuthService } from "../auth/service";
 import type { ModelRegistry } from "../models/registry";
 import type { Lifecycle } from "../observability/index";
 import { recordOf, type RequestRecord } from "../observability/request-record";
-import { validateChatRequest } from "./model";
+import type { AnswerFormat } from "./format";
+import { validateChatRequest, type ChatRequest } from "./model";
+import { chatFormat } from "./response";
 import type { ChatService } from "./service";
 
 export interface ChatRouteOptions {
   maxBodyBytes: number;
   lifecycle: Lifecycle;
   models: ModelRegistry;
-  /** Logs and counts a finished request: this route does it itself (see createApp). */
+  /** Logs and counts a finished request: these routes do it themselves (see createApp). */
   finish: (record: RequestRecord) => void;
   /** Lifts the connection's idle timeout for this request: reasoning models may think for minutes first. */
   waitWithoutTimeout: (request: Request) => void;
+  /** How long a stream may stay silent before an API with a heartbeat event (Anthropic's `ping`) sends one. */
+  heartbeatMs: number;
 }
 
-async function readJson(request: Request, maxBodyBytes: number): Promise<unknown> {
+/** A request of some API translated onto the chat path, and how its answer is written. */
+export interface Translation {
+  request: ChatRequest;
+  format: AnswerFormat;
+}
+
+/** An API served by the chat path: how it finds the caller's key and reads its body. */
+export interface Dialect {
+  /** The caller's key; `Authorization: Bearer` unless the API has its own header. */
+  key(request: Request): string | undefined;
+  /** Validates a parsed body and translates it; a 400 names the parameter as this API calls it. */
+  translate(body: unknown): Translation | SluiceError;
+  /** Gives an error raised on the chat path the parameter names this API uses. */
+  renameError?(error: SluiceError): SluiceError;
+  /** Headers this API's answers carry besides `x-request-id`. */
+  requestIdHeaders?(requestId: string): Record<string, string>;
+}
+
+const chatDialect: Dialect = {
+  key: bearerKey,
+  translate(body) {
+    const request = validateChatRequest(body);
+    return request instanceof SluiceError ? request : { request, format: chatFormat };
+  },
+};
+
+/** Reads a JSON body within the size limit; 400 or 413 in the caller's format otherwise. */
+export async function readJson(request: Request, maxBodyBytes: number): Promise<unknown> {
   const contentType = request.headers.get("content-type") ?? "";
   if (!/^application\/([\w.+-]+\+)?json\b/i.test(contentType)) {
     throw invalidRequest(`The Content-Type must be application/json, but got '${contentType || "(none)"}'.`);
@@ -38,44 +69,57 @@ async function readJson(request: Request, maxBodyBytes: number): Promise<unknown
 }
 
 /**
- * POST /v1/chat/completions. The route does its own authentication and its own log line and metrics rather than
- * through a resolve hook and onAfterResponse: on the hottest route each hook costs Elysia a context property, a
- * setImmediate and a closure per request. Errors still leave through the app's one error mapping.
+ * The handler of every route that runs a model: authenticate, read and translate the body, run it on the chat
+ * path, answer whole or streamed in the API's format. It does its own authentication and its own log line and
+ * metrics rather than through a resolve hook and onAfterResponse: on the hottest route each hook costs Elysia a
+ * context property, a setImmediate and a closure per request. Errors still leave through the app's one error
+ * mapping.
  */
+export function answerHandler(chat: ChatService, auth: AuthService, options: ChatRouteOptions, dialect: Dialect) {
+  return async ({ request }: { request: Request }): Promise<Response> => {
+    const record = recordOf(request) as RequestRecord;
+    const authenticated = authenticateRequest(auth, request, dialect.key(request));
+    const caller = authenticated instanceof Promise ? await authenticated : authenticated;
+    if (options.lifecycle.draining) {
+      throw new SluiceError("server_overloaded", "The server is restarting and takes no new requests. Retry shortly.", { retryAfterSeconds: 2 });
+    }
+    const translation = dialect.translate(await readJson(request, options.maxBodyBytes));
+    if (translation instanceof SluiceError) throw translation;
+    const body = translation.request;
+    record.model = options.models.idOf(body.model) ?? "unknown";
+    options.waitWithoutTimeout(request);
+    const requestId = record.requestId;
+    const idHeaders = dialect.requestIdHeaders ? dialect.requestIdHeaders(requestId) : { "x-request-id": requestId };
+    const upstreamAbort = new AbortController();
+    const onClientGone = () => upstreamAbort.abort();
+    request.signal.addEventListener("abort", onClientGone, { once: true });
+    const lifecycle = options.lifecycle;
+    lifecycle.openAnswers++;
+    let streaming = false;
+    try {
+      const result = await chat.create(body, { caller, requestId, abort: upstreamAbort, record, finish: () => options.finish(record) }, translation.format);
+      // The abort listener stays: once the answer is complete, aborting its controller does nothing.
+      if (result.kind === "whole") {
+        const response = new Response(JSON.stringify(result.body), { headers: { ...result.headers, "content-type": "application/json", ...idHeaders } });
+        options.finish(record);
+        return response;
+      }
+      streaming = true;
+      const heartbeat = translation.format.heartbeat;
+      return sseResponse(result.frames, {
+        headers: { ...result.headers, ...idHeaders },
+        onCancel: onClientGone,
+        onEnd: () => lifecycle.openAnswers--,
+        heartbeat: heartbeat === undefined ? undefined : { frame: heartbeat, intervalMs: options.heartbeatMs },
+      });
+    } catch (error) {
+      throw error instanceof SluiceError && dialect.renameError ? dialect.renameError(error) : error;
+    } finally {
+      if (!streaming) lifecycle.openAnswers--;
+    }
+  };
+}
+
+/** POST /v1/chat/completions. */
 export const chatRoutes = (chat: ChatService, auth: AuthService, options: ChatRouteOptions) =>
-  new Elysia({ name: "chat" }).post(
-    "/v1/chat/completions",
-    async ({ request }) => {
-      const record = recordOf(request) as RequestRecord;
-      const authenticated = authenticateRequest(auth, request);
-      const caller = authenticated instanceof Promise ? await authenticated : authenticated;
-      if (options.lifecycle.draining) {
-        throw new SluiceError("server_overloaded", "The server is restarting and takes no new requests. Retry shortly.", { retryAfterSeconds: 2 });
-      }
-      const body = validateChatRequest(await readJson(request, options.maxBodyBytes));
-      if (body instanceof SluiceError) throw body;
-      record.model = options.models.has(body.model) ? body.model : "unknown";
-      options.waitWithoutTimeout(request);
-      const requestId = record.requestId;
-      const upstreamAbort = new AbortController();
-      const onClientGone = () => upstreamAbort.abort();
-      request.signal.addEventListener("abort", onClientGone, { once: true });
-      const lifecycle = options.lifecycle;
-      lifecycle.openAnswers++;
-      let streaming = false;
-      try {
-        const result = await chat.create(body, { caller, requestId, abort: upstreamAbort, record, finish: () => options.finish(record) });
-        // The abort listener stays: once the answer is complete, aborting its controller does nothing.
-        if (result.kind === "whole") {
-          const response = new Response(JSON.stringify(result.body), { headers: { ...result.headers, "content-type": "application/json", "x-request-id": requestId } });
-          options.finish(record);
-          return response;
-        }
-        streaming = true;
-        return sseResponse(result.chunks, onClientGone, { ...result.headers, "x-request-id": requestId }, () => lifecycle.openAnswers--);
-      } finally {
-        if (!streaming) lifecycle.openAnswers--;
-      }
-    },
-    { parse: "none" },
-  );
+  new Elysia({ name: "chat" }).post("/v1/chat/completions", answerHandler(chat, auth, options, chatDialect), { parse: "none" });

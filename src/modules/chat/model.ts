@@ -1,5 +1,5 @@
-import { Type, type Static } from "@sinclair/typebox";
-import { TypeCompiler } from "@sinclair/typebox/compiler";
+import { Type, type Static, type TSchema } from "@sinclair/typebox";
+import { TypeCompiler, type TypeCheck } from "@sinclair/typebox/compiler";
 import { ValueErrorType, type ValueError } from "@sinclair/typebox/errors";
 import { invalidRequest, type SluiceError } from "../../errors";
 
@@ -8,7 +8,7 @@ const ContentPart = Type.Object({ type: Type.String({ minLength: 1 }) }, { addit
 export const MessageSchema = Type.Object(
   {
     role: Type.String({ minLength: 1, description: "system, developer, user, assistant or tool" }),
-    content: Type.Optional(Type.Union([Type.String(), Type.Array(ContentPart), Type.Null()])),
+    content: Type.Optional(Type.Union([Type.String(), Type.Array(ContentPart), Type.Null()], { expected: "a string, an array of content parts, or null" })),
   },
   { additionalProperties: true },
 );
@@ -79,7 +79,6 @@ const expectedByType: Partial<Record<ValueErrorType, string>> = {
   [ValueErrorType.Boolean]: "a boolean",
   [ValueErrorType.Array]: "an array",
   [ValueErrorType.Object]: "an object",
-  [ValueErrorType.Union]: "a string, an array of content parts, or null",
 };
 
 function describe(error: ValueError, param: string): string {
@@ -98,7 +97,8 @@ function describe(error: ValueError, param: string): string {
     case ValueErrorType.StringMinLength:
       return `Invalid '${param}': string too short. Expected a string with minimum length ${schema.minLength}, but got an empty string instead.`;
     default: {
-      const expected = expectedByType[error.type];
+      // A union names what it accepts in its schema's `expected` option.
+      const expected = (error.schema as { expected?: string }).expected ?? expectedByType[error.type];
       if (expected) return `Invalid type for '${param}': expected ${expected}, but got ${typeName(error.value)} instead.`;
       return `Invalid '${param}': ${error.message}.`;
     }
@@ -122,16 +122,24 @@ function nestsDeeperThan(value: unknown, limit: number): boolean {
   return false;
 }
 
-/** Validates a parsed JSON body; returns the typed request or a 400 invalid_request naming the field. */
-export function validateChatRequest(body: unknown): ChatRequest | SluiceError {
+/**
+ * Validates a parsed JSON body against a compiled TypeBox model, after dropping the optional fields sent as null;
+ * returns the typed body or a 400 invalid_request naming the first wrong field as OpenAI names parameters.
+ */
+export function validateBody<T extends TSchema>(model: TypeCheck<T>, body: unknown, nullable: readonly string[]): Static<T> | SluiceError {
   if (typeof body !== "object" || body === null || Array.isArray(body)) {
     return invalidRequest(`The request body must be a JSON object, but got ${typeName(body)}.`);
   }
   if (nestsDeeperThan(body, maxNestingDepth)) return invalidRequest(`The request body nests deeper than ${maxNestingDepth} levels.`);
   const record = body as Record<string, unknown>;
-  for (const field of nullableFields) if (record[field] === null) delete record[field];
-  if (compiled.Check(record)) return record as ChatRequest;
-  const error = compiled.Errors(record).First() as ValueError;
+  for (const field of nullable) if (record[field] === null) delete record[field];
+  if (model.Check(record)) return record as Static<T>;
+  const error = model.Errors(record).First() as ValueError;
   const param = paramOf(error.path);
   return invalidRequest(describe(error, param), param || null);
+}
+
+/** Validates a parsed chat completions body; returns the typed request or a 400 naming the field. */
+export function validateChatRequest(body: unknown): ChatRequest | SluiceError {
+  return validateBody(compiled, body, nullableFields);
 }

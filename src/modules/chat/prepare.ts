@@ -11,8 +11,10 @@ export const defaultMaxTokens = 8192;
 /** A validated request, checked against its model and ready to send upstream. */
 export interface PreparedRequest {
   entry: ModelEntry;
-  /** The model id the caller used; answers carry it, not the upstream's name. */
+  /** The model's id in the configuration (the ledger, metrics and queues use it). */
   modelId: string;
+  /** The name the caller used (the id or an alias); answers carry it, not the upstream's name. */
+  modelName: string;
   stream: boolean;
   includeUsage: boolean;
   messages: CountableMessage[];
@@ -72,7 +74,8 @@ export async function prepareRequest(request: ChatRequest, entry: ModelEntry): P
   for (const field of forwardedFields) if (raw[field] !== undefined) upstreamBody[field] = raw[field];
   return {
     entry,
-    modelId: request.model,
+    modelId: model.id,
+    modelName: request.model,
     stream,
     includeUsage: request.stream_options?.include_usage === true,
     messages,

@@ -19,7 +19,8 @@ import { UsageMeter } from "./meter";
 import type { ChatRequest } from "./model";
 import { Permit } from "./permit";
 import { prepareRequest, type PreparedRequest } from "./prepare";
-import { ChunkEncoder, completionBody, type ResponseIdentity } from "./response";
+import type { AnswerFormat, ResponseIdentity, StreamEncoder } from "./format";
+import { chatFormat } from "./response";
 
 /**
  * What one request needs besides its body: who asks, its id, and its abort controller, which the route fires when
@@ -36,12 +37,9 @@ export interface RequestContext {
 }
 
 export type ChatResult =
-  | { kind: "whole"; body: ReturnType<typeof completionBody>; headers: Record<string, string> }
-  /**
-   * Batches of serialized chunks (or a final `{error}`) to send as SSE, one batch per upstream read; the stream
-   * ends with `[DONE]` once the generator returns.
-   */
-  | { kind: "stream"; chunks: AsyncGenerator<string[]>; headers: Record<string, string> };
+  | { kind: "whole"; body: unknown; headers: Record<string, string> }
+  /** Batches of SSE frames in the answer's format, one batch per upstream read; the last batch ends the stream. */
+  | { kind: "stream"; frames: AsyncGenerator<string[]>; headers: Record<string, string> };
 
 export interface ChatServiceDependencies {
   models: ModelRegistry;
@@ -70,6 +68,9 @@ type Outcome = LedgerRow["outcome"];
 interface Run {
   prepared: PreparedRequest;
   context: RequestContext;
+  format: AnswerFormat;
+  identity: ResponseIdentity;
+  promptEstimate: number;
   permit: Permit;
   meter: UsageMeter;
   startedAt: number;
@@ -114,7 +115,8 @@ export class ChatService {
     for (const controller of this.active) controller.abort(new ServerShutdown("the server's drain time is over"));
   }
 
-  async create(request: ChatRequest, context: RequestContext): Promise<ChatResult> {
+  /** Runs a chat request; its answer is written in `format` (Chat Completions unless an API translated onto it). */
+  async create(request: ChatRequest, context: RequestContext, format: AnswerFormat = chatFormat): Promise<ChatResult> {
     const { models, admission, queues, clock } = this.deps;
     const plan = context.caller.plan;
     const entry = models.callable(plan, request.model);
@@ -136,12 +138,12 @@ export class ChatService {
       if (error instanceof AdmissionRejected) this.deps.metrics?.quotaRejections.inc({ kind: error.kind });
       throw error;
     }
-    const identity: ResponseIdentity = { id: `chatcmpl-${context.requestId.slice(4)}`, created: Math.floor(clock() / 1000), model: prepared.modelId };
+    const identity: ResponseIdentity = { requestId: context.requestId, created: Math.floor(clock() / 1000), model: prepared.modelName };
     let permit: Permit;
     try {
       // The red-line check comes before the request takes a queue place or reaches the upstream.
       const rule = await this.deps.safety.checkInput(prepared.messages, context.abort.signal);
-      if (rule) return await this.refuse(prepared, context, identity, lease, rule);
+      if (rule) return await this.refuse(prepared, context, format, identity, promptEstimate, lease, rule);
       const queue = queues.get(prepared.modelId) as Queue;
       const slot = await queue.acquire(context.caller.organizationId, context.abort.signal);
       const cancelDeadline = abortAfter(context.abort, prepared.entry.config.timeoutMs);
@@ -154,12 +156,20 @@ export class ChatService {
       lease.settle(null, clock());
       throw error;
     }
-    const run: Run = { prepared, context, permit, meter: new UsageMeter(), startedAt: clock() };
-    return prepared.stream ? this.stream(run, identity) : this.whole(run, identity);
+    const run: Run = { prepared, context, format, identity, promptEstimate, permit, meter: new UsageMeter(), startedAt: clock() };
+    return prepared.stream ? this.stream(run) : this.whole(run);
   }
 
   /** Answers a request that breaks a red-line rule itself: a normal answer, never sent upstream. */
-  private async refuse(prepared: PreparedRequest, context: RequestContext, identity: ResponseIdentity, lease: Lease, rule: SafetyRuleConfig): Promise<ChatResult> {
+  private async refuse(
+    prepared: PreparedRequest,
+    context: RequestContext,
+    format: AnswerFormat,
+    identity: ResponseIdentity,
+    promptEstimate: number,
+    lease: Lease,
+    rule: SafetyRuleConfig,
+  ): Promise<ChatResult> {
     await loadTokenizer();
     const text = refusalText(rule, "input");
     const usage: Usage = { promptTokens: prepared.promptTokens ?? countChatTokens(prepared.messages), completionTokens: countTextTokens(text), reasoningTokens: 0 };
@@ -168,23 +178,25 @@ export class ChatService {
     this.note(context, prepared.modelId, usage, { outcome: "content_filter", ruleId: rule.id });
     await this.deps.ledger.record(this.ledgerRow(prepared, context, usage, "tokenizer", endedAt, endedAt, { outcome: "content_filter", ruleId: rule.id }));
     const completion = { content: text, reasoning: null, toolCalls: null, finishReason: "content_filter", usage };
-    if (!prepared.stream) return { kind: "whole", body: completionBody(identity, completion, usage), headers: lease.headers };
-    const includeUsage = prepared.includeUsage;
+    if (!prepared.stream) return { kind: "whole", body: format.whole(identity, completion, usage), headers: lease.headers };
     if (context.record) context.record.deferred = true;
-    const encoder = new ChunkEncoder(identity);
-    async function* chunks() {
+    const encoder = format.stream(identity, { includeUsage: prepared.includeUsage, promptTokens: promptEstimate });
+    async function* frames() {
       try {
-        const batch = [encoder.role(), encoder.event({ type: "delta", content: text }), encoder.event({ type: "finish", reason: "content_filter" })];
-        if (includeUsage) batch.push(encoder.usage(usage));
+        const batch: string[] = [];
+        encoder.start(batch);
+        encoder.event({ type: "delta", content: text }, batch);
+        encoder.event({ type: "finish", reason: "content_filter" }, batch);
+        encoder.end(usage, batch);
         yield batch;
       } finally {
         context.finish?.();
       }
     }
-    return { kind: "stream", chunks: chunks(), headers: lease.headers };
+    return { kind: "stream", frames: frames(), headers: lease.headers };
   }
 
-  private async whole(run: Run, identity: ResponseIdentity): Promise<ChatResult> {
+  private async whole(run: Run): Promise<ChatResult> {
     const { prepared, context } = run;
     try {
       let completion = await prepared.entry.backend.complete({ model: prepared.entry.config, body: prepared.upstreamBody, signal: context.abort.signal });
@@ -192,7 +204,7 @@ export class ChatService {
       const rule = await this.deps.safety.checkOutput([completion.content ?? "", completion.reasoning ?? ""], context.abort.signal);
       if (rule) completion = { content: refusalText(rule, "output"), reasoning: null, toolCalls: null, finishReason: "content_filter", usage: completion.usage };
       const usage = await this.settle(run, rule ? { outcome: "content_filter", ruleId: rule.id } : { outcome: "completed" });
-      return { kind: "whole", body: completionBody(identity, completion, usage), headers: run.permit.lease.headers };
+      return { kind: "whole", body: run.format.whole(run.identity, completion, usage), headers: run.permit.lease.headers };
     } catch (error) {
       await this.fail(run, error);
       throw asCallerError(error);
@@ -200,7 +212,7 @@ export class ChatService {
   }
 
   /** Waits for the upstream's first event, so that a failure before it is still an HTTP error, then relays. */
-  private async stream(run: Run, identity: ResponseIdentity): Promise<ChatResult> {
+  private async stream(run: Run): Promise<ChatResult> {
     const { prepared, context } = run;
     let events: AsyncGenerator<CompletionEvent[]>;
     let first: IteratorResult<CompletionEvent[]>;
@@ -212,16 +224,18 @@ export class ChatService {
       throw asCallerError(error);
     }
     if (context.record) context.record.deferred = true;
-    return { kind: "stream", chunks: this.relay(run, identity, events, first), headers: run.permit.lease.headers };
+    const encoder = run.format.stream(run.identity, { includeUsage: prepared.includeUsage, promptTokens: run.promptEstimate });
+    return { kind: "stream", frames: this.relay(run, encoder, events, first), headers: run.permit.lease.headers };
   }
 
-  private async *relay(run: Run, identity: ResponseIdentity, events: AsyncGenerator<CompletionEvent[]>, first: IteratorResult<CompletionEvent[]>): AsyncGenerator<string[]> {
+  private async *relay(run: Run, encoder: StreamEncoder, events: AsyncGenerator<CompletionEvent[]>, first: IteratorResult<CompletionEvent[]>): AsyncGenerator<string[]> {
     let settled = false;
     const monitor = this.deps.safety.outputMonitor();
-    const encoder = new ChunkEncoder(identity);
     const record = run.context.record;
     try {
-      yield [encoder.role()];
+      const opening: string[] = [];
+      encoder.start(opening);
+      yield opening;
       for (let result = first; !result.done; result = await events.next()) {
         const out: string[] = [];
         for (const event of result.value) {
@@ -233,18 +247,21 @@ export class ChatService {
             await events.return(undefined);
             settled = true;
             const usage = await this.settle(run, { outcome: "content_filter", ruleId: rule.id });
-            out.push(encoder.event({ type: "delta", content: refusalText(rule, "output") }), encoder.event({ type: "finish", reason: "content_filter" }));
-            if (run.prepared.includeUsage) out.push(encoder.usage(usage));
+            encoder.event({ type: "delta", content: refusalText(rule, "output") }, out);
+            encoder.event({ type: "finish", reason: "content_filter" }, out);
+            encoder.end(usage, out);
             yield out;
             return;
           }
-          if (event.type !== "usage") out.push(encoder.event(event));
+          if (event.type !== "usage") encoder.event(event, out);
         }
         if (out.length > 0) yield out;
       }
       settled = true;
       const usage = await this.settle(run, { outcome: "completed" });
-      if (run.prepared.includeUsage) yield [encoder.usage(usage)];
+      const closing: string[] = [];
+      encoder.end(usage, closing);
+      yield closing;
     } catch (error) {
       if (!settled) {
         settled = true;
@@ -253,7 +270,9 @@ export class ChatService {
       if (!(error instanceof ClientGoneError)) {
         const callerError = asCallerError(error);
         if (record) record.code = callerError.code;
-        yield [JSON.stringify(callerError.toBody())];
+        const closing: string[] = [];
+        encoder.fail(callerError, closing);
+        yield closing;
       }
     } finally {
       try {

@@ -12,6 +12,8 @@ export interface ModelEntry {
 /** The configured models with their backends, and which of them a plan may use. */
 export class ModelRegistry {
   private readonly entries = new Map<string, ModelEntry>();
+  /** Every name a model answers to (its id and its aliases). */
+  private readonly byName = new Map<string, ModelEntry>();
   /** The `created` time of every model: when this configuration was loaded. */
   readonly created = Math.floor(Date.now() / 1000);
 
@@ -22,7 +24,9 @@ export class ModelRegistry {
         model.backend === "demo"
           ? demo
           : new UpstreamPool(model, model.apiKeyEnv ? environment[model.apiKeyEnv] : undefined);
-      this.entries.set(model.id, { config: model, backend });
+      const entry = { config: model, backend };
+      this.entries.set(model.id, entry);
+      for (const name of [model.id, ...model.aliases]) this.byName.set(name, entry);
     }
   }
 
@@ -31,25 +35,32 @@ export class ModelRegistry {
     return [...this.entries.values()].map((entry) => entry.config).filter((model) => model.enabled && this.inPlan(plan, model.id));
   }
 
-  /** A model the plan may see; 404 model_not_found otherwise (also for disabled models, which are not listed). */
-  visible(plan: PlanConfig, modelId: string): ModelConfig {
-    const entry = this.entries.get(modelId);
-    if (!entry || !entry.config.enabled || !this.inPlan(plan, modelId)) throw modelNotFound(modelId);
+  /**
+   * A model the plan may see, by its id or an alias; 404 model_not_found otherwise (also for disabled models, which
+   * are not listed).
+   */
+  visible(plan: PlanConfig, name: string): ModelConfig {
+    const entry = this.byName.get(name);
+    if (!entry || !entry.config.enabled || !this.inPlan(plan, entry.config.id)) throw modelNotFound(name);
     return entry.config;
   }
 
-  /** A model the plan may call: 404 model_not_found if unknown or outside the plan, 503 model_unavailable if disabled. */
-  callable(plan: PlanConfig, modelId: string): ModelEntry {
-    const entry = this.entries.get(modelId);
-    if (!entry || !this.inPlan(plan, modelId)) throw modelNotFound(modelId);
+  /**
+   * A model the plan may call, by its id or an alias: 404 model_not_found if unknown or outside the plan, 503
+   * model_unavailable if disabled.
+   */
+  callable(plan: PlanConfig, name: string): ModelEntry {
+    const entry = this.byName.get(name);
+    if (!entry || !this.inPlan(plan, entry.config.id)) throw modelNotFound(name);
     if (!entry.config.enabled) {
-      throw new SluiceError("model_unavailable", `The model '${modelId}' is temporarily unavailable.`, { retryAfterSeconds: 60 });
+      throw new SluiceError("model_unavailable", `The model '${name}' is temporarily unavailable.`, { retryAfterSeconds: 60 });
     }
     return entry;
   }
 
-  has(modelId: string): boolean {
-    return this.entries.has(modelId);
+  /** The id of the model a name (id or alias) reaches; undefined for an unknown name. */
+  idOf(name: string): string | undefined {
+    return this.byName.get(name)?.config.id;
   }
 
   all(): ModelConfig[] {

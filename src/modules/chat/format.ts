@@ -1,0 +1,49 @@
+import type { SluiceError } from "../../errors";
+import type { Completion, CompletionEvent, Usage } from "../../upstream/types";
+
+/** Fields every answer of one request shares, whatever API it is given in. */
+export interface ResponseIdentity {
+  /** The request's id (`req_…`); each API derives its answer's id from it. */
+  requestId: string;
+  /** Seconds since the epoch. */
+  created: number;
+  /** The model as the caller named it. */
+  model: string;
+}
+
+/** What a stream's encoder is told at its start. */
+export interface StreamStart {
+  /** Chat only: whether the caller asked for the usage chunk (`stream_options.include_usage`). */
+  includeUsage: boolean;
+  /** The prompt's tokens as admission estimated them: for APIs that announce usage before the answer. */
+  promptTokens: number;
+}
+
+/** One streamed event of the answer, usage aside (usage ends the stream, see `end`). */
+export type AnswerEvent = Exclude<CompletionEvent, { type: "usage" }>;
+
+/**
+ * Writes one stream's server-sent events in one API's dialect. Each method appends whole SSE frames to `out`, so a
+ * batch of upstream events leaves in one write.
+ */
+export interface StreamEncoder {
+  /** The frames sent before the first upstream event. */
+  start(out: string[]): void;
+  event(event: AnswerEvent, out: string[]): void;
+  /** The frames of an answer that ended (completed, cut at its limit, or refused), with what it was billed. */
+  end(usage: Usage, out: string[]): void;
+  /** The frames of an answer that failed after its first event. */
+  fail(error: SluiceError, out: string[]): void;
+}
+
+/**
+ * An API's way of giving an answer: the chat completions path produces one Completion or a stream of events, and a
+ * format turns them into Chat Completions, Responses or Anthropic Messages bodies. Admission, queueing, the relay
+ * and the ledger never depend on the format.
+ */
+export interface AnswerFormat {
+  whole(identity: ResponseIdentity, completion: Completion, usage: Usage): unknown;
+  stream(identity: ResponseIdentity, start: StreamStart): StreamEncoder;
+  /** A frame sent while the upstream is silent, for APIs whose clients expect one. */
+  heartbeat?: string;
+}

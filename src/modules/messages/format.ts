@@ -1,0 +1,194 @@
+import type { SluiceError } from "../../errors";
+import { serverSentEvent } from "../../upstream/sse";
+import type { Completion, ToolCallDelta, Usage } from "../../upstream/types";
+import type { AnswerEvent, AnswerFormat, ResponseIdentity, StreamEncoder, StreamStart } from "../chat/format";
+
+type Json = Record<string, unknown>;
+
+/** Chat's finish reason as Anthropic's stop reason. */
+function stopReasonOf(finishReason: string | undefined, stopSequence: string | undefined): string {
+  switch (finishReason) {
+    case "length":
+      return "max_tokens";
+    case "tool_calls":
+      return "tool_use";
+    case "content_filter":
+      return "refusal";
+    default:
+      return stopSequence === undefined ? "end_turn" : "stop_sequence";
+  }
+}
+
+function usageBody(inputTokens: number, outputTokens: number): Json {
+  return { input_tokens: inputTokens, output_tokens: outputTokens, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 };
+}
+
+function messageId(identity: ResponseIdentity): string {
+  return `msg_${identity.requestId.slice(4)}`;
+}
+
+/** A tool call's arguments as Anthropic's `input` object; text that is not a JSON object is kept under `arguments`. */
+function inputOf(argumentsText: string): Json {
+  if (argumentsText.trim() === "") return {};
+  try {
+    const parsed: unknown = JSON.parse(argumentsText);
+    if (typeof parsed === "object" && parsed !== null && !Array.isArray(parsed)) return parsed as Json;
+  } catch {
+    // not JSON: kept as text below
+  }
+  return { arguments: argumentsText };
+}
+
+interface ChatToolCall {
+  id?: string;
+  function?: { name?: string; arguments?: string };
+}
+
+function toolUseId(identity: ResponseIdentity, index: number, id: unknown): string {
+  return typeof id === "string" && id !== "" ? id : `toolu_${identity.requestId.slice(4)}_${index}`;
+}
+
+/** The Anthropic `message` object of a whole answer. */
+function wholeMessage(identity: ResponseIdentity, completion: Completion, usage: Usage): Json {
+  const content: Json[] = [];
+  if (completion.reasoning) content.push({ type: "thinking", thinking: completion.reasoning, signature: "" });
+  if (completion.content) content.push({ type: "text", text: completion.content });
+  for (const [index, call] of ((completion.toolCalls ?? []) as ChatToolCall[]).entries()) {
+    content.push({ type: "tool_use", id: toolUseId(identity, index, call.id), name: call.function?.name ?? "", input: inputOf(call.function?.arguments ?? "") });
+  }
+  if (content.length === 0) content.push({ type: "text", text: "" });
+  return {
+    id: messageId(identity),
+    type: "message",
+    role: "assistant",
+    model: identity.model,
+    content,
+    stop_reason: stopReasonOf(completion.finishReason, completion.stopSequence),
+    stop_sequence: completion.finishReason === "stop" ? (completion.stopSequence ?? null) : null,
+    usage: usageBody(usage.promptTokens, usage.completionTokens),
+  };
+}
+
+/** A content block still being written. */
+interface OpenBlock {
+  kind: "thinking" | "text" | "tool_use";
+  index: number;
+  stopped?: boolean;
+}
+
+/** Anthropic's keep-alive event. */
+const pingEvent = serverSentEvent("ping", '{"type":"ping"}');
+
+/**
+ * Writes a Messages stream: `message_start` (with the prompt's estimated tokens; the exact count comes in
+ * `message_delta`), then each content block started, filled by deltas and stopped, then `message_delta` with the
+ * stop reason and usage, then `message_stop`. Thinking and text deltas extend the open block of their kind; another
+ * kind stops it and starts the next.
+ */
+class MessagesStreamEncoder implements StreamEncoder {
+  private blocks = 0;
+  private current: OpenBlock | undefined;
+  private readonly calls = new Map<number, OpenBlock>();
+  private finishReason: string | undefined;
+  private stopSequence: string | undefined;
+
+  constructor(
+    private readonly identity: ResponseIdentity,
+    private readonly opening: StreamStart,
+  ) {}
+
+  start(out: string[]): void {
+    const message = {
+      id: messageId(this.identity),
+      type: "message",
+      role: "assistant",
+      model: this.identity.model,
+      content: [],
+      stop_reason: null,
+      stop_sequence: null,
+      usage: usageBody(this.opening.promptTokens, 0),
+    };
+    this.emit(out, "message_start", { message });
+    out.push(pingEvent);
+  }
+
+  event(event: AnswerEvent, out: string[]): void {
+    if (event.type === "finish") {
+      this.finishReason = event.reason;
+      this.stopSequence = event.stopSequence;
+      return;
+    }
+    if (event.reasoning) this.extend("thinking", { type: "thinking_delta", thinking: event.reasoning }, out);
+    if (event.content) this.extend("text", { type: "text_delta", text: event.content }, out);
+    if (event.toolCalls) for (const call of event.toolCalls) this.extendCall(call, out);
+  }
+
+  end(usage: Usage, out: string[]): void {
+    this.stopAll(out);
+    const stopReason = stopReasonOf(this.finishReason, this.stopSequence);
+    const delta = { stop_reason: stopReason, stop_sequence: stopReason === "stop_sequence" ? (this.stopSequence ?? null) : null };
+    this.emit(out, "message_delta", { delta, usage: usageBody(usage.promptTokens, usage.completionTokens) });
+    this.emit(out, "message_stop", {});
+  }
+
+  /** Anthropic's stream `error` event; the SDK raises it as an APIError. */
+  fail(error: SluiceError, out: string[]): void {
+    out.push(serverSentEvent("error", JSON.stringify(error.toAnthropicBody())));
+  }
+
+  private emit(out: string[], type: string, fields: Json): void {
+    out.push(serverSentEvent(type, JSON.stringify({ type, ...fields })));
+  }
+
+  private extend(kind: "thinking" | "text", delta: Json, out: string[]): void {
+    if (this.current?.kind !== kind) {
+      this.stopCurrent(out);
+      this.current = { kind, index: this.blocks++ };
+      const block = kind === "thinking" ? { type: "thinking", thinking: "", signature: "" } : { type: "text", text: "" };
+      this.emit(out, "content_block_start", { index: this.current.index, content_block: block });
+    }
+    this.emit(out, "content_block_delta", { index: this.current.index, delta });
+  }
+
+  private extendCall(call: ToolCallDelta, out: string[]): void {
+    const chatIndex = typeof call.index === "number" ? call.index : 0;
+    const fields = (call.function ?? {}) as { name?: string; arguments?: string };
+    let block = this.calls.get(chatIndex);
+    if (!block) {
+      // Calls arrive one after another: the next one's start stops those before it, as Anthropic's blocks stop in order.
+      this.stopCurrent(out);
+      this.stopCalls(out);
+      block = { kind: "tool_use", index: this.blocks++ };
+      this.calls.set(chatIndex, block);
+      const content_block = { type: "tool_use", id: toolUseId(this.identity, chatIndex, call.id), name: fields.name ?? "", input: {} };
+      this.emit(out, "content_block_start", { index: block.index, content_block });
+    }
+    if (fields.arguments) this.emit(out, "content_block_delta", { index: block.index, delta: { type: "input_json_delta", partial_json: fields.arguments } });
+  }
+
+  private stopCurrent(out: string[]): void {
+    if (!this.current) return;
+    this.emit(out, "content_block_stop", { index: this.current.index });
+    this.current = undefined;
+  }
+
+  private stopAll(out: string[]): void {
+    this.stopCurrent(out);
+    this.stopCalls(out);
+  }
+
+  private stopCalls(out: string[]): void {
+    for (const block of this.calls.values()) {
+      if (block.stopped) continue;
+      block.stopped = true;
+      this.emit(out, "content_block_stop", { index: block.index });
+    }
+  }
+}
+
+/** The Anthropic Messages API's answers. */
+export const messagesFormat: AnswerFormat = {
+  whole: wholeMessage,
+  stream: (identity, start) => new MessagesStreamEncoder(identity, start),
+  heartbeat: pingEvent,
+};

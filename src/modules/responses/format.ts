@@ -1,0 +1,279 @@
+import type { SluiceError } from "../../errors";
+import { serverSentEvent } from "../../upstream/sse";
+import type { Completion, ToolCallDelta, Usage } from "../../upstream/types";
+import type { AnswerEvent, AnswerFormat, ResponseIdentity, StreamEncoder } from "../chat/format";
+import type { ResponsesRequest } from "./model";
+
+type Json = Record<string, unknown>;
+
+/** The request's settings as a response object repeats them. */
+function echoOf(request: ResponsesRequest): Json {
+  return {
+    instructions: request.instructions ?? null,
+    max_output_tokens: request.max_output_tokens ?? null,
+    parallel_tool_calls: request.parallel_tool_calls ?? true,
+    previous_response_id: null,
+    reasoning: { effort: request.reasoning?.effort ?? null, summary: null },
+    store: request.store ?? true,
+    temperature: request.temperature ?? 1,
+    text: { format: request.text?.format ?? { type: "text" } },
+    tool_choice: request.tool_choice ?? "auto",
+    tools: request.tools ?? [],
+    top_p: request.top_p ?? 1,
+    truncation: "disabled",
+    user: request.user ?? null,
+    metadata: request.metadata ?? {},
+  };
+}
+
+function usageBody(usage: Usage): Json {
+  return {
+    input_tokens: usage.promptTokens,
+    input_tokens_details: { cached_tokens: 0 },
+    output_tokens: usage.completionTokens,
+    output_tokens_details: { reasoning_tokens: usage.reasoningTokens },
+    total_tokens: usage.promptTokens + usage.completionTokens,
+  };
+}
+
+/** `completed`, or `incomplete` with its reason: the output limit, or a red-line refusal. */
+function statusOf(finishReason: string | undefined): { status: string; incomplete_details: Json | null } {
+  if (finishReason === "length") return { status: "incomplete", incomplete_details: { reason: "max_output_tokens" } };
+  if (finishReason === "content_filter") return { status: "incomplete", incomplete_details: { reason: "content_filter" } };
+  return { status: "completed", incomplete_details: null };
+}
+
+/** Ids of a response and its items, derived from the request id. */
+class Ids {
+  readonly suffix: string;
+  constructor(identity: ResponseIdentity) {
+    this.suffix = identity.requestId.slice(4);
+  }
+  response = () => `resp_${this.suffix}`;
+  reasoning = () => `rs_${this.suffix}`;
+  message = (index: number) => `msg_${this.suffix}${index === 0 ? "" : `_${index}`}`;
+  call = (index: number) => `fc_${this.suffix}_${index}`;
+}
+
+function reasoningItem(id: string, text: string): Json {
+  return { type: "reasoning", id, summary: [], content: [{ type: "reasoning_text", text }] };
+}
+
+function textPart(text: string): Json {
+  return { type: "output_text", text, annotations: [], logprobs: [] };
+}
+
+function messageItem(id: string, status: string, text: string): Json {
+  return { type: "message", id, status, role: "assistant", content: [textPart(text)] };
+}
+
+function functionCallItem(id: string, callId: string, name: string, argumentsText: string, status: string): Json {
+  return { type: "function_call", id, call_id: callId, name, arguments: argumentsText, status };
+}
+
+interface ChatToolCall {
+  id?: string;
+  function?: { name?: string; arguments?: string };
+}
+
+/** The OpenAI `response` object of a whole answer. */
+function wholeResponse(identity: ResponseIdentity, echo: Json, completion: Completion, usage: Usage): Json {
+  const ids = new Ids(identity);
+  const { status, incomplete_details } = statusOf(completion.finishReason);
+  const output: Json[] = [];
+  if (completion.reasoning) output.push(reasoningItem(ids.reasoning(), completion.reasoning));
+  const calls = (completion.toolCalls ?? []) as ChatToolCall[];
+  if (completion.content || calls.length === 0) output.push(messageItem(ids.message(0), status === "completed" ? "completed" : "incomplete", completion.content ?? ""));
+  for (const [index, call] of calls.entries()) {
+    output.push(functionCallItem(ids.call(index), call.id ?? `call_${ids.suffix}_${index}`, call.function?.name ?? "", call.function?.arguments ?? "", "completed"));
+  }
+  return {
+    id: ids.response(),
+    object: "response",
+    created_at: identity.created,
+    status,
+    background: false,
+    error: null,
+    incomplete_details,
+    model: identity.model,
+    output,
+    usage: usageBody(usage),
+    ...echo,
+  };
+}
+
+/** An item of the stream still being written: its place in `output`, and what it holds so far. */
+interface OpenItem {
+  kind: "reasoning" | "message" | "function_call";
+  outputIndex: number;
+  id: string;
+  text: string;
+  callId?: string;
+  name?: string;
+  closed?: boolean;
+}
+
+/**
+ * Writes a Responses stream: `response.created` and `response.in_progress`, then each output item (reasoning, the
+ * message, function calls) opened, filled by deltas and closed, then `response.completed` or
+ * `response.incomplete` with the usage; every event numbered. Chat deltas of one kind extend the open item; a
+ * delta of another kind closes it and opens the next.
+ */
+class ResponsesStreamEncoder implements StreamEncoder {
+  private sequence = 0;
+  private readonly ids: Ids;
+  private readonly output: Json[] = [];
+  /** The open reasoning or message item. */
+  private current: OpenItem | undefined;
+  /** Open function calls by their chat tool-call index: chat may interleave their argument deltas. */
+  private readonly calls = new Map<number, OpenItem>();
+  private messages = 0;
+  private finishReason: string | undefined;
+
+  constructor(
+    private readonly identity: ResponseIdentity,
+    private readonly echo: Json,
+  ) {
+    this.ids = new Ids(identity);
+  }
+
+  start(out: string[]): void {
+    const response = this.snapshot("in_progress", null, null);
+    this.emit(out, "response.created", { response });
+    this.emit(out, "response.in_progress", { response });
+  }
+
+  event(event: AnswerEvent, out: string[]): void {
+    if (event.type === "finish") {
+      this.finishReason = event.reason;
+      return;
+    }
+    if (event.reasoning) this.extend("reasoning", event.reasoning, out);
+    if (event.content) this.extend("message", event.content, out);
+    if (event.toolCalls) for (const call of event.toolCalls) this.extendCall(call, out);
+  }
+
+  end(usage: Usage, out: string[]): void {
+    this.closeAll(out);
+    const { status, incomplete_details } = statusOf(this.finishReason);
+    const response = { ...this.snapshot(status, incomplete_details, usageBody(usage)), output: this.output };
+    this.emit(out, status === "completed" ? "response.completed" : "response.incomplete", { response });
+  }
+
+  /** OpenAI's stream `error` event; the official SDKs raise it as an APIError. */
+  fail(error: SluiceError, out: string[]): void {
+    this.emit(out, "error", { code: error.code, message: error.message, param: error.param });
+  }
+
+  private snapshot(status: string, incompleteDetails: Json | null, usage: Json | null): Json {
+    return {
+      id: this.ids.response(),
+      object: "response",
+      created_at: this.identity.created,
+      status,
+      background: false,
+      error: null,
+      incomplete_details: incompleteDetails,
+      model: this.identity.model,
+      output: [],
+      usage,
+      ...this.echo,
+    };
+  }
+
+  private emit(out: string[], type: string, fields: Json): void {
+    out.push(serverSentEvent(type, JSON.stringify({ type, sequence_number: this.sequence++, ...fields })));
+  }
+
+  private extend(kind: "reasoning" | "message", delta: string, out: string[]): void {
+    if (this.current?.kind !== kind) {
+      this.closeCurrent(out);
+      this.current = this.open(kind, out);
+    }
+    const item = this.current as OpenItem;
+    item.text += delta;
+    const place = { item_id: item.id, output_index: item.outputIndex, content_index: 0 };
+    if (kind === "reasoning") this.emit(out, "response.reasoning_text.delta", { ...place, delta });
+    else this.emit(out, "response.output_text.delta", { ...place, delta, logprobs: [] });
+  }
+
+  private open(kind: "reasoning" | "message", out: string[]): OpenItem {
+    const outputIndex = this.output.length;
+    const id = kind === "reasoning" ? `${this.ids.reasoning()}${outputIndex === 0 ? "" : `_${outputIndex}`}` : this.ids.message(this.messages++);
+    const item: OpenItem = { kind, outputIndex, id, text: "" };
+    const added = kind === "reasoning" ? { type: "reasoning", id, summary: [], content: [] } : { type: "message", id, status: "in_progress", role: "assistant", content: [] };
+    this.output.push(added);
+    this.emit(out, "response.output_item.added", { output_index: outputIndex, item: added });
+    const part = kind === "reasoning" ? { type: "reasoning_text", text: "" } : textPart("");
+    this.emit(out, "response.content_part.added", { item_id: id, output_index: outputIndex, content_index: 0, part });
+    return item;
+  }
+
+  private extendCall(call: ToolCallDelta, out: string[]): void {
+    const chatIndex = typeof call.index === "number" ? call.index : 0;
+    const fields = (call.function ?? {}) as { name?: string; arguments?: string };
+    let item = this.calls.get(chatIndex);
+    if (!item) {
+      // Calls arrive one after another: the next one's start closes those before it, as OpenAI's items close in order.
+      this.closeCurrent(out);
+      this.closeCalls(out);
+      const outputIndex = this.output.length;
+      const id = this.ids.call(this.calls.size);
+      const callId = typeof call.id === "string" ? call.id : `call_${this.ids.suffix}_${chatIndex}`;
+      item = { kind: "function_call", outputIndex, id, text: "", callId, name: fields.name ?? "" };
+      this.calls.set(chatIndex, item);
+      const added = functionCallItem(id, callId, item.name ?? "", "", "in_progress");
+      this.output.push(added);
+      this.emit(out, "response.output_item.added", { output_index: outputIndex, item: added });
+    }
+    if (fields.arguments) {
+      item.text += fields.arguments;
+      this.emit(out, "response.function_call_arguments.delta", { item_id: item.id, output_index: item.outputIndex, delta: fields.arguments });
+    }
+  }
+
+  private closeCurrent(out: string[]): void {
+    const item = this.current;
+    if (!item) return;
+    this.current = undefined;
+    const place = { item_id: item.id, output_index: item.outputIndex, content_index: 0 };
+    let done: Json;
+    if (item.kind === "reasoning") {
+      this.emit(out, "response.reasoning_text.done", { ...place, text: item.text });
+      this.emit(out, "response.content_part.done", { ...place, part: { type: "reasoning_text", text: item.text } });
+      done = reasoningItem(item.id, item.text);
+    } else {
+      this.emit(out, "response.output_text.done", { ...place, text: item.text, logprobs: [] });
+      this.emit(out, "response.content_part.done", { ...place, part: textPart(item.text) });
+      // Closed by the end of an answer cut short, the message is as incomplete as the response.
+      done = messageItem(item.id, statusOf(this.finishReason).status === "completed" ? "completed" : "incomplete", item.text);
+    }
+    this.output[item.outputIndex] = done;
+    this.emit(out, "response.output_item.done", { output_index: item.outputIndex, item: done });
+  }
+
+  private closeAll(out: string[]): void {
+    this.closeCurrent(out);
+    this.closeCalls(out);
+  }
+
+  private closeCalls(out: string[]): void {
+    for (const item of this.calls.values()) {
+      if (item.closed) continue;
+      item.closed = true;
+      this.emit(out, "response.function_call_arguments.done", { item_id: item.id, output_index: item.outputIndex, name: item.name, arguments: item.text });
+      const done = functionCallItem(item.id, item.callId as string, item.name as string, item.text, "completed");
+      this.output[item.outputIndex] = done;
+      this.emit(out, "response.output_item.done", { output_index: item.outputIndex, item: done });
+    }
+  }
+}
+
+/** The Responses API's answers for one request (they repeat its settings). */
+export function responsesFormat(request: ResponsesRequest): AnswerFormat {
+  const echo = echoOf(request);
+  return {
+    whole: (identity, completion, usage) => wholeResponse(identity, echo, completion, usage),
+    stream: (identity) => new ResponsesStreamEncoder(identity, echo),
+  };
+}
