@@ -3,7 +3,7 @@ BUN_VERSION := 1.4.5
 BUN := node_modules/.bin/bun
 STAMP := node_modules/.sluice-installed
 
-.PHONY: run test build bench soak install clean chromium shared-services
+.PHONY: run test build bench soak install clean chromium shared-services agents
 
 run: $(STAMP)
 	$(BUN) src/main.ts serve
@@ -27,6 +27,14 @@ soak: $(STAMP)
 	BUN_CONFIG_MAX_HTTP_REQUESTS=65535 $(BUN) bench/soak.ts --seconds 600
 
 install: $(STAMP)
+
+# Drives the real coding agents (Claude Code, Codex CLI) against a local Sluice, offline; ~640 MB of npm packages,
+# installed beside the script, so it is not part of `make test`.
+AGENTS := test/agents/.installed
+agents: $(STAMP)
+	@[ -x $(AGENTS)/node_modules/.bin/claude ] && [ -x $(AGENTS)/node_modules/.bin/codex ] || \
+		npm install --prefix $(AGENTS) --no-save --no-package-lock --no-audit --no-fund --loglevel=error @anthropic-ai/claude-code@2.1.197 @openai/codex@0.169.0
+	$(BUN) test/agents/drive-agents.ts
 
 # Bun itself comes from npm: a bootstrap copy first (only node and npm are assumed), which then installs
 # everything from bun.lock, including the `bun` devDependency that every other target uses.

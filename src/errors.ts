@@ -108,7 +108,9 @@ export class SluiceError extends Error {
 
   /** Anthropic's error body: `{"type": "error", "error": {"type", "message"}}`. */
   toAnthropicBody(): { type: "error"; error: { type: string; message: string } } {
-    return { type: "error", error: { type: anthropicTypeByCode[this.code], message: this.message } };
+    // Anthropic's error has no `param`: the parameter leads the message, as Anthropic's own messages do.
+    const message = this.param && !this.message.includes(this.param) ? `${this.param}: ${this.message}` : this.message;
+    return { type: "error", error: { type: anthropicTypeByCode[this.code], message } };
   }
 
   /** The headers this error adds to its response. */

@@ -102,6 +102,7 @@ export async function startSluice(
     logger?: Logger;
     metricsToken?: string;
     idleTimeoutSeconds?: number;
+    heartbeatMs?: number;
   } = {},
 ): Promise<TestSluice> {
   const directory = temporaryDirectory();
@@ -121,6 +122,7 @@ export async function startSluice(
     logger: options.logger ?? new Logger("silent"),
     metricsToken: options.metricsToken,
     idleTimeoutSeconds: options.idleTimeoutSeconds,
+    heartbeatMs: options.heartbeatMs,
   });
   const addOrganization = async (name: string, organizationOptions: { plan?: string; status?: OrganizationStatus } = {}) => {
     const organization = (await organizations.findByName(name)) ?? (await organizations.create({ name, ...organizationOptions }));

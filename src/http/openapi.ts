@@ -1,6 +1,11 @@
 import { ChatRequestSchema } from "../modules/chat/model";
+import { CountTokensRequestSchema, MessagesRequestSchema } from "../modules/messages/model";
+import { ResponsesRequestSchema } from "../modules/responses/model";
 
 const errorResponse = { $ref: "#/components/responses/Error" };
+const anthropicErrorResponse = { $ref: "#/components/responses/AnthropicError" };
+const answerErrors = { "400": errorResponse, "401": errorResponse, "403": errorResponse, "404": errorResponse, "413": errorResponse, "429": errorResponse, "502": errorResponse, "503": errorResponse };
+const anthropicErrors = Object.fromEntries(Object.keys(answerErrors).map((status) => [status, anthropicErrorResponse]));
 
 /** The public interface as OpenAPI 3.1.0 (spec section 9). Request bodies reuse the TypeBox schemas. */
 export const openApiDocument = {
@@ -9,7 +14,7 @@ export const openApiDocument = {
   servers: [{ url: "/" }],
   security: [{ bearer: [] }],
   components: {
-    securitySchemes: { bearer: { type: "http", scheme: "bearer" } },
+    securitySchemes: { bearer: { type: "http", scheme: "bearer" }, apiKey: { type: "apiKey", in: "header", name: "x-api-key" } },
     schemas: {
       Model: {
         type: "object",
@@ -22,6 +27,17 @@ export const openApiDocument = {
         properties: { object: { const: "list" }, data: { type: "array", items: { $ref: "#/components/schemas/Model" } } },
       },
       ChatCompletionRequest: ChatRequestSchema,
+      ResponsesRequest: ResponsesRequestSchema,
+      MessagesRequest: MessagesRequestSchema,
+      CountTokensRequest: CountTokensRequestSchema,
+      AnthropicError: {
+        type: "object",
+        required: ["type", "error"],
+        properties: {
+          type: { const: "error" },
+          error: { type: "object", required: ["type", "message"], properties: { type: { type: "string" }, message: { type: "string" } } },
+        },
+      },
       Error: {
         type: "object",
         required: ["error"],
@@ -43,6 +59,10 @@ export const openApiDocument = {
       Error: {
         description: "An error in the OpenAI format; 429 and 503 carry Retry-After",
         content: { "application/json": { schema: { $ref: "#/components/schemas/Error" } } },
+      },
+      AnthropicError: {
+        description: "An error in Anthropic's format (same status codes as the OpenAI routes); 429 and 503 carry Retry-After",
+        content: { "application/json": { schema: { $ref: "#/components/schemas/AnthropicError" } } },
       },
     },
   },
@@ -85,6 +105,47 @@ export const openApiDocument = {
           "429": errorResponse,
           "502": errorResponse,
           "503": errorResponse,
+        },
+      },
+    },
+    "/v1/responses": {
+      post: {
+        summary: "Create a response (OpenAI Responses API, stateless: nothing is stored); translated onto chat completions",
+        requestBody: { required: true, content: { "application/json": { schema: { $ref: "#/components/schemas/ResponsesRequest" } } } },
+        responses: {
+          "200": {
+            description: "A response object, or server-sent Responses events (response.created … response.completed / response.incomplete)",
+            content: { "application/json": { schema: { type: "object" } }, "text/event-stream": { schema: { type: "string" } } },
+          },
+          ...answerErrors,
+        },
+      },
+    },
+    "/v1/messages": {
+      post: {
+        summary: "Create a message (Anthropic Messages API); translated onto chat completions",
+        security: [{ apiKey: [] }, { bearer: [] }],
+        requestBody: { required: true, content: { "application/json": { schema: { $ref: "#/components/schemas/MessagesRequest" } } } },
+        responses: {
+          "200": {
+            description: "A message object, or server-sent Messages events (message_start … message_stop, ping while the model is silent)",
+            content: { "application/json": { schema: { type: "object" } }, "text/event-stream": { schema: { type: "string" } } },
+          },
+          ...anthropicErrors,
+        },
+      },
+    },
+    "/v1/messages/count_tokens": {
+      post: {
+        summary: "Count a Messages request's input tokens with Sluice's tokenizer (no quota, no upstream call)",
+        security: [{ apiKey: [] }, { bearer: [] }],
+        requestBody: { required: true, content: { "application/json": { schema: { $ref: "#/components/schemas/CountTokensRequest" } } } },
+        responses: {
+          "200": {
+            description: "The input tokens",
+            content: { "application/json": { schema: { type: "object", required: ["input_tokens"], properties: { input_tokens: { type: "integer" } } } } },
+          },
+          ...anthropicErrors,
         },
       },
     },

@@ -22,6 +22,10 @@ test("refused with the key named: unknown keys, wrong types, missing base_url, u
     [{ models: [{ id: "a", backend: "demo" }], plans: [{ id: "p", models: ["b"] }] }, 'unknown model "b"'],
     [{ models: [{ id: "a", backend: "demo" }, { id: "a", backend: "demo" }] }, 'duplicate id "a"'],
     [{ plans: [{ id: "p", models: ["*"], colour: "red" }] }, "plans[0].colour"],
+    [{ models: [{ id: "a", backend: "demo" }, { id: "b", backend: "demo", aliases: ["a"] }] }, 'alias "a" is already the id of model "a"'],
+    [{ models: [{ id: "a", backend: "demo", aliases: ["x"] }, { id: "b", backend: "demo", aliases: ["x"] }] }, 'alias "x" is already an alias of model "a"'],
+    [{ models: [{ id: "a", backend: "demo", aliases: ["a"] }] }, 'alias "a" is already the id of model "a"'],
+    [{ models: [{ id: "a", backend: "demo", aliases: [""] }] }, "models[0].aliases[0]"],
   ];
   for (const [file, named] of cases) {
     expect(() => resolveConfig(file)).toThrow(ConfigError);

@@ -34,3 +34,16 @@ test("a stream read to its end: every batch in order; settled once, ended once",
   expect(log).toEqual(["settled"]);
   expect(ends).toEqual(["end"]);
 });
+
+test("a heartbeat frame goes out whenever the producer stays silent for its interval, and stops with the stream", async () => {
+  async function* silentThenDone() {
+    yield ["data: first\n\n"];
+    await Bun.sleep(130);
+    yield ["data: last\n\n"];
+  }
+  const response = sseResponse(silentThenDone(), { onCancel: () => {}, headers: {}, onEnd: () => {}, heartbeat: { frame: ": ping\n\n", intervalMs: 40 } });
+  const text = await response.text();
+  expect(text.startsWith("data: first\n\n")).toBe(true);
+  expect(text.endsWith("data: last\n\n")).toBe(true);
+  expect((text.match(/: ping/g) ?? []).length).toBeGreaterThanOrEqual(1);
+});

@@ -8,7 +8,8 @@ const Content = Type.Union([Type.String(), Type.Array(Block)], { expected: "a st
 
 const MessageSchema = Type.Object(
   {
-    role: Type.Union([Type.Literal("user"), Type.Literal("assistant")], { expected: "user or assistant" }),
+    // `system` turns are what Claude Code 2.1 sends among its messages (see chatMessagesOf).
+    role: Type.Union([Type.Literal("user"), Type.Literal("assistant"), Type.Literal("system")], { expected: "user, assistant or system" }),
     content: Content,
   },
   { additionalProperties: true },
@@ -26,6 +27,7 @@ const fields = {
   top_k: Type.Optional(Type.Integer({ minimum: 0 })),
   thinking: Type.Optional(Type.Object({ type: Type.String({ minLength: 1 }) }, { additionalProperties: true })),
   metadata: Type.Optional(Type.Object({}, { additionalProperties: true })),
+  output_config: Type.Optional(Type.Object({ effort: Type.Optional(Type.String()) }, { additionalProperties: true })),
   stream: Type.Optional(Type.Boolean()),
 };
 
@@ -45,12 +47,12 @@ type Message = ChatMessage & Record<string, unknown>;
 
 const compiledMessages = TypeCompiler.Compile(MessagesRequestSchema);
 const compiledCount = TypeCompiler.Compile(CountTokensRequestSchema);
-const nullableFields = ["system", "tools", "tool_choice", "stop_sequences", "temperature", "top_p", "top_k", "thinking", "metadata", "stream"] as const;
+const nullableFields = ["system", "tools", "tool_choice", "stop_sequences", "temperature", "top_p", "top_k", "thinking", "metadata", "output_config", "stream"] as const;
 
 /**
  * How an extended-thinking budget becomes the `reasoning_effort` open reasoning models take: under 4,096 tokens
  * low, under 16,384 medium, more high. Thinking `disabled`, `adaptive` or of a type not known here sends none (the
- * model's own default).
+ * model's own default), unless `output_config.effort` names one (low, medium, high; max is sent as high).
  */
 export function effortOfBudget(budgetTokens: number): "low" | "medium" | "high" {
   if (budgetTokens < 4096) return "low";
@@ -134,16 +136,26 @@ function assistantMessage(blocks: ContentBlock[], param: string): Message | Slui
   return message;
 }
 
-/** The system prompt and the turns as chat messages. */
+/**
+ * The system prompt and the turns as chat messages. System turns among the messages join the system prompt, in
+ * order: the chat templates of many open models refuse a system message anywhere but first.
+ */
 export function chatMessagesOf(request: CountTokensRequest): Message[] | SluiceError {
   const messages: Message[] = [];
+  const system: string[] = [];
   if (request.system !== undefined) {
-    const system = typeof request.system === "string" ? request.system : textOfBlocks(request.system as ContentBlock[], "system", "text blocks");
-    if (typeof system !== "string") return system;
-    if (system !== "") messages.push({ role: "system", content: system });
+    const text = typeof request.system === "string" ? request.system : textOfBlocks(request.system as ContentBlock[], "system", "text blocks");
+    if (typeof text !== "string") return text;
+    if (text !== "") system.push(text);
   }
   for (const [index, message] of request.messages.entries()) {
     const where = `messages[${index}].content`;
+    if (message.role === "system") {
+      const text = typeof message.content === "string" ? message.content : textOfBlocks(message.content as ContentBlock[], where, "text blocks");
+      if (typeof text !== "string") return text;
+      if (text !== "") system.push(text);
+      continue;
+    }
     if (typeof message.content === "string") {
       messages.push({ role: message.role, content: message.content });
       continue;
@@ -154,6 +166,7 @@ export function chatMessagesOf(request: CountTokensRequest): Message[] | SluiceE
     if (Array.isArray(translated)) messages.push(...translated);
     else messages.push(translated);
   }
+  if (system.length > 0) messages.unshift({ role: "system", content: system.join("\n\n") });
   return messages;
 }
 
@@ -214,6 +227,9 @@ export function translateMessagesRequest(body: unknown): ChatRequest | SluiceErr
   }
   const thinking = original.thinking as { type: string; budget_tokens?: unknown } | undefined;
   if (thinking?.type === "enabled" && typeof thinking.budget_tokens === "number") request.reasoning_effort = effortOfBudget(thinking.budget_tokens);
+  const effort = original.output_config?.effort;
+  if (effort === "low" || effort === "medium" || effort === "high") request.reasoning_effort = effort;
+  else if (effort === "max") request.reasoning_effort = "high";
   return request as ChatRequest;
 }
 

@@ -2,7 +2,7 @@ import type { SluiceError } from "../../errors";
 import { serverSentEvent } from "../../upstream/sse";
 import type { Completion, ToolCallDelta, Usage } from "../../upstream/types";
 import type { AnswerEvent, AnswerFormat, ResponseIdentity, StreamEncoder } from "../chat/format";
-import type { ResponsesRequest } from "./model";
+import { splitToolName, type ResponsesRequest } from "./model";
 
 type Json = Record<string, unknown>;
 
@@ -67,8 +67,16 @@ function messageItem(id: string, status: string, text: string): Json {
   return { type: "message", id, status, role: "assistant", content: [textPart(text)] };
 }
 
-function functionCallItem(id: string, callId: string, name: string, argumentsText: string, status: string): Json {
-  return { type: "function_call", id, call_id: callId, name, arguments: argumentsText, status };
+/** The request's tool namespaces: a call of `namespace__name` is given back as `name` in `namespace`. */
+type Namespaces = ReadonlySet<string>;
+
+function namespacesOf(request: ResponsesRequest): Namespaces {
+  return new Set((request.tools ?? []).filter((tool) => tool.type === "namespace").map((tool) => String((tool as { name?: unknown }).name)));
+}
+
+function functionCallItem(id: string, callId: string, chatName: string, argumentsText: string, status: string, namespaces: Namespaces): Json {
+  const { name, namespace } = splitToolName(chatName, namespaces);
+  return { type: "function_call", id, call_id: callId, name, ...(namespace ? { namespace } : {}), arguments: argumentsText, status };
 }
 
 interface ChatToolCall {
@@ -77,7 +85,7 @@ interface ChatToolCall {
 }
 
 /** The OpenAI `response` object of a whole answer. */
-function wholeResponse(identity: ResponseIdentity, echo: Json, completion: Completion, usage: Usage): Json {
+function wholeResponse(identity: ResponseIdentity, echo: Json, namespaces: Namespaces, completion: Completion, usage: Usage): Json {
   const ids = new Ids(identity);
   const { status, incomplete_details } = statusOf(completion.finishReason);
   const output: Json[] = [];
@@ -85,7 +93,7 @@ function wholeResponse(identity: ResponseIdentity, echo: Json, completion: Compl
   const calls = (completion.toolCalls ?? []) as ChatToolCall[];
   if (completion.content || calls.length === 0) output.push(messageItem(ids.message(0), status === "completed" ? "completed" : "incomplete", completion.content ?? ""));
   for (const [index, call] of calls.entries()) {
-    output.push(functionCallItem(ids.call(index), call.id ?? `call_${ids.suffix}_${index}`, call.function?.name ?? "", call.function?.arguments ?? "", "completed"));
+    output.push(functionCallItem(ids.call(index), call.id ?? `call_${ids.suffix}_${index}`, call.function?.name ?? "", call.function?.arguments ?? "", "completed", namespaces));
   }
   return {
     id: ids.response(),
@@ -133,6 +141,7 @@ class ResponsesStreamEncoder implements StreamEncoder {
   constructor(
     private readonly identity: ResponseIdentity,
     private readonly echo: Json,
+    private readonly namespaces: Namespaces,
   ) {
     this.ids = new Ids(identity);
   }
@@ -222,7 +231,7 @@ class ResponsesStreamEncoder implements StreamEncoder {
       const callId = typeof call.id === "string" ? call.id : `call_${this.ids.suffix}_${chatIndex}`;
       item = { kind: "function_call", outputIndex, id, text: "", callId, name: fields.name ?? "" };
       this.calls.set(chatIndex, item);
-      const added = functionCallItem(id, callId, item.name ?? "", "", "in_progress");
+      const added = functionCallItem(id, callId, item.name ?? "", "", "in_progress", this.namespaces);
       this.output.push(added);
       this.emit(out, "response.output_item.added", { output_index: outputIndex, item: added });
     }
@@ -262,7 +271,7 @@ class ResponsesStreamEncoder implements StreamEncoder {
       if (item.closed) continue;
       item.closed = true;
       this.emit(out, "response.function_call_arguments.done", { item_id: item.id, output_index: item.outputIndex, name: item.name, arguments: item.text });
-      const done = functionCallItem(item.id, item.callId as string, item.name as string, item.text, "completed");
+      const done = functionCallItem(item.id, item.callId as string, item.name as string, item.text, "completed", this.namespaces);
       this.output[item.outputIndex] = done;
       this.emit(out, "response.output_item.done", { output_index: item.outputIndex, item: done });
     }
@@ -272,8 +281,9 @@ class ResponsesStreamEncoder implements StreamEncoder {
 /** The Responses API's answers for one request (they repeat its settings). */
 export function responsesFormat(request: ResponsesRequest): AnswerFormat {
   const echo = echoOf(request);
+  const namespaces = namespacesOf(request);
   return {
-    whole: (identity, completion, usage) => wholeResponse(identity, echo, completion, usage),
-    stream: (identity) => new ResponsesStreamEncoder(identity, echo),
+    whole: (identity, completion, usage) => wholeResponse(identity, echo, namespaces, completion, usage),
+    stream: (identity) => new ResponsesStreamEncoder(identity, echo, namespaces),
   };
 }

@@ -113,7 +113,8 @@ function messagesOf(input: string | Item[], param: string): Message[] | SluiceEr
       messages.push({ role: item.role, content });
     } else if (type === "function_call") {
       if (typeof item.call_id !== "string" || typeof item.name !== "string") return invalidRequest(`Missing required parameter: '${where}.call_id' or '${where}.name'.`, `${where}.call_id`);
-      const call = { id: item.call_id, type: "function", function: { name: item.name, arguments: typeof item.arguments === "string" ? item.arguments : "{}" } };
+      const name = chatToolName(item.name, typeof item.namespace === "string" ? item.namespace : undefined);
+      const call = { id: item.call_id, type: "function", function: { name, arguments: typeof item.arguments === "string" ? item.arguments : "{}" } };
       const last = messages.at(-1);
       // One assistant turn may hold text and several calls: chat carries them in one message.
       if (last?.role === "assistant") {
@@ -135,18 +136,42 @@ function messagesOf(input: string | Item[], param: string): Message[] | SluiceEr
   return messages;
 }
 
-/** Function tools in the Responses shape → chat tools; built-in tools cannot run behind a chat completions upstream. */
-function toolsOf(tools: (Record<string, unknown> & { type: string })[]): Record<string, unknown>[] | SluiceError {
+/** Between a namespace and a function's name in the chat tool's name: chat has no namespaces. */
+const namespaceSeparator = "__";
+
+/** The chat name of a function in a namespace (or of a plain function). */
+export function chatToolName(name: string, namespace?: string): string {
+  return namespace ? `${namespace}${namespaceSeparator}${name}` : name;
+}
+
+/** A chat tool name back as the function and namespace the caller defined, given the request's namespaces. */
+export function splitToolName(chatName: string, namespaces: ReadonlySet<string>): { name: string; namespace?: string } {
+  const at = chatName.indexOf(namespaceSeparator);
+  if (at > 0 && namespaces.has(chatName.slice(0, at))) return { name: chatName.slice(at + namespaceSeparator.length), namespace: chatName.slice(0, at) };
+  return { name: chatName };
+}
+
+/**
+ * Function tools in the Responses shape → chat tools; a namespace's functions become functions named
+ * `namespace__name`. Built-in tools cannot run behind a chat completions upstream.
+ */
+function toolsOf(tools: (Record<string, unknown> & { type: string })[], param = "tools", namespace?: string): Record<string, unknown>[] | SluiceError {
   const translated: Record<string, unknown>[] = [];
   for (const [index, tool] of tools.entries()) {
+    if (tool.type === "namespace" && namespace === undefined && typeof tool.name === "string" && Array.isArray(tool.tools)) {
+      const inner = toolsOf(tool.tools as (Record<string, unknown> & { type: string })[], `${param}[${index}].tools`, tool.name);
+      if (inner instanceof SluiceError) return inner;
+      translated.push(...inner);
+      continue;
+    }
     if (tool.type !== "function") {
       return unsupported(
         `The built-in tool '${tool.type}' is not available through Sluice, which serves models through Chat Completions; define it as a function tool.`,
-        `tools[${index}].type`,
+        `${param}[${index}].type`,
       );
     }
-    if (typeof tool.name !== "string" || tool.name === "") return invalidRequest(`Missing required parameter: 'tools[${index}].name'.`, `tools[${index}].name`);
-    const definition: Record<string, unknown> = { name: tool.name };
+    if (typeof tool.name !== "string" || tool.name === "") return invalidRequest(`Missing required parameter: '${param}[${index}].name'.`, `${param}[${index}].name`);
+    const definition: Record<string, unknown> = { name: chatToolName(tool.name, namespace) };
     if (tool.description !== undefined && tool.description !== null) definition.description = tool.description;
     if (tool.parameters !== undefined && tool.parameters !== null) definition.parameters = tool.parameters;
     if (typeof tool.strict === "boolean") definition.strict = tool.strict;

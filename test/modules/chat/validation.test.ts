@@ -159,6 +159,6 @@ describe("routes", () => {
     const document = (await (await fetch(`${sluice.url}/openapi.json`)).json()) as { openapi: string; info: { version: string }; paths: Record<string, unknown> };
     expect(document.openapi).toBe("3.1.0");
     expect(document.info.version).toBe("0.1.0");
-    expect(Object.keys(document.paths).sort()).toEqual(["/v1/chat/completions", "/v1/models", "/v1/models/{model}"]);
+    expect(Object.keys(document.paths).sort()).toEqual(["/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens", "/v1/models", "/v1/models/{model}", "/v1/responses"]);
   });
 });

@@ -118,7 +118,7 @@ describe("whole answers", () => {
       tools: [weatherTool],
       input: [
         { role: "user", content: "Weather in Paris?" },
-        ...response.output,
+        ...(response.output as never[]),
         { type: "function_call_output", call_id: "chatcmpl-tool-5f1c2e", output: "18 C, sunny" },
         { type: "function_call_output", call_id: "chatcmpl-tool-9a7b3d", output: [{ type: "input_text", text: "14:00" }] },
       ],
@@ -137,6 +137,24 @@ describe("whole answers", () => {
       { role: "tool", tool_call_id: "chatcmpl-tool-5f1c2e", content: "18 C, sunny" },
       { role: "tool", tool_call_id: "chatcmpl-tool-9a7b3d", content: "14:00" },
     ]);
+  });
+
+  test("namespace tools (as Codex sends them) become chat functions named namespace__name; calls come back in their namespace", async () => {
+    const namespaced = { type: "namespace", name: "weather", description: "Weather tools", tools: [{ type: "function", name: "get_weather", parameters: weatherTool.parameters }] };
+    await client.responses.create({
+      model: "echo",
+      tools: [namespaced] as never,
+      input: [
+        { role: "user", content: "x" },
+        { type: "function_call", call_id: "c1", name: "get_weather", namespace: "weather", arguments: "{}" } as never,
+        { type: "function_call_output", call_id: "c1", output: "sunny" },
+      ],
+    });
+    const sent = upstream.bodies.at(-1) as { tools: { function: { name: string } }[]; messages: { tool_calls?: { function: { name: string } }[] }[] };
+    expect(sent.tools.map((tool) => tool.function.name)).toEqual(["weather__get_weather"]);
+    expect(sent.messages[1]?.tool_calls?.[0]?.function.name).toBe("weather__get_weather");
+    const nested = await client.responses.create({ model: "echo", input: "x", tools: [{ ...namespaced, tools: [{ type: "custom", name: "patch" }] }] as never }).catch((error: unknown) => error);
+    expect((nested as { param: string }).param).toBe("tools[0].tools[0].type");
   });
 
   test("images are sent as chat image parts; an assistant's output_text becomes its content", async () => {
