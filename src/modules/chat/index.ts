@@ -37,8 +37,8 @@ export interface Dialect {
   translate(body: unknown): Translation | SluiceError;
   /** Gives an error raised on the chat path the parameter names this API uses. */
   renameError?(error: SluiceError): SluiceError;
-  /** Headers this API's answers carry besides `x-request-id`. */
-  requestIdHeaders?(requestId: string): Record<string, string>;
+  /** A header of this API's own that carries the request id besides `x-request-id` (Anthropic's `request-id`). */
+  requestIdHeader?: string;
 }
 
 const chatDialect: Dialect = {
@@ -89,7 +89,6 @@ export function answerHandler(chat: ChatService, auth: AuthService, options: Cha
     record.model = options.models.idOf(body.model) ?? "unknown";
     options.waitWithoutTimeout(request);
     const requestId = record.requestId;
-    const idHeaders = dialect.requestIdHeaders ? dialect.requestIdHeaders(requestId) : { "x-request-id": requestId };
     const upstreamAbort = new AbortController();
     const onClientGone = () => upstreamAbort.abort();
     request.signal.addEventListener("abort", onClientGone, { once: true });
@@ -100,14 +99,18 @@ export function answerHandler(chat: ChatService, auth: AuthService, options: Cha
       const result = await chat.create(body, { caller, requestId, abort: upstreamAbort, record, finish: () => options.finish(record) }, translation.format);
       // The abort listener stays: once the answer is complete, aborting its controller does nothing.
       if (result.kind === "whole") {
-        const response = new Response(JSON.stringify(result.body), { headers: { ...result.headers, "content-type": "application/json", ...idHeaders } });
+        const headers: Record<string, string> = { ...result.headers, "content-type": "application/json", "x-request-id": requestId };
+        if (dialect.requestIdHeader) headers[dialect.requestIdHeader] = requestId;
+        const response = new Response(JSON.stringify(result.body), { headers });
         options.finish(record);
         return response;
       }
       streaming = true;
       const heartbeat = translation.format.heartbeat;
+      const headers: Record<string, string> = { ...result.headers, "x-request-id": requestId };
+      if (dialect.requestIdHeader) headers[dialect.requestIdHeader] = requestId;
       return sseResponse(result.frames, {
-        headers: { ...result.headers, ...idHeaders },
+        headers,
         onCancel: onClientGone,
         onEnd: () => lifecycle.openAnswers--,
         heartbeat: heartbeat === undefined ? undefined : { frame: heartbeat, intervalMs: options.heartbeatMs },

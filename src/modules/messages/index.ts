@@ -24,7 +24,7 @@ const messagesDialect: Dialect = {
     const request = translateMessagesRequest(body);
     return request instanceof SluiceError ? request : { request, format: messagesFormat };
   },
-  requestIdHeaders: anthropicIdHeaders,
+  requestIdHeader: "request-id",
 };
 
 /** POST /v1/messages: Anthropic's Messages API, translated onto the chat path. */
