@@ -88,7 +88,7 @@ function sse(body: string | ReadableStream<Uint8Array>): Response {
 }
 
 /**
- * Models: `vllm`, `deepseek`, `vllm-tools` (fixtures), `agent-tools` (calls get_weather, then answers with its result), `stop-sequence` (ended by the stop string `###`), `echo` (answers with the body it got), `slow-N-D` (N words, D ms apart),
+ * Models: `vllm`, `deepseek`, `vllm-tools` (fixtures), `agent-tools` (calls get_weather, then answers with its result), `namespaced-call` (calls weather__get_weather), `stop-sequence` (ended by the stop string `###`), `echo` (answers with the body it got), `slow-N-D` (N words, D ms apart),
  * `usage-P-C[-D]` (reports P prompt and C completion tokens, after D ms),
  * `fail-500`, `overloaded-429`, `hang`, `context-400`, `bad-400`, `no-usage`, `html-200`, `midstream-error`,
  * `malformed-stream`, `no-done`.
@@ -156,6 +156,11 @@ export function startFakeUpstream(): FakeUpstream {
       if (!stream) return Response.json({ ...whole(model, "one two", null, usage), choices: [stopped] });
       const finish = `data: ${JSON.stringify({ id: "chatcmpl-fake", object: "chat.completion.chunk", created: 1763800000, model, choices: [{ index: 0, delta: {}, logprobs: null, finish_reason: "stop", stop_reason: "###" }], usage })}\n\n`;
       return sse(chunk(model, { role: "assistant", content: "one two" }) + finish + "data: [DONE]\n\n");
+    }
+    if (model === "namespaced-call") {
+      const call = { id: "call_ns_1", type: "function", function: { name: "weather__get_weather", arguments: '{"city":"Oslo"}' } };
+      if (!stream) return Response.json({ ...whole(model, "", null, usage), choices: [{ index: 0, message: { role: "assistant", content: null, tool_calls: [call] }, logprobs: null, finish_reason: "tool_calls" }] });
+      return sse(chunk(model, { role: "assistant", tool_calls: [{ index: 0, ...call }] }) + chunk(model, {}, "tool_calls", usage) + "data: [DONE]\n\n");
     }
     if (model === "agent-tools") {
       // A two-step agent turn: call get_weather first; once its result is in the conversation, answer with it.

@@ -18,6 +18,7 @@ beforeAll(async () => {
       fakeModel(upstream.url, "qwen-tools", "vllm-tools"),
       fakeModel(upstream.url, "echo", "echo", { max_output_tokens: 1024 }),
       fakeModel(upstream.url, "split-phrase"),
+      fakeModel(upstream.url, "namespaced-call"),
       { id: "tiny-demo", backend: "demo", max_output_tokens: 4 },
     ],
     plans: [{ id: "default", models: ["*"] }],
@@ -153,6 +154,11 @@ describe("whole answers", () => {
     const sent = upstream.bodies.at(-1) as { tools: { function: { name: string } }[]; messages: { tool_calls?: { function: { name: string } }[] }[] };
     expect(sent.tools.map((tool) => tool.function.name)).toEqual(["weather__get_weather"]);
     expect(sent.messages[1]?.tool_calls?.[0]?.function.name).toBe("weather__get_weather");
+    const whole = await client.responses.create({ model: "namespaced-call", input: "x", tools: [namespaced] as never });
+    const streamed = await client.responses.stream({ model: "namespaced-call", input: "x", tools: [namespaced] as never }).finalResponse();
+    for (const response of [whole, streamed]) {
+      expect(response.output.find((item) => item.type === "function_call")).toMatchObject({ name: "get_weather", namespace: "weather", arguments: '{"city":"Oslo"}' });
+    }
     const nested = await client.responses.create({ model: "echo", input: "x", tools: [{ ...namespaced, tools: [{ type: "custom", name: "patch" }] }] as never }).catch((error: unknown) => error);
     expect((nested as { param: string }).param).toBe("tools[0].tools[0].type");
   });
