@@ -127,6 +127,11 @@ export function invalidRequest(message: string, param: string | null = null): Sl
   return new SluiceError("invalid_request", message, { param });
 }
 
+/** 400 for a required parameter that is absent, in OpenAI's words. */
+export function missingParameter(param: string): SluiceError {
+  return invalidRequest(`Missing required parameter: '${param}'.`, param);
+}
+
 /**
  * A failure of an upstream model server. `isRetryable` says whether trying again (here or on another upstream)
  * can help, as vercel/ai's APICallError does.

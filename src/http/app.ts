@@ -6,7 +6,7 @@ import type { AccountService } from "../modules/console/accounts";
 import { consolePage, consoleRoutes } from "../modules/console/index";
 import type { ConsoleService } from "../modules/console/service";
 import type { ChatService } from "../modules/chat/service";
-import { anthropicIdHeaders, anthropicPaths, countTokensRoutes, messagesRoutes } from "../modules/messages/index";
+import { anthropicPaths, countTokensRoutes, messagesRoutes } from "../modules/messages/index";
 import { modelRoutes } from "../modules/models/index";
 import { responsesRoutes } from "../modules/responses/index";
 import type { ModelRegistry } from "../modules/models/registry";
@@ -86,8 +86,7 @@ export function createApp(deps: AppDependencies) {
       if (sluiceError.code === "internal_error" && !(error instanceof ClientGoneError)) {
         deps.logger.log("error", { message: "internal error", request_id: requestId, error: String((error as Error)?.stack ?? error) });
       }
-      if (record && anthropicPaths.has(record.route)) return errorResponse(sluiceError, requestId, "anthropic", anthropicIdHeaders(requestId));
-      return errorResponse(sluiceError, requestId);
+      return errorResponse(sluiceError, requestId, record && anthropicPaths.has(record.route) ? "anthropic" : "openai");
     })
     // Mounted before onAfterResponse, so that the hottest routes pay for no hook they do not need: they log and
     // count their own requests (hooks apply to the routes registered after them).

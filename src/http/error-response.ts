@@ -17,12 +17,11 @@ export function toSluiceError(error: unknown, elysiaCode: string | number, metho
 }
 
 /**
- * The error body as a Response, in the OpenAI shape or (for the Messages API) Anthropic's, with the request id and
- * the error's retry headers.
+ * The error body as a Response, in the OpenAI shape or (for the Messages API) Anthropic's, with the request id
+ * (Anthropic's clients read it from `request-id`) and the error's retry headers.
  */
-export function errorResponse(error: SluiceError, requestId: string, shape: "openai" | "anthropic" = "openai", idHeaders: Record<string, string> = { "x-request-id": requestId }): Response {
-  return new Response(JSON.stringify(shape === "anthropic" ? error.toAnthropicBody() : error.toBody()), {
-    status: error.status,
-    headers: { "content-type": "application/json", ...idHeaders, ...error.headers() },
-  });
+export function errorResponse(error: SluiceError, requestId: string, shape: "openai" | "anthropic" = "openai"): Response {
+  const headers: Record<string, string> = { "content-type": "application/json", "x-request-id": requestId, ...error.headers() };
+  if (shape === "anthropic") headers["request-id"] = requestId;
+  return new Response(JSON.stringify(shape === "anthropic" ? error.toAnthropicBody() : error.toBody()), { status: error.status, headers });
 }

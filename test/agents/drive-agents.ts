@@ -1,7 +1,7 @@
 // Drives the real coding agents, Claude Code (`claude -p`) and Codex CLI (`codex exec`), against a Sluice server
 // on its demo model, offline: each must complete one turn, and Sluice must have recorded it. Run by `make agents`,
 // which installs both agents into test/agents/.installed (about 640 MB, hence not part of `make test`).
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { openDatabase } from "../../src/db/client";
@@ -26,7 +26,7 @@ function sluice(...args: string[]): string {
 
 async function drive(name: string, command: string[], extra: Record<string, string>): Promise<boolean> {
   const home = join(directory, `${name}-home`);
-  Bun.spawnSync(["mkdir", "-p", home]);
+  mkdirSync(home, { recursive: true });
   const child = Bun.spawn(command, { env: { ...environment, HOME: home, ...extra }, stdout: "pipe", stderr: "pipe", cwd: directory });
   const timer = setTimeout(() => child.kill(), 120_000);
   const [output, errors, exitCode] = await Promise.all([new Response(child.stdout).text(), new Response(child.stderr).text(), child.exited]);
@@ -47,7 +47,7 @@ try {
     await Bun.sleep(50);
   }
   const codexHome = join(directory, "codex");
-  Bun.spawnSync(["mkdir", "-p", codexHome]);
+  mkdirSync(codexHome, { recursive: true });
   writeFileSync(
     join(codexHome, "config.toml"),
     `model = "sluice-demo"\nmodel_provider = "sluice"\nweb_search = "disabled"\n\n[model_providers.sluice]\nname = "Sluice"\nbase_url = "http://127.0.0.1:${port}/v1"\nenv_key = "SLUICE_API_KEY"\nwire_api = "responses"\n`,

@@ -133,7 +133,9 @@ for (const api of apis) {
       const path = api === "chat" ? "/v1/chat/completions" : api === "responses" ? "/v1/responses" : "/v1/messages";
       const response = await httpPost(`${sluice.url}${path}`, JSON.stringify({ model: "ok" }), { "content-type": "application/json" });
       expect(response.status).toBe(401);
-      const body = (await response.json()) as { error: { code?: string; type: string } };
+      const body = (await response.json()) as { error: { code?: string; type: string; message: string } };
+      // The message says where the key goes, Anthropic's header included.
+      expect(body.error.message).toContain("x-api-key");
       if (api === "messages") expect(body.error.type).toBe("authentication_error");
       else expect(body.error.code).toBe("missing_api_key");
     });

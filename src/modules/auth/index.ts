@@ -32,8 +32,15 @@ function noteCaller(request: Request, caller: Caller): Caller {
  * query string on every request of every route (measured: ~6% of the whole-answer throughput), and it would also
  * accept an `access_token` query parameter.
  */
-export const authPlugin = (auth: AuthService, keyOf: (request: Request) => string | undefined = bearerKey) =>
-  new Elysia({ name: "auth", seed: keyOf.name }).resolve({ as: "scoped" }, async ({ request }) => ({ caller: await authenticateRequest(auth, request, keyOf(request)) }));
+export const authPlugin = (auth: AuthService) => callerPlugin("auth", auth, bearerKey);
+
+/** The same for the Anthropic routes: the key in `x-api-key` (see anthropicKey). */
+export const anthropicAuthPlugin = (auth: AuthService) => callerPlugin("anthropic-auth", auth, anthropicKey);
+
+// Elysia keeps one plugin per name: each way of reading the key needs a name of its own.
+function callerPlugin(name: string, auth: AuthService, keyOf: (request: Request) => string | undefined) {
+  return new Elysia({ name }).resolve({ as: "scoped" }, async ({ request }) => ({ caller: await authenticateRequest(auth, request, keyOf(request)) }));
+}
 
 /** Anthropic's clients send the key in `x-api-key`; a bearer token is taken as well. */
 export function anthropicKey(request: Request): string | undefined {

@@ -48,7 +48,7 @@ export class AuthService {
    * when the key is cached and nothing changed (SQLite mode's hot path), a promise otherwise.
    */
   authenticate(bearer: string | undefined, now = Date.now()): Caller | Promise<Caller> {
-    if (!bearer) throw new SluiceError("missing_api_key", "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'.");
+    if (!bearer) throw new SluiceError("missing_api_key", "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY' (the Anthropic routes also take 'x-api-key: YOUR_KEY').");
     if (!bearer.startsWith(keyPrefix)) throw invalidKey();
     const hash = hashKeySecret(bearer);
     let checked: void | Promise<void>;

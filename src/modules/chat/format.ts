@@ -1,5 +1,5 @@
 import type { SluiceError } from "../../errors";
-import type { Completion, CompletionEvent, Usage } from "../../upstream/types";
+import type { Completion, CompletionEvent, ToolCallDelta, Usage } from "../../upstream/types";
 
 /** Fields every answer of one request shares, whatever API it is given in. */
 export interface ResponseIdentity {
@@ -17,6 +17,26 @@ export interface StreamStart {
   includeUsage: boolean;
   /** The prompt's tokens as admission estimated them: for APIs that announce usage before the answer. */
   promptTokens: number;
+}
+
+/** A chat tool call, whole or as a streamed delta, read field by field: a delta may carry any part of it. */
+export interface ToolCallParts {
+  /** Its place among the answer's calls: the delta's `index`, or its position in a whole answer. */
+  index: number;
+  id: string | undefined;
+  name: string;
+  arguments: string;
+}
+
+/** The parts of a chat tool call or delta; `position` stands in for a missing `index` (a whole answer's order). */
+export function toolCallParts(call: ToolCallDelta, position: number): ToolCallParts {
+  const fields = (typeof call.function === "object" && call.function !== null ? call.function : {}) as { name?: unknown; arguments?: unknown };
+  return {
+    index: typeof call.index === "number" ? call.index : position,
+    id: typeof call.id === "string" && call.id !== "" ? call.id : undefined,
+    name: typeof fields.name === "string" ? fields.name : "",
+    arguments: typeof fields.arguments === "string" ? fields.arguments : "",
+  };
 }
 
 /** One streamed event of the answer, usage aside (usage ends the stream, see `end`). */

@@ -1,7 +1,7 @@
 import type { SluiceError } from "../../errors";
 import { serverSentEvent } from "../../upstream/sse";
 import type { Completion, ToolCallDelta, Usage } from "../../upstream/types";
-import type { AnswerEvent, AnswerFormat, ResponseIdentity, StreamEncoder, StreamStart } from "../chat/format";
+import { toolCallParts, type AnswerEvent, type AnswerFormat, type ResponseIdentity, type StreamEncoder, type StreamStart } from "../chat/format";
 
 type Json = Record<string, unknown>;
 
@@ -39,13 +39,8 @@ function inputOf(argumentsText: string): Json {
   return { arguments: argumentsText };
 }
 
-interface ChatToolCall {
-  id?: string;
-  function?: { name?: string; arguments?: string };
-}
-
-function toolUseId(identity: ResponseIdentity, index: number, id: unknown): string {
-  return typeof id === "string" && id !== "" ? id : `toolu_${identity.requestId.slice(4)}_${index}`;
+function toolUseId(identity: ResponseIdentity, index: number, id: string | undefined): string {
+  return id ?? `toolu_${identity.requestId.slice(4)}_${index}`;
 }
 
 /** The Anthropic `message` object of a whole answer. */
@@ -53,8 +48,8 @@ function wholeMessage(identity: ResponseIdentity, completion: Completion, usage:
   const content: Json[] = [];
   if (completion.reasoning) content.push({ type: "thinking", thinking: completion.reasoning, signature: "" });
   if (completion.content) content.push({ type: "text", text: completion.content });
-  for (const [index, call] of ((completion.toolCalls ?? []) as ChatToolCall[]).entries()) {
-    content.push({ type: "tool_use", id: toolUseId(identity, index, call.id), name: call.function?.name ?? "", input: inputOf(call.function?.arguments ?? "") });
+  for (const call of (completion.toolCalls ?? []).map(toolCallParts)) {
+    content.push({ type: "tool_use", id: toolUseId(identity, call.index, call.id), name: call.name, input: inputOf(call.arguments) });
   }
   if (content.length === 0) content.push({ type: "text", text: "" });
   return {
@@ -151,19 +146,18 @@ class MessagesStreamEncoder implements StreamEncoder {
   }
 
   private extendCall(call: ToolCallDelta, out: string[]): void {
-    const chatIndex = typeof call.index === "number" ? call.index : 0;
-    const fields = (call.function ?? {}) as { name?: string; arguments?: string };
-    let block = this.calls.get(chatIndex);
+    const parts = toolCallParts(call, 0);
+    let block = this.calls.get(parts.index);
     if (!block) {
       // Calls arrive one after another: the next one's start stops those before it, as Anthropic's blocks stop in order.
       this.stopCurrent(out);
       this.stopCalls(out);
       block = { kind: "tool_use", index: this.blocks++ };
-      this.calls.set(chatIndex, block);
-      const content_block = { type: "tool_use", id: toolUseId(this.identity, chatIndex, call.id), name: fields.name ?? "", input: {} };
+      this.calls.set(parts.index, block);
+      const content_block = { type: "tool_use", id: toolUseId(this.identity, parts.index, parts.id), name: parts.name, input: {} };
       this.emit(out, "content_block_start", { index: block.index, content_block });
     }
-    if (fields.arguments) this.emit(out, "content_block_delta", { index: block.index, delta: { type: "input_json_delta", partial_json: fields.arguments } });
+    if (parts.arguments) this.emit(out, "content_block_delta", { index: block.index, delta: { type: "input_json_delta", partial_json: parts.arguments } });
   }
 
   private stopCurrent(out: string[]): void {

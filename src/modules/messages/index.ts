@@ -2,7 +2,7 @@ import { Elysia } from "elysia";
 import { SluiceError } from "../../errors";
 import { countChatTokens, loadTokenizer } from "../../tokens/count";
 import { textOfContent } from "../../tokens/text";
-import { anthropicKey, authPlugin } from "../auth/index";
+import { anthropicAuthPlugin, anthropicKey } from "../auth/index";
 import type { AuthService } from "../auth/service";
 import { answerHandler, readJson, type ChatRouteOptions, type Dialect } from "../chat/index";
 import type { ChatService } from "../chat/service";
@@ -12,11 +12,6 @@ import { countTokensMessages, translateMessagesRequest } from "./model";
 
 /** The routes of the Anthropic Messages API: their errors are written in Anthropic's shape (see createApp). */
 export const anthropicPaths: ReadonlySet<string> = new Set(["/v1/messages", "/v1/messages/count_tokens"]);
-
-/** Anthropic answers carry the request id as `request-id`; `x-request-id` is kept for Sluice's own tools. */
-export function anthropicIdHeaders(requestId: string): Record<string, string> {
-  return { "request-id": requestId, "x-request-id": requestId };
-}
 
 const messagesDialect: Dialect = {
   key: anthropicKey,
@@ -37,7 +32,7 @@ export const messagesRoutes = (chat: ChatService, auth: AuthService, options: Ch
  */
 export const countTokensRoutes = (registry: ModelRegistry, auth: AuthService, maxBodyBytes: number) =>
   new Elysia({ name: "count-tokens" })
-    .use(authPlugin(auth, anthropicKey))
+    .use(anthropicAuthPlugin(auth))
     .post(
       "/v1/messages/count_tokens",
       async ({ caller, request, set }) => {
@@ -49,6 +44,7 @@ export const countTokensRoutes = (registry: ModelRegistry, auth: AuthService, ma
           role: message.role,
           text: textOfContent(message.content) + (message.tool_calls ? JSON.stringify(message.tool_calls) : ""),
         }));
+        // Anthropic answers carry the request id as `request-id`; `x-request-id` is kept for Sluice's own tools.
         set.headers["request-id"] = set.headers["x-request-id"] as string;
         return { input_tokens: countChatTokens(messages) };
       },

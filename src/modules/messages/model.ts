@@ -1,6 +1,6 @@
 import { Type, type Static } from "@sinclair/typebox";
 import { TypeCompiler } from "@sinclair/typebox/compiler";
-import { SluiceError, invalidRequest } from "../../errors";
+import { SluiceError, invalidRequest, missingParameter } from "../../errors";
 import { validateBody, type ChatMessage, type ChatRequest } from "../chat/model";
 
 const Block = Type.Object({ type: Type.String({ minLength: 1 }) }, { additionalProperties: true });
@@ -79,11 +79,17 @@ function imagePart(block: ContentBlock, param: string): Record<string, unknown> 
   return invalidRequest("An image must have a base64 or url source; Sluice stores no files.", `${param}.source`);
 }
 
+const omittedImage = "[an image was returned here; this gateway passes tool results to the model as text only]";
+
 function toolResultContent(block: ContentBlock, param: string): string | SluiceError {
   const content = block.content;
   let text: string | SluiceError = "";
   if (typeof content === "string") text = content;
-  else if (Array.isArray(content)) text = textOfBlocks(content.filter((part: ContentBlock) => part.type !== "image"), `${param}.content`, "text blocks");
+  else if (Array.isArray(content)) {
+    // A chat tool message carries text only: an image in a tool result is named in its place rather than lost unseen.
+    const blocks = content.map((part: ContentBlock) => (part.type === "image" ? { type: "text", text: omittedImage } : part));
+    text = textOfBlocks(blocks, `${param}.content`, "text or image blocks");
+  }
   if (typeof text !== "string") return text;
   return block.is_error === true ? `Error: ${text}` : text;
 }
@@ -95,7 +101,7 @@ function userMessages(blocks: ContentBlock[], param: string): Message[] | Sluice
   for (const [index, block] of blocks.entries()) {
     const where = `${param}[${index}]`;
     if (block.type === "tool_result") {
-      if (typeof block.tool_use_id !== "string") return invalidRequest(`Missing required parameter: '${where}.tool_use_id'.`, `${where}.tool_use_id`);
+      if (typeof block.tool_use_id !== "string") return missingParameter(`${where}.tool_use_id`);
       const content = toolResultContent(block, where);
       if (typeof content !== "string") return content;
       messages.push({ role: "tool", tool_call_id: block.tool_use_id, content });
@@ -125,7 +131,8 @@ function assistantMessage(blocks: ContentBlock[], param: string): Message | Slui
     const where = `${param}[${index}]`;
     if (block.type === "text" && typeof block.text === "string") texts.push(block.text);
     else if (block.type === "tool_use") {
-      if (typeof block.id !== "string" || typeof block.name !== "string") return invalidRequest(`Missing required parameter: '${where}.id' or '${where}.name'.`, `${where}.id`);
+      if (typeof block.id !== "string") return missingParameter(`${where}.id`);
+      if (typeof block.name !== "string") return missingParameter(`${where}.name`);
       calls.push({ id: block.id, type: "function", function: { name: block.name, arguments: JSON.stringify(block.input ?? {}) } });
     } else if (block.type === "thinking" || block.type === "redacted_thinking") {
       // See userMessages.
@@ -196,7 +203,7 @@ function toolChoiceOf(choice: Record<string, unknown> & { type: string }): unkno
     case "none":
       return "none";
     case "tool":
-      if (typeof choice.name !== "string") return invalidRequest("Missing required parameter: 'tool_choice.name'.", "tool_choice.name");
+      if (typeof choice.name !== "string") return missingParameter("tool_choice.name");
       return { type: "function", function: { name: choice.name } };
     default:
       return invalidRequest(`Invalid 'tool_choice.type': expected auto, any, tool or none, but got '${choice.type}'.`, "tool_choice.type");

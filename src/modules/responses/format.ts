@@ -1,7 +1,7 @@
 import type { SluiceError } from "../../errors";
 import { serverSentEvent } from "../../upstream/sse";
 import type { Completion, ToolCallDelta, Usage } from "../../upstream/types";
-import type { AnswerEvent, AnswerFormat, ResponseIdentity, StreamEncoder } from "../chat/format";
+import { toolCallParts, type AnswerEvent, type AnswerFormat, type ResponseIdentity, type StreamEncoder } from "../chat/format";
 import { splitToolName, type ResponsesRequest } from "./model";
 
 type Json = Record<string, unknown>;
@@ -79,21 +79,16 @@ function functionCallItem(id: string, callId: string, chatName: string, argument
   return { type: "function_call", id, call_id: callId, name, ...(namespace ? { namespace } : {}), arguments: argumentsText, status };
 }
 
-interface ChatToolCall {
-  id?: string;
-  function?: { name?: string; arguments?: string };
-}
-
 /** The OpenAI `response` object of a whole answer. */
 function wholeResponse(identity: ResponseIdentity, echo: Json, namespaces: Namespaces, completion: Completion, usage: Usage): Json {
   const ids = new Ids(identity);
   const { status, incomplete_details } = statusOf(completion.finishReason);
   const output: Json[] = [];
   if (completion.reasoning) output.push(reasoningItem(ids.reasoning(), completion.reasoning));
-  const calls = (completion.toolCalls ?? []) as ChatToolCall[];
+  const calls = (completion.toolCalls ?? []).map(toolCallParts);
   if (completion.content || calls.length === 0) output.push(messageItem(ids.message(0), status === "completed" ? "completed" : "incomplete", completion.content ?? ""));
   for (const [index, call] of calls.entries()) {
-    output.push(functionCallItem(ids.call(index), call.id ?? `call_${ids.suffix}_${index}`, call.function?.name ?? "", call.function?.arguments ?? "", "completed", namespaces));
+    output.push(functionCallItem(ids.call(index), call.id ?? `call_${ids.suffix}_${index}`, call.name, call.arguments, "completed", namespaces));
   }
   return {
     id: ids.response(),
@@ -219,25 +214,24 @@ class ResponsesStreamEncoder implements StreamEncoder {
   }
 
   private extendCall(call: ToolCallDelta, out: string[]): void {
-    const chatIndex = typeof call.index === "number" ? call.index : 0;
-    const fields = (call.function ?? {}) as { name?: string; arguments?: string };
-    let item = this.calls.get(chatIndex);
+    const parts = toolCallParts(call, 0);
+    let item = this.calls.get(parts.index);
     if (!item) {
       // Calls arrive one after another: the next one's start closes those before it, as OpenAI's items close in order.
       this.closeCurrent(out);
       this.closeCalls(out);
       const outputIndex = this.output.length;
       const id = this.ids.call(this.calls.size);
-      const callId = typeof call.id === "string" ? call.id : `call_${this.ids.suffix}_${chatIndex}`;
-      item = { kind: "function_call", outputIndex, id, text: "", callId, name: fields.name ?? "" };
-      this.calls.set(chatIndex, item);
+      const callId = parts.id ?? `call_${this.ids.suffix}_${parts.index}`;
+      item = { kind: "function_call", outputIndex, id, text: "", callId, name: parts.name };
+      this.calls.set(parts.index, item);
       const added = functionCallItem(id, callId, item.name ?? "", "", "in_progress", this.namespaces);
       this.output.push(added);
       this.emit(out, "response.output_item.added", { output_index: outputIndex, item: added });
     }
-    if (fields.arguments) {
-      item.text += fields.arguments;
-      this.emit(out, "response.function_call_arguments.delta", { item_id: item.id, output_index: item.outputIndex, delta: fields.arguments });
+    if (parts.arguments) {
+      item.text += parts.arguments;
+      this.emit(out, "response.function_call_arguments.delta", { item_id: item.id, output_index: item.outputIndex, delta: parts.arguments });
     }
   }
 

@@ -1,6 +1,6 @@
 import { Type, type Static } from "@sinclair/typebox";
 import { TypeCompiler } from "@sinclair/typebox/compiler";
-import { SluiceError, invalidRequest } from "../../errors";
+import { SluiceError, invalidRequest, missingParameter } from "../../errors";
 import { validateBody, type ChatMessage, type ChatRequest } from "../chat/model";
 
 const Part = Type.Object({ type: Type.String({ minLength: 1 }) }, { additionalProperties: true });
@@ -61,17 +61,13 @@ const nullableFields = [
 
 const nothingStored = "Sluice stores no prompts and no answers";
 
-function unsupported(message: string, param: string): SluiceError {
-  return invalidRequest(message, param);
-}
-
 /** The text of content parts that carry text (`input_text`, `output_text`, `refusal`), joined as vLLM joins them. */
 function textOfParts(parts: InputPart[], param: string): string | SluiceError {
   const texts: string[] = [];
   for (const [index, part] of parts.entries()) {
     if ((part.type === "input_text" || part.type === "output_text") && typeof part.text === "string") texts.push(part.text);
     else if (part.type === "refusal" && typeof part.refusal === "string") texts.push(part.refusal);
-    else return unsupported(`Content parts of type '${part.type}' cannot be used here; send input_text or output_text.`, `${param}[${index}].type`);
+    else return invalidRequest(`Content parts of type '${part.type}' cannot be used here; send input_text or output_text.`, `${param}[${index}].type`);
   }
   return texts.join("\n");
 }
@@ -85,7 +81,7 @@ function contentOf(content: string | InputPart[] | undefined, param: string): Ch
   for (const [index, part] of content.entries()) {
     if (part.type === "input_image") {
       if (typeof part.image_url !== "string") {
-        return unsupported(`${nothingStored} or files; send the image itself as an image_url (a URL or a data: URL).`, `${param}[${index}].image_url`);
+        return invalidRequest(`${nothingStored} or files; send the image itself as an image_url (a URL or a data: URL).`, `${param}[${index}].image_url`);
       }
       parts.push({ type: "image_url", image_url: { url: part.image_url, ...(typeof part.detail === "string" ? { detail: part.detail } : {}) } });
     } else {
@@ -107,12 +103,13 @@ function messagesOf(input: string | Item[], param: string): Message[] | SluiceEr
     const where = `${param}[${index}]`;
     const type = item.type ?? "message";
     if (type === "message") {
-      if (!item.role || !roles.has(item.role)) return unsupported(`Invalid '${where}.role': expected one of user, assistant, system or developer.`, `${where}.role`);
+      if (!item.role || !roles.has(item.role)) return invalidRequest(`Invalid '${where}.role': expected one of user, assistant, system or developer.`, `${where}.role`);
       const content = contentOf(item.content, `${where}.content`);
-      if (typeof content === "object" && content !== null && !Array.isArray(content)) return content;
+      if (content instanceof SluiceError) return content;
       messages.push({ role: item.role, content });
     } else if (type === "function_call") {
-      if (typeof item.call_id !== "string" || typeof item.name !== "string") return invalidRequest(`Missing required parameter: '${where}.call_id' or '${where}.name'.`, `${where}.call_id`);
+      if (typeof item.call_id !== "string") return missingParameter(`${where}.call_id`);
+      if (typeof item.name !== "string") return missingParameter(`${where}.name`);
       const name = chatToolName(item.name, typeof item.namespace === "string" ? item.namespace : undefined);
       const call = { id: item.call_id, type: "function", function: { name, arguments: typeof item.arguments === "string" ? item.arguments : "{}" } };
       const last = messages.at(-1);
@@ -121,16 +118,16 @@ function messagesOf(input: string | Item[], param: string): Message[] | SluiceEr
         last.tool_calls = [...((last.tool_calls as unknown[] | undefined) ?? []), call];
       } else messages.push({ role: "assistant", content: null, tool_calls: [call] });
     } else if (type === "function_call_output") {
-      if (typeof item.call_id !== "string") return invalidRequest(`Missing required parameter: '${where}.call_id'.`, `${where}.call_id`);
+      if (typeof item.call_id !== "string") return missingParameter(`${where}.call_id`);
       const output = typeof item.output === "string" ? item.output : Array.isArray(item.output) ? textOfParts(item.output as InputPart[], `${where}.output`) : "";
       if (typeof output !== "string") return output;
       messages.push({ role: "tool", tool_call_id: item.call_id, content: output });
     } else if (type === "reasoning") {
       // The model's earlier reasoning, sent back by clients; chat templates of open models drop it anyway.
     } else if (type === "item_reference") {
-      return unsupported(`${nothingStored}, so an item cannot be referenced by id; send the item itself.`, `${where}.type`);
+      return invalidRequest(`${nothingStored}, so an item cannot be referenced by id; send the item itself.`, `${where}.type`);
     } else {
-      return unsupported(`Input items of type '${type}' are not supported; send messages, function_call and function_call_output items.`, `${where}.type`);
+      return invalidRequest(`Input items of type '${type}' are not supported; send messages, function_call and function_call_output items.`, `${where}.type`);
     }
   }
   return messages;
@@ -165,12 +162,12 @@ function toolsOf(tools: (Record<string, unknown> & { type: string })[], param = 
       continue;
     }
     if (tool.type !== "function") {
-      return unsupported(
+      return invalidRequest(
         `The built-in tool '${tool.type}' is not available through Sluice, which serves models through Chat Completions; define it as a function tool.`,
         `${param}[${index}].type`,
       );
     }
-    if (typeof tool.name !== "string" || tool.name === "") return invalidRequest(`Missing required parameter: '${param}[${index}].name'.`, `${param}[${index}].name`);
+    if (typeof tool.name !== "string" || tool.name === "") return missingParameter(`${param}[${index}].name`);
     const definition: Record<string, unknown> = { name: chatToolName(tool.name, namespace) };
     if (tool.description !== undefined && tool.description !== null) definition.description = tool.description;
     if (tool.parameters !== undefined && tool.parameters !== null) definition.parameters = tool.parameters;
@@ -183,10 +180,10 @@ function toolsOf(tools: (Record<string, unknown> & { type: string })[], param = 
 function toolChoiceOf(choice: string | (Record<string, unknown> & { type: string })): unknown {
   if (typeof choice === "string") {
     if (choice === "auto" || choice === "none" || choice === "required") return choice;
-    return unsupported(`Invalid 'tool_choice': expected auto, none, required or a function, but got '${choice}'.`, "tool_choice");
+    return invalidRequest(`Invalid 'tool_choice': expected auto, none, required or a function, but got '${choice}'.`, "tool_choice");
   }
   if (choice.type === "function" && typeof choice.name === "string") return { type: "function", function: { name: choice.name } };
-  return unsupported(`tool_choice of type '${choice.type}' is not supported; name a function tool.`, "tool_choice.type");
+  return invalidRequest(`tool_choice of type '${choice.type}' is not supported; name a function tool.`, "tool_choice.type");
 }
 
 function responseFormatOf(format: Record<string, unknown> & { type: string }): unknown {
@@ -198,22 +195,22 @@ function responseFormatOf(format: Record<string, unknown> & { type: string }): u
     if (typeof format.description === "string") schema.description = format.description;
     return { type: "json_schema", json_schema: schema };
   }
-  return unsupported(`Invalid 'text.format.type': expected text, json_object or json_schema, but got '${format.type}'.`, "text.format.type");
+  return invalidRequest(`Invalid 'text.format.type': expected text, json_object or json_schema, but got '${format.type}'.`, "text.format.type");
 }
 
 /** Validates a Responses request and translates it onto a chat request (400 in the OpenAI format otherwise). */
 export function translateResponsesRequest(body: unknown): { request: ChatRequest; original: ResponsesRequest } | SluiceError {
   const original = validateBody(compiled, body, nullableFields);
   if (original instanceof SluiceError) return original;
-  if (original.background === true) return unsupported("Background responses are not supported: Sluice answers each request while the caller waits.", "background");
+  if (original.background === true) return invalidRequest("Background responses are not supported: Sluice answers each request while the caller waits.", "background");
   if (original.previous_response_id !== undefined) {
-    return unsupported(`${nothingStored}, so a response cannot continue an earlier one; send the whole conversation in 'input'.`, "previous_response_id");
+    return invalidRequest(`${nothingStored}, so a response cannot continue an earlier one; send the whole conversation in 'input'.`, "previous_response_id");
   }
-  if (original.conversation !== undefined) return unsupported(`${nothingStored}, so there are no conversations; send the whole conversation in 'input'.`, "conversation");
+  if (original.conversation !== undefined) return invalidRequest(`${nothingStored}, so there are no conversations; send the whole conversation in 'input'.`, "conversation");
   const raw = original as Record<string, unknown>;
-  if (raw.prompt !== undefined && raw.prompt !== null) return unsupported(`${nothingStored}, so there are no stored prompt templates.`, "prompt");
+  if (raw.prompt !== undefined && raw.prompt !== null) return invalidRequest(`${nothingStored}, so there are no stored prompt templates.`, "prompt");
   const messages: Message[] = original.instructions ? [{ role: "system", content: original.instructions }] : [];
-  if (original.input === undefined) return invalidRequest("Missing required parameter: 'input'.", "input");
+  if (original.input === undefined) return missingParameter("input");
   const fromInput = messagesOf(original.input as string | Item[], "input");
   if (!Array.isArray(fromInput)) return fromInput;
   messages.push(...fromInput);

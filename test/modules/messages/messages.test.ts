@@ -136,7 +136,15 @@ describe("whole answers", () => {
           role: "user",
           content: [
             { type: "tool_result", tool_use_id: "chatcmpl-tool-5f1c2e", content: "18 C" },
-            { type: "tool_result", tool_use_id: "chatcmpl-tool-9a7b3d", content: [{ type: "text", text: "no clock" }], is_error: true },
+            {
+              type: "tool_result",
+              tool_use_id: "chatcmpl-tool-9a7b3d",
+              content: [
+                { type: "text", text: "no clock" },
+                { type: "image", source: { type: "base64", media_type: "image/png", data: "AAAA" } },
+              ],
+              is_error: true,
+            },
             { type: "text", text: "Thanks." },
           ],
         },
@@ -153,7 +161,7 @@ describe("whole answers", () => {
         ],
       },
       { role: "tool", tool_call_id: "chatcmpl-tool-5f1c2e", content: "18 C" },
-      { role: "tool", tool_call_id: "chatcmpl-tool-9a7b3d", content: "Error: no clock" },
+      { role: "tool", tool_call_id: "chatcmpl-tool-9a7b3d", content: "Error: no clock\n[an image was returned here; this gateway passes tool results to the model as text only]" },
       { role: "user", content: "Thanks." },
     ]);
   });
@@ -366,10 +374,12 @@ describe("errors in Anthropic's shape", () => {
     for (const [body, param] of cases) {
       const response = await sluice.post("/v1/messages", body, { "x-api-key": sluice.key });
       expect(response.status).toBe(400);
+      expect(response.headers.get("request-id")).toMatch(/^req_/);
+      expect(response.headers.get("request-id")).toBe(response.headers.get("x-request-id"));
       const error = (await response.json()) as { type: string; error: { type: string; message: string } };
       expect(error.type).toBe("error");
       expect(error.error.type).toBe("invalid_request_error");
-      expect(error.error.message).toContain(param.split("[")[0] as string);
+      expect(error.error.message).toContain(param);
     }
     expect(upstream.bodies.length).toBe(0);
   });
