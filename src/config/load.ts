@@ -2,19 +2,11 @@ import { existsSync, readFileSync } from "node:fs";
 import { Value } from "@sinclair/typebox/value";
 import { defaultConfigFile, modelDefaults } from "./defaults";
 import { defaultSafetyRules } from "./default-rules";
+import { paramOf } from "../validation";
 import { ConfigFileSchema, type Config, type ConfigFile, type ModelConfig, type SafetyConfig } from "./schema";
 
 export class ConfigError extends Error {
   override name = "ConfigError";
-}
-
-/** Turns a TypeBox path such as `/models/0/base_url` into `models[0].base_url`, as an operator reads it. */
-function readablePath(path: string): string {
-  return path
-    .split("/")
-    .filter(Boolean)
-    .map((part, index) => (/^\d+$/.test(part) ? `[${part}]` : index === 0 ? part : `.${part}`))
-    .join("");
 }
 
 /**
@@ -62,7 +54,7 @@ function resolveSafety(safety: ConfigFile["safety"]): SafetyConfig {
 export function resolveConfig(file: unknown): Config {
   const firstError = Value.Errors(ConfigFileSchema, file).First();
   if (firstError) {
-    const where = readablePath(firstError.path) || "(top level)";
+    const where = paramOf(firstError.path) || "(top level)";
     const unknownKey = firstError.message.includes("Unexpected property");
     throw new ConfigError(unknownKey ? `unknown configuration key: ${where}` : `invalid configuration key ${where}: ${firstError.message}`);
   }

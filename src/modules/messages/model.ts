@@ -1,7 +1,8 @@
 import { Type, type Static } from "@sinclair/typebox";
 import { TypeCompiler } from "@sinclair/typebox/compiler";
 import { SluiceError, invalidRequest, missingParameter } from "../../errors";
-import { validateBody, type ChatMessage, type ChatRequest } from "../chat/model";
+import { validateBody } from "../../validation";
+import type { ChatMessage, ChatRequest } from "../chat/model";
 
 const Block = Type.Object({ type: Type.String({ minLength: 1 }) }, { additionalProperties: true });
 const Content = Type.Union([Type.String(), Type.Array(Block)], { expected: "a string or an array of content blocks" });

@@ -1,0 +1,91 @@
+// Checking parsed JSON against TypeBox models, with errors that name the field as a reader writes it: the request
+// bodies of every API and the console, and the configuration file.
+import type { Static, TSchema } from "@sinclair/typebox";
+import type { TypeCheck } from "@sinclair/typebox/compiler";
+import { ValueErrorType, type ValueError } from "@sinclair/typebox/errors";
+import { invalidRequest, type SluiceError } from "./errors";
+
+/** A TypeBox path such as `/messages/0/role` → `messages[0].role`, as OpenAI names parameters and operators read them. */
+export function paramOf(path: string): string {
+  return path
+    .split("/")
+    .filter(Boolean)
+    .map((part, index) => (/^\d+$/.test(part) ? `[${part}]` : index === 0 ? part : `.${part}`))
+    .join("");
+}
+
+function typeName(value: unknown): string {
+  if (value === null) return "null";
+  if (Array.isArray(value)) return "an array";
+  if (typeof value === "object") return "an object";
+  if (typeof value === "string") return "a string";
+  if (typeof value === "number") return Number.isInteger(value) ? "an integer" : "a number";
+  return `a ${typeof value}`;
+}
+
+const expectedByType: Partial<Record<ValueErrorType, string>> = {
+  [ValueErrorType.String]: "a string",
+  [ValueErrorType.Number]: "a number",
+  [ValueErrorType.Integer]: "an integer",
+  [ValueErrorType.Boolean]: "a boolean",
+  [ValueErrorType.Array]: "an array",
+  [ValueErrorType.Object]: "an object",
+};
+
+function describe(error: ValueError, param: string): string {
+  const schema = error.schema as { minimum?: number; maximum?: number; minItems?: number; minLength?: number };
+  switch (error.type) {
+    case ValueErrorType.ObjectRequiredProperty:
+      return `Missing required parameter: '${param}'.`;
+    case ValueErrorType.NumberMinimum:
+    case ValueErrorType.IntegerMinimum:
+      return `Invalid '${param}': expected a value >= ${schema.minimum}, but got ${error.value} instead.`;
+    case ValueErrorType.NumberMaximum:
+    case ValueErrorType.IntegerMaximum:
+      return `Invalid '${param}': expected a value <= ${schema.maximum}, but got ${error.value} instead.`;
+    case ValueErrorType.ArrayMinItems:
+      return `Invalid '${param}': empty array. Expected an array with minimum length ${schema.minItems}, but got an empty array instead.`;
+    case ValueErrorType.StringMinLength:
+      return `Invalid '${param}': string too short. Expected a string with minimum length ${schema.minLength}, but got an empty string instead.`;
+    default: {
+      // A union names what it accepts in its schema's `expected` option.
+      const expected = (error.schema as { expected?: string }).expected ?? expectedByType[error.type];
+      if (expected) return `Invalid type for '${param}': expected ${expected}, but got ${typeName(error.value)} instead.`;
+      return `Invalid '${param}': ${error.message}.`;
+    }
+  }
+}
+
+/** Deeper than this, a body is refused: it would only serve to exhaust the stack of whoever walks it next. */
+export const maxNestingDepth = 64;
+
+/** Whether a parsed JSON value nests deeper than `limit` (walked without recursion). */
+function nestsDeeperThan(value: unknown, limit: number): boolean {
+  const stack: [unknown, number][] = [[value, 0]];
+  while (stack.length > 0) {
+    const [current, depth] = stack.pop() as [unknown, number];
+    if (typeof current !== "object" || current === null) continue;
+    if (depth >= limit) return true;
+    for (const child of Array.isArray(current) ? current : Object.values(current)) {
+      if (typeof child === "object" && child !== null) stack.push([child, depth + 1]);
+    }
+  }
+  return false;
+}
+
+/**
+ * Validates a parsed JSON body against a compiled TypeBox model, after dropping the optional fields sent as null;
+ * returns the typed body or a 400 invalid_request naming the first wrong field as OpenAI names parameters.
+ */
+export function validateBody<T extends TSchema>(model: TypeCheck<T>, body: unknown, nullable: readonly string[]): Static<T> | SluiceError {
+  if (typeof body !== "object" || body === null || Array.isArray(body)) {
+    return invalidRequest(`The request body must be a JSON object, but got ${typeName(body)}.`);
+  }
+  if (nestsDeeperThan(body, maxNestingDepth)) return invalidRequest(`The request body nests deeper than ${maxNestingDepth} levels.`);
+  const record = body as Record<string, unknown>;
+  for (const field of nullable) if (record[field] === null) delete record[field];
+  if (model.Check(record)) return record as Static<T>;
+  const error = model.Errors(record).First() as ValueError;
+  const param = paramOf(error.path);
+  return invalidRequest(describe(error, param), param || null);
+}
