@@ -17,7 +17,13 @@ export type ErrorCode =
   | "safety_unavailable"
   | "request_too_large"
   | "not_found"
-  | "internal_error";
+  | "internal_error"
+  // The console's own: a person signing in, not a program with a key.
+  | "not_signed_in"
+  | "wrong_credentials"
+  | "csrf_token_invalid"
+  | "forbidden"
+  | "too_many_sign_in_attempts";
 
 const statusByCode: Record<ErrorCode, number> = {
   invalid_request: 400,
@@ -34,6 +40,11 @@ const statusByCode: Record<ErrorCode, number> = {
   model_unavailable: 503,
   safety_unavailable: 503,
   internal_error: 500,
+  not_signed_in: 401,
+  wrong_credentials: 401,
+  csrf_token_invalid: 403,
+  forbidden: 403,
+  too_many_sign_in_attempts: 429,
 };
 
 /** OpenAI's `error.type` for each code; the spec fixes only `rate_limit_error`, the rest follow OpenAI. */
@@ -52,6 +63,11 @@ const typeByCode: Record<ErrorCode, string> = {
   model_unavailable: "server_error",
   safety_unavailable: "server_error",
   internal_error: "server_error",
+  not_signed_in: "authentication_error",
+  wrong_credentials: "authentication_error",
+  csrf_token_invalid: "permission_error",
+  forbidden: "permission_error",
+  too_many_sign_in_attempts: "rate_limit_error",
 };
 
 /** Anthropic's `error.type` for each code, for the Messages API (its status codes stay the spec's). */
@@ -70,6 +86,11 @@ const anthropicTypeByCode: Record<ErrorCode, string> = {
   model_unavailable: "overloaded_error",
   safety_unavailable: "overloaded_error",
   internal_error: "api_error",
+  not_signed_in: "authentication_error",
+  wrong_credentials: "authentication_error",
+  csrf_token_invalid: "permission_error",
+  forbidden: "permission_error",
+  too_many_sign_in_attempts: "rate_limit_error",
 };
 
 export interface SluiceErrorOptions {

@@ -105,8 +105,9 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     port: options.port ?? 8080,
     idleTimeout: options.idleTimeoutSeconds ?? 30,
     development: false,
-    // Bun's own limit only guards memory; the route answers 413 in the OpenAI format below it.
-    maxRequestBodySize: maxBodyBytes + 1024 * 1024,
+    // Every body is read through readBodyText, which answers 413 in the caller's error format at Sluice's limit and
+    // never holds more; a limit of Bun's own would answer first, with an empty body that no SDK can read.
+    maxRequestBodySize: Number.MAX_SAFE_INTEGER,
   });
   const server = app.server;
   if (!server) throw new Error("server did not start");

@@ -3,7 +3,7 @@ import { newRequestId } from "../ids";
 import type { AuthService } from "../modules/auth/service";
 import { chatRoutes, type ChatRouteOptions } from "../modules/chat/index";
 import type { AccountService } from "../modules/console/accounts";
-import { consolePage, consoleRoutes } from "../modules/console/index";
+import { consolePageRoutes, consoleRoutes, securityHeaders } from "../modules/console/index";
 import type { ConsoleService } from "../modules/console/service";
 import type { ChatService } from "../modules/chat/service";
 import { anthropicPaths, countTokensRoutes, messagesRoutes } from "../modules/messages/index";
@@ -49,8 +49,6 @@ function routeOf(url: string): string {
 
 /** Composes the feature plugins into the HTTP application; every error leaves through one mapping. */
 export function createApp(deps: AppDependencies) {
-  // The console's page is a Bun HTML import: Bun bundles it (Preact, uPlot, CSS), also into the compiled executable,
-  // and serves it natively; Elysia hands such routes to Bun.serve only through `serve.routes`.
   const finish = (record: RequestRecord) => finishRecord(record, deps.metrics, deps.logger);
   const answerOptions: ChatRouteOptions = {
     maxBodyBytes: deps.maxBodyBytes,
@@ -62,14 +60,14 @@ export function createApp(deps: AppDependencies) {
       app.server?.timeout(request, 0);
     },
   };
-  const app = new Elysia({ name: "sluice", serve: { routes: { "/": consolePage } } })
+  const app = new Elysia({ name: "sluice" })
     .onRequest(({ request, set }) => {
       const requestId = newRequestId();
       const route = routeOf(request.url);
       startRecord(request, requestId, route);
       // Answers carry the id in their own Response (and errors in errorResponse): a header in `set` would make
       // Elysia copy the whole Response to merge it in (measured: ~5% of the whole-answer throughput).
-      if (!answerRoutes.has(route)) set.headers["x-request-id"] = requestId;
+      if (!answerRoutes.has(route)) Object.assign(set.headers, securityHeaders, { "x-request-id": requestId });
     })
     .onError(({ error, code, request }) => {
       const record = recordOf(request);
@@ -103,7 +101,8 @@ export function createApp(deps: AppDependencies) {
     .use(observabilityRoutes({ metrics: deps.metrics, readiness: deps.readiness, lifecycle: deps.lifecycle, metricsToken: deps.metricsToken }))
     .use(consoleRoutes(deps.console.service, deps.console.accounts))
     .use(modelRoutes(deps.models, deps.auth))
-    .use(countTokensRoutes(deps.models, deps.auth, deps.maxBodyBytes));
+    .use(countTokensRoutes(deps.models, deps.auth, deps.maxBodyBytes))
+    .use(consolePageRoutes());
   return app;
 }
 

@@ -1,5 +1,6 @@
 import { Elysia } from "elysia";
 import { SluiceError, invalidRequest } from "../../errors";
+import { readBodyText } from "../../http/read-body";
 import { sseResponse } from "../../http/sse-response";
 import { authenticateRequest, bearerKey } from "../auth/index";
 import type { AuthService } from "../auth/service";
@@ -55,11 +56,7 @@ export async function readJson(request: Request, maxBodyBytes: number): Promise<
   if (!/^application\/([\w.+-]+\+)?json\b/i.test(contentType)) {
     throw invalidRequest(`The Content-Type must be application/json, but got '${contentType || "(none)"}'.`);
   }
-  const declared = Number(request.headers.get("content-length") ?? 0);
-  const tooLarge = () => new SluiceError("request_too_large", `The request body is larger than the limit of ${maxBodyBytes} bytes.`);
-  if (declared > maxBodyBytes) throw tooLarge();
-  const text = await request.text();
-  if (text.length > maxBodyBytes) throw tooLarge();
+  const text = await readBodyText(request, maxBodyBytes);
   try {
     return JSON.parse(text);
   } catch {

@@ -56,19 +56,18 @@ export class AccountService {
   }
 
   /** Checks the password (slowly, on purpose) and opens a session; 401 on a mismatch, 429 after repeated ones. */
-  async signIn(emailInput: unknown, passwordInput: unknown, now = Date.now()): Promise<{ token: string; actor: Actor }> {
-    const email = typeof emailInput === "string" ? emailInput.trim().toLowerCase() : "";
+  async signIn(emailInput: string, password: string, now = Date.now()): Promise<{ token: string; actor: Actor }> {
+    const email = emailInput.trim().toLowerCase();
     const failure = await this.repository.failures(email);
     if (failure && now - failure.since < failureWindowMs && failure.count >= maxFailures) {
-      throw new SluiceError("rate_limit_exceeded", "Too many failed sign-ins for this account. Try again later.", { retryAfterSeconds: Math.ceil((failure.since + failureWindowMs - now) / 1000) });
+      throw new SluiceError("too_many_sign_in_attempts", "Too many failed sign-ins for this account. Try again later.", { retryAfterSeconds: Math.ceil((failure.since + failureWindowMs - now) / 1000) });
     }
     const user = email ? await this.findByEmail(email) : undefined;
-    const password = typeof passwordInput === "string" ? passwordInput : "";
     // Verify against a real hash even for unknown emails, so that timing does not tell which emails exist.
     const valid = user ? await Bun.password.verify(password, user.passwordHash) : (await Bun.password.verify(password, await dummyHash()), false);
     if (!user || !valid) {
       await this.repository.addFailure(email, now, now - failureWindowMs);
-      throw new SluiceError("invalid_api_key", "Wrong email or password.");
+      throw new SluiceError("wrong_credentials", "Wrong email or password.");
     }
     if (failure) await this.repository.clearFailures(email);
     const sessionToken = token();

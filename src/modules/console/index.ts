@@ -1,21 +1,22 @@
 import { Elysia } from "elysia";
-import { SluiceError, invalidRequest } from "../../errors";
+import { SluiceError } from "../../errors";
 import type { AccountService, Actor } from "./accounts";
+import { CreateKeyBody, readConsoleBody, SignInBody, SignUpBody, UpdateOrganizationBody } from "./model";
+import { consoleAssets } from "./page";
 import type { ConsoleService } from "./service";
 
 const sessionCookie = "sluice_session";
 
-/** Console changes must come as JSON (a cross-site form cannot send that without a CORS preflight). */
-async function jsonBody(request: Request): Promise<Record<string, unknown>> {
-  if (!(request.headers.get("content-type") ?? "").startsWith("application/json")) throw invalidRequest("Send JSON (Content-Type: application/json).");
-  try {
-    const body = (await request.json()) as unknown;
-    if (typeof body === "object" && body !== null && !Array.isArray(body)) return body as Record<string, unknown>;
-  } catch {
-    // fall through
-  }
-  throw invalidRequest("The body must be a JSON object.");
-}
+/**
+ * Sent with every response but the answer routes' (which build their own): the console's pages load scripts and
+ * styles from their own origin only and may not be framed; nothing is sniffed, no referrer leaves.
+ */
+export const securityHeaders: Readonly<Record<string, string>> = {
+  "content-security-policy":
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+  "x-content-type-options": "nosniff",
+  "referrer-policy": "no-referrer",
+};
 
 /**
  * The web console's JSON API under `/console/api` (its pages are served at `/` by the app, see consolePage). Sessions are an HttpOnly,
@@ -26,22 +27,21 @@ export const consoleRoutes = (service: ConsoleService, accounts: AccountService)
     .group("/console/api", (api) =>
       api
         .post("/signup", async ({ request, set }) => {
-          const body = await jsonBody(request);
-          await service.signUp({ email: body.email, password: body.password, organization: body.organization });
+          await service.signUp(await readConsoleBody(request, SignUpBody));
           set.status = 201;
           return { ok: true };
         })
         .post("/signin", async ({ request, cookie }) => {
-          const body = await jsonBody(request);
+          const body = await readConsoleBody(request, SignInBody);
           const { token, actor } = await accounts.signIn(body.email, body.password);
           cookie[sessionCookie]?.set({ value: token, httpOnly: true, sameSite: "strict", path: "/", maxAge: 7 * 24 * 3600, secure: new URL(request.url).protocol === "https:" || request.headers.get("x-forwarded-proto") === "https" });
           return service.me(actor);
         })
         .resolve(async ({ cookie, request }) => {
           const actor = await accounts.actorOf(cookie[sessionCookie]?.value as string | undefined);
-          if (!actor) throw new SluiceError("missing_api_key", "Sign in first.");
+          if (!actor) throw new SluiceError("not_signed_in", "Sign in first.");
           if (request.method !== "GET" && request.headers.get("x-csrf-token") !== actor.csrfToken) {
-            throw new SluiceError("invalid_request", "Missing or wrong CSRF token; reload the page.");
+            throw new SluiceError("csrf_token_invalid", "Missing or wrong CSRF token; reload the page.");
           }
           return { actor: actor as Actor };
         })
@@ -54,18 +54,27 @@ export const consoleRoutes = (service: ConsoleService, accounts: AccountService)
         .get("/plans", () => service.plans())
         .get("/keys", ({ actor }) => service.listKeys(actor))
         .post("/keys", async ({ actor, request, set }) => {
-          const body = await jsonBody(request);
+          const body = await readConsoleBody(request, CreateKeyBody);
           set.status = 201;
-          return service.createKey(actor, { name: body.name, expiresIn: body.expires_in });
+          return service.createKey(actor, body);
         })
         .post("/keys/:id/revoke", ({ actor, params }) => service.revokeKey(actor, params.id))
         .get("/usage", ({ actor }) => service.usage(actor))
         .get("/operator/organizations", ({ actor }) => service.listOrganizations(actor))
         .post("/operator/organizations/:id", async ({ actor, params, request }) => {
-          const body = await jsonBody(request);
-          return service.updateOrganization(actor, params.id, { status: body.status, plan: body.plan });
+          return service.updateOrganization(actor, params.id, await readConsoleBody(request, UpdateOrganizationBody));
         })
         .get("/operator/models", ({ actor }) => service.listModels(actor)),
     );
 
-export { default as consolePage } from "./ui/index.html";
+/** The console's page and its bundle's files, at `/` and `/<file>`. */
+export const consolePageRoutes = () =>
+  new Elysia({ name: "console-page" }).get("/", () => assetResponse("/")).get("/:file", ({ params }) => assetResponse(`/${params.file}`));
+
+async function assetResponse(path: string): Promise<Response> {
+  const asset = (await consoleAssets()).get(path);
+  if (!asset) throw new SluiceError("not_found", `Unknown route: GET ${path}.`);
+  // The page itself is never cached, so that a new version's bundle (its files have hashed names) is picked up.
+  const caching = path === "/" ? "no-cache" : "public, max-age=31536000, immutable";
+  return new Response(asset.body, { headers: { "content-type": asset.contentType, "cache-control": caching } });
+}

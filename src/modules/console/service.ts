@@ -9,6 +9,7 @@ import { organizationStatuses, type Organization, type OrganizationService, type
 import type { Queue } from "../queue/model-queue";
 import type { UsageRepository } from "../../storage/types";
 import { AccountService, type Actor } from "./accounts";
+import type { CreateKey, SignUp, UpdateOrganization } from "./model";
 
 export interface ConsoleDependencies {
   accounts: AccountService;
@@ -33,7 +34,7 @@ export interface UsageSeries {
 const hourMs = 3_600_000;
 
 function forbidden(): SluiceError {
-  return new SluiceError("organization_inactive", "You do not have access to this.");
+  return new SluiceError("forbidden", "You do not have access to this.");
 }
 
 /**
@@ -44,15 +45,15 @@ export class ConsoleService {
   constructor(private readonly deps: ConsoleDependencies) {}
 
   /** Sign-up creates the organization on the waitlist and its first member. */
-  async signUp(input: { email: unknown; password: unknown; organization: unknown }): Promise<void> {
-    const name = typeof input.organization === "string" ? input.organization.trim() : "";
+  async signUp(input: SignUp): Promise<void> {
+    const name = input.organization.trim();
     if (!name || name.length > 100) throw invalidRequest("Enter your organization's name (at most 100 characters).", "organization");
     const email = AccountService.checkEmail(input.email);
     AccountService.checkPassword(input.password);
     if (await this.deps.accounts.findByEmail(email)) throw invalidRequest("An account with this email already exists.", "email");
     if (await this.deps.organizations.findByName(name)) throw invalidRequest("An organization with this name already exists.", "organization");
     const organization = await this.deps.organizations.create({ name, plan: "default", status: "waitlist" });
-    await this.deps.accounts.createUser({ email, password: input.password as string, role: "member", organizationId: organization.id });
+    await this.deps.accounts.createUser({ email, password: input.password, role: "member", organizationId: organization.id });
   }
 
   async me(actor: Actor): Promise<{ email: string; role: string; csrfToken: string; organization: { id: string; name: string; status: string; plan: string } | null }> {
@@ -70,14 +71,14 @@ export class ConsoleService {
   }
 
   /** Creates a key; its secret is in this answer and nowhere else, ever. */
-  async createKey(actor: Actor, input: { name: unknown; expiresIn: unknown }): Promise<{ key: ApiKeyInfo; secret: string }> {
+  async createKey(actor: Actor, input: CreateKey): Promise<{ key: ApiKeyInfo; secret: string }> {
     const organization = await this.memberOrganization(actor);
     if (organization.status !== "active") throw new SluiceError("organization_inactive", "Your organization is not active yet; keys can be created once an operator activates it.");
-    const name = typeof input.name === "string" ? input.name.trim() : "";
-    if (!name || name.length > 100) throw invalidRequest("Give the key a label (at most 100 characters).", "name");
+    const name = input.name.trim();
+    if (!name) throw invalidRequest("Give the key a label (at most 100 characters).", "name");
     let expiresInMs: number | undefined;
-    if (input.expiresIn !== undefined && input.expiresIn !== null && input.expiresIn !== "") {
-      expiresInMs = typeof input.expiresIn === "string" ? parseDuration(input.expiresIn) : undefined;
+    if (input.expires_in) {
+      expiresInMs = parseDuration(input.expires_in);
       if (expiresInMs === undefined) throw invalidRequest("The expiry must look like 90s, 30m, 12h or 30d.", "expires_in");
     }
     return await this.deps.keys.create({ organizationId: organization.id, name, expiresInMs });
@@ -113,15 +114,15 @@ export class ConsoleService {
     );
   }
 
-  async updateOrganization(actor: Actor, organizationId: string, input: { status?: unknown; plan?: unknown }): Promise<Organization> {
+  async updateOrganization(actor: Actor, organizationId: string, input: UpdateOrganization): Promise<Organization> {
     this.requireOperator(actor);
     const organization = await this.organization(organizationId);
     if (!organization) throw new SluiceError("not_found", "No such organization.");
-    if (input.status !== undefined && !(organizationStatuses as readonly unknown[]).includes(input.status)) {
+    if (input.status !== undefined && !(organizationStatuses as readonly string[]).includes(input.status)) {
       throw invalidRequest(`status must be one of ${organizationStatuses.join(", ")}.`, "status");
     }
     if (input.plan !== undefined && !this.deps.config.plans.some((plan) => plan.id === input.plan)) throw invalidRequest("Unknown plan.", "plan");
-    const updated = await this.deps.organizations.update(organization.name, { status: input.status as OrganizationStatus | undefined, plan: input.plan as string | undefined });
+    const updated = await this.deps.organizations.update(organization.name, { status: input.status as OrganizationStatus | undefined, plan: input.plan });
     this.deps.auth.invalidate();
     return updated;
   }

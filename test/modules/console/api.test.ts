@@ -94,6 +94,39 @@ describe("sign-up, sign-in, sessions", () => {
   });
 });
 
+describe("the console's own error codes, in the OpenAI error shape", () => {
+  async function errorOf(response: Response): Promise<{ status: number; code: string; type: string; param: string | null }> {
+    const { error } = (await response.json()) as { error: { code: string; type: string; param: string | null; message: string } };
+    expect(typeof error.message).toBe("string");
+    return { status: response.status, code: error.code, type: error.type, param: error.param };
+  }
+
+  test("no session, wrong password, too many attempts, not an operator", async () => {
+    const client = new ConsoleClient(sluice.url);
+    expect(await errorOf(await client.request("GET", "/me"))).toEqual({ status: 401, code: "not_signed_in", type: "authentication_error", param: null });
+    await member("codes@example.com", "Codes Co", false);
+    expect(await errorOf(await client.request("POST", "/signin", { email: "codes@example.com", password: "not the password" }))).toMatchObject({ status: 401, code: "wrong_credentials" });
+    for (let attempt = 0; attempt < 4; attempt++) await client.request("POST", "/signin", { email: "codes@example.com", password: "not the password" });
+    const blocked = await client.request("POST", "/signin", { email: "codes@example.com", password });
+    expect(await errorOf(blocked)).toMatchObject({ status: 429, code: "too_many_sign_in_attempts", type: "rate_limit_error" });
+    const someone = await member("plain@example.com", "Plain Co");
+    expect(await errorOf(await someone.request("GET", "/operator/organizations"))).toMatchObject({ status: 403, code: "forbidden", type: "permission_error" });
+  });
+
+  test("bodies are checked by their models: wrong types name the field; an oversized body is a 413 in the same shape", async () => {
+    const client = new ConsoleClient(sluice.url);
+    expect(await errorOf(await client.request("POST", "/signup", { email: 42, password, organization: "Typed Co" }))).toMatchObject({ status: 400, code: "invalid_request", param: "email" });
+    expect(await errorOf(await client.request("POST", "/signup", { email: "typed@example.com", password }))).toMatchObject({ status: 400, param: "organization" });
+    expect(await errorOf(await client.request("POST", "/signin", [1, 2]))).toMatchObject({ status: 400, code: "invalid_request" });
+    expect(await errorOf(await client.request("POST", "/signin", "{not json"))).toMatchObject({ status: 400, code: "invalid_request" });
+    const keys = await member("typed@example.com", "Typed Co");
+    expect(await errorOf(await keys.request("POST", "/keys", { name: "x", expires_in: 30 }))).toMatchObject({ status: 400, param: "expires_in" });
+    expect(await errorOf(await keys.request("POST", "/keys", { name: "x".repeat(101) }))).toMatchObject({ status: 400, param: "name" });
+    const huge = await client.request("POST", "/signin", { email: "a@b.co", password: "x".repeat(100 * 1024) });
+    expect(await errorOf(huge)).toMatchObject({ status: 413, code: "request_too_large" });
+  });
+});
+
 describe("keys", () => {
   test("a key is shown once, works with the API, is listed without its secret, and is revoked at once", async () => {
     const client = await member("keys@example.com", "Keys Co");
@@ -114,8 +147,11 @@ describe("keys", () => {
 
   test("CSRF: a change without the session's token is refused", async () => {
     const client = await member("csrf@example.com", "Csrf Co");
-    expect((await client.request("POST", "/keys", { name: "x" }, { csrf: null })).status).toBe(400);
-    expect((await client.request("POST", "/keys", { name: "x" }, { csrf: "forged" })).status).toBe(400);
+    for (const csrf of [null, "forged"]) {
+      const refused = await client.request("POST", "/keys", { name: "x" }, { csrf });
+      expect(refused.status).toBe(403);
+      expect(((await refused.json()) as { error: { code: string } }).error.code).toBe("csrf_token_invalid");
+    }
     expect((await client.request("POST", "/keys", { name: "x" })).status).toBe(201);
   });
 

@@ -45,13 +45,23 @@ async function showsText(locator: Locator, text: string): Promise<void> {
   }
 }
 
+/** What Chromium refused under the console's Content-Security-Policy, per page. */
+const violations: string[] = [];
+function watchPolicy(page: Page): Page {
+  page.on("console", (message) => {
+    if (message.text().includes("Content Security Policy")) violations.push(message.text());
+  });
+  return page;
+}
+
 async function shot(page: Page, name: string): Promise<void> {
   await page.screenshot({ path: join(artifacts, `${name}.png`), fullPage: true });
 }
 
 test("sign up, waitlist, operator activates, sign in, create a key, use it, usage moves, revoke, 401", async () => {
-  const member = await (await browser.newContext({ viewport: { width: 1024, height: 800 } })).newPage();
-  await member.goto(sluice.url);
+  const member = watchPolicy(await (await browser.newContext({ viewport: { width: 1024, height: 800 } })).newPage());
+  const loaded = await member.goto(sluice.url);
+  expect(loaded?.headers()["content-security-policy"]).toContain("frame-ancestors 'none'");
   await member.getByRole("button", { name: "No account yet? Sign up" }).click();
   await shot(member, "01-sign-up");
   await member.getByLabel("Email").fill("dana@example.com");
@@ -62,7 +72,7 @@ test("sign up, waitlist, operator activates, sign in, create a key, use it, usag
   expect(await member.getByRole("button", { name: "Create key" }).count()).toBe(0);
   await shot(member, "02-waitlist");
 
-  const operator = await (await browser.newContext()).newPage();
+  const operator = watchPolicy(await (await browser.newContext()).newPage());
   await operator.goto(sluice.url);
   await operator.getByLabel("Email").fill("operator@example.com");
   await operator.getByLabel("Password").fill("operator password");
@@ -98,7 +108,7 @@ test("sign up, waitlist, operator activates, sign in, create a key, use it, usag
   const error = await client.chat.completions.create({ model: "qwen3", messages: [{ role: "user", content: "hello" }] }).catch((caught: unknown) => caught);
   expect(error).toBeInstanceOf(OpenAI.AuthenticationError);
 
-  const phone = await (await browser.newContext({ viewport: { width: 375, height: 740 } })).newPage();
+  const phone = watchPolicy(await (await browser.newContext({ viewport: { width: 375, height: 740 } })).newPage());
   await phone.goto(sluice.url);
   await phone.getByLabel("Email").fill("dana@example.com");
   await phone.getByLabel("Password").fill("a long enough password");
@@ -107,4 +117,18 @@ test("sign up, waitlist, operator activates, sign in, create a key, use it, usag
   const overflow = (await phone.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")) as number;
   expect(overflow).toBeLessThanOrEqual(0);
   await shot(phone, "07-keys-375px");
+  // Every page above worked under the policy, and nothing it loads or does was refused.
+  expect(violations).toEqual([]);
 }, 60_000);
+
+test("another site cannot frame the console", async () => {
+  const page = await (await browser.newContext()).newPage();
+  const refused: string[] = [];
+  page.on("console", (message) => void refused.push(message.text()));
+  await page.setContent(`<iframe id="frame" src="${sluice.url}/"></iframe>`);
+  await Bun.sleep(500);
+  const framed = page.frames().find((frame) => frame !== page.mainFrame());
+  const framedText = (await framed?.evaluate("document.body?.innerText ?? ''").catch(() => "")) as string;
+  expect(framedText).not.toContain("Sign in");
+  expect(refused.join("\n")).toContain("frame-ancestors");
+});

@@ -1,0 +1,35 @@
+import { SluiceError } from "../errors";
+
+/** 413 request_too_large, in the caller's error format like every other error. */
+export function bodyTooLarge(limit: number): SluiceError {
+  return new SluiceError("request_too_large", `The request body is larger than the limit of ${limit} bytes.`);
+}
+
+/**
+ * Reads a request body as text, refusing more than `limit` bytes with a 413. A declared Content-Length is checked
+ * before anything is read; a chunked body is counted as it arrives and abandoned at the limit, so that no body larger
+ * than the limit is ever held in memory (Bun's own limit is set far above, see server.ts).
+ */
+export async function readBodyText(request: Request, limit: number): Promise<string> {
+  const declared = request.headers.get("content-length");
+  if (declared !== null) {
+    if (Number(declared) > limit) throw bodyTooLarge(limit);
+    return await request.text();
+  }
+  if (!request.body) return "";
+  const decoder = new TextDecoder();
+  const reader = request.body.getReader();
+  let size = 0;
+  let text = "";
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > limit) {
+      await reader.cancel().catch(() => undefined);
+      throw bodyTooLarge(limit);
+    }
+    text += decoder.decode(value, { stream: true });
+  }
+  return text + decoder.decode();
+}
