@@ -22,6 +22,7 @@ bench: $(STAMP) shared-services
 	@command -v wrk >/dev/null || (command -v apt-get >/dev/null && (apt-get install -y -qq wrk >/dev/null 2>&1 || (apt-get update -qq >/dev/null && apt-get install -y -qq wrk >/dev/null))) || echo "wrk not installed: bench/load.ts is used instead"
 	BUN_CONFIG_MAX_HTTP_REQUESTS=65535 $(BUN) bench/run.ts
 	BUN_CONFIG_MAX_HTTP_REQUESTS=65535 $(BUN) bench/shared.ts
+	$(BUN) bench/request-log.ts
 
 soak: $(STAMP)
 	BUN_CONFIG_MAX_HTTP_REQUESTS=65535 $(BUN) bench/soak.ts --seconds 600

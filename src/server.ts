@@ -6,11 +6,13 @@ import { LeaseKeeper } from "./modules/admission/lease-keeper";
 import { syncAdmissionWithLedger } from "./modules/admission/service";
 import type { AdmissionStore } from "./modules/admission/store";
 import { AuthService } from "./modules/auth/service";
+import { AuditLog } from "./modules/audit/service";
 import { AccountService } from "./modules/console/accounts";
 import { ConsoleService } from "./modules/console/service";
 import { KeyService } from "./modules/keys/service";
 import { OrganizationService } from "./modules/organizations/service";
 import { ChatService } from "./modules/chat/service";
+import { RequestLogService } from "./modules/requests/service";
 import { ModelRegistry } from "./modules/models/registry";
 import type { Lifecycle } from "./modules/observability/index";
 import { Logger } from "./modules/observability/logger";
@@ -84,10 +86,24 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const lifecycle: Lifecycle = { draining: false, openAnswers: 0 };
   const chat = new ChatService({ models, ledger, admission, queues, safety, clock, metrics, ledgerAvailable: () => storage.available() });
   const maxBodyBytes = options.maxBodyBytes ?? defaultMaxBodyBytes;
-  const organizations = new OrganizationService(storage.organizations, new Set(plans.keys()), storage.changes);
-  const keys = new KeyService(storage.keys, storage.changes);
-  const accounts = new AccountService(storage.accounts);
-  const consoleService = new ConsoleService({ accounts, organizations, keys, auth, admission, models, queues, config: options.config, usage: storage.usage, clock });
+  const audit = new AuditLog(storage.audit);
+  const organizations = new OrganizationService(storage.organizations, new Set(plans.keys()), audit, storage.changes);
+  const keys = new KeyService(storage.keys, audit, storage.changes);
+  const accounts = new AccountService(storage.accounts, audit);
+  const consoleService = new ConsoleService({
+    accounts,
+    organizations,
+    keys,
+    auth,
+    admission,
+    models,
+    queues,
+    config: options.config,
+    usage: storage.usage,
+    requestLog: new RequestLogService(storage.requestLog),
+    audit,
+    clock,
+  });
   const app = createApp({
     auth,
     models,

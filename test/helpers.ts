@@ -11,6 +11,8 @@ import OpenAI from "openai";
 import { resolveConfig } from "../src/config/load";
 import type { ConfigFile } from "../src/config/schema";
 import { openDatabase, type DatabaseHandle } from "../src/db/client";
+import { AuditLog, type AuditActor } from "../src/modules/audit/service";
+import { AccountService } from "../src/modules/console/accounts";
 import { KeyService } from "../src/modules/keys/service";
 import { OrganizationService, type OrganizationStatus } from "../src/modules/organizations/service";
 import { Logger } from "../src/modules/observability/logger";
@@ -60,6 +62,9 @@ export function fakeModel(upstreamUrl: string, id: string, upstreamModel = id, e
   return { id, backend: "openai" as const, base_url: upstreamUrl, upstream_model: upstreamModel, ...extra };
 }
 
+/** The audit trail's actor of changes that tests make directly through the services. */
+export const testActor: AuditActor = { kind: "cli", name: "test" };
+
 export interface TestSluice {
   url: string;
   baseURL: string;
@@ -68,6 +73,8 @@ export interface TestSluice {
   storage: SqliteStorage;
   organizations: OrganizationService;
   keys: KeyService;
+  accounts: AccountService;
+  audit: AuditLog;
   /** An official OpenAI client with the test key; retries off unless asked for. */
   client(options?: { apiKey?: string; maxRetries?: number }): OpenAI;
   /** Creates an organization and a key for it. */
@@ -109,8 +116,10 @@ export async function startSluice(
   const config = resolveConfig(configFile);
   const database = openDatabase(options.databasePath ?? join(directory.path, "sluice.db"));
   const storage = sqliteStorage(database);
-  const organizations = new OrganizationService(storage.organizations, new Set(config.plans.map((plan) => plan.id)));
-  const keys = new KeyService(storage.keys);
+  const audit = new AuditLog(storage.audit);
+  const organizations = new OrganizationService(storage.organizations, new Set(config.plans.map((plan) => plan.id)), audit);
+  const keys = new KeyService(storage.keys, audit);
+  const accounts = new AccountService(storage.accounts, audit);
   const server: RunningServer = await startServer({
     config,
     storage,
@@ -125,8 +134,8 @@ export async function startSluice(
     heartbeatMs: options.heartbeatMs,
   });
   const addOrganization = async (name: string, organizationOptions: { plan?: string; status?: OrganizationStatus } = {}) => {
-    const organization = (await organizations.findByName(name)) ?? (await organizations.create({ name, ...organizationOptions }));
-    const { key, secret } = await keys.create({ organizationId: organization.id, name: "test" });
+    const organization = (await organizations.findByName(name)) ?? (await organizations.create({ name, ...organizationOptions }, testActor));
+    const { key, secret } = await keys.create({ organizationId: organization.id, name: "test" }, testActor);
     return { organizationId: organization.id, key: secret, keyId: key.id };
   };
   const first = await addOrganization("acme", { plan: config.plans[0]?.id });
@@ -139,6 +148,8 @@ export async function startSluice(
     storage,
     organizations,
     keys,
+    accounts,
+    audit,
     client: (clientOptions = {}) => new OpenAI({ baseURL, apiKey: clientOptions.apiKey ?? first.key, maxRetries: clientOptions.maxRetries ?? 0 }),
     addOrganization,
     post: (path, body, headers = {}, signal) =>

@@ -1,5 +1,7 @@
 import { loadConfig } from "../config/load";
 import type { Config } from "../config/schema";
+import { AuditLog, cliActor, type AuditActor } from "../modules/audit/service";
+import { AccountService } from "../modules/console/accounts";
 import { KeyService } from "../modules/keys/service";
 import { OrganizationService } from "../modules/organizations/service";
 import { openBackends } from "../storage/open";
@@ -13,6 +15,10 @@ export interface CliContext {
   redis?: RedisConnection;
   organizations: OrganizationService;
   keys: KeyService;
+  accounts: AccountService;
+  audit: AuditLog;
+  /** Who runs this command, for the audit trail. */
+  actor: AuditActor;
   close(): Promise<void>;
 }
 
@@ -20,12 +26,16 @@ export interface CliContext {
 export async function openCliContext(): Promise<CliContext> {
   const config = loadConfig();
   const { storage, redis } = await openBackends();
+  const audit = new AuditLog(storage.audit);
   return {
     config,
     storage,
     redis,
-    organizations: new OrganizationService(storage.organizations, new Set(config.plans.map((plan) => plan.id)), storage.changes),
-    keys: new KeyService(storage.keys, storage.changes),
+    organizations: new OrganizationService(storage.organizations, new Set(config.plans.map((plan) => plan.id)), audit, storage.changes),
+    keys: new KeyService(storage.keys, audit, storage.changes),
+    accounts: new AccountService(storage.accounts, audit),
+    audit,
+    actor: cliActor(),
     async close() {
       await storage.close();
       redis?.close();

@@ -14,7 +14,7 @@ export async function runKey(args: string[]): Promise<number> {
     const organizationName = values.org;
     await withCliContext(async (context) => {
       const org = await context.organizations.requireByName(organizationName);
-      const { key, secret } = await context.keys.create({ organizationId: org.id, name: values.name, expiresInMs });
+      const { key, secret } = await context.keys.create({ organizationId: org.id, name: values.name, expiresInMs }, context.actor);
       console.error(`created key ${key.id} "${key.name}" for ${org.name}, expires ${formatTime(key.expiresAt)}`);
       console.error("this is the only time the key is shown; store it now:");
       console.log(secret);
@@ -38,7 +38,7 @@ export async function runKey(args: string[]): Promise<number> {
   if (action === "revoke") {
     const { positionals } = parseCommand(rest, {}, 1);
     await withCliContext(async (context) => {
-      const key = await context.keys.revoke(positionals[0] as string);
+      const key = await context.keys.revoke(positionals[0] as string, context.actor);
       console.log(`${key.id}\trevoked\t${formatTime(key.revokedAt)}`);
     });
     return 0;

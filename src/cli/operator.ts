@@ -29,9 +29,8 @@ export async function runOperator(args: string[]): Promise<number> {
     throw new UsageError((error as Error).message);
   }
   await withCliContext(async (context) => {
-    const accounts = new AccountService(context.storage.accounts);
     try {
-      const user = await accounts.createUser({ email, password, role: "operator", organizationId: null });
+      const user = await context.accounts.createUser({ email, password, role: "operator", organizationId: null }, context.actor);
       console.log(`${user.id}\t${user.email}\toperator`);
     } catch (error) {
       throw new UsageError((error as Error).message);

@@ -31,8 +31,8 @@ export async function runOrg(args: string[]): Promise<number> {
   await withCliContext(async (context) => {
     const org =
       action === "create"
-        ? await context.organizations.create({ name, plan: values.plan, status })
-        : await context.organizations.update(name, { plan: values.plan, status });
+        ? await context.organizations.create({ name, plan: values.plan, status }, context.actor)
+        : await context.organizations.update(name, { plan: values.plan, status }, context.actor);
     console.log([org.id, org.name, org.plan, org.status].join("\t"));
   });
   return 0;

@@ -6,6 +6,8 @@ import { OrganizationError } from "../modules/organizations/service";
 import { runKey } from "./key";
 import { runOrg } from "./org";
 import { runRefusals } from "./refusals";
+import { runRequests } from "./requests";
+import { runAudit } from "./audit";
 import { runServe } from "./serve";
 import { runUsage } from "./usage-command";
 import { runBackup } from "./backup";
@@ -19,6 +21,8 @@ const commands: Record<string, (args: string[]) => number | Promise<number>> = {
   key: runKey,
   usage: runUsage,
   refusals: runRefusals,
+  requests: runRequests,
+  audit: runAudit,
   backup: runBackup,
   operator: runOperator,
   doctor: (args) => {

@@ -19,7 +19,7 @@ export async function runUsage(args: string[]): Promise<number> {
     const shared = context.redis ? new RedisAdmissionStore(context.redis, context.storage.usage) : undefined;
     try {
       if (reset) {
-        await resetUsage(context.storage, organization.id, now, shared);
+        await resetUsage(context.storage, organization, now, { log: context.audit, actor: context.actor }, shared);
         console.log(`${organization.name}\tusage reset\t${formatTime(now)}`);
         return;
       }

@@ -17,6 +17,10 @@ export const usageText = `Usage: sluice <command>
   usage --org NAME                        5-hour and monthly usage: used, limit, remaining
   usage reset --org NAME                  forget the organization's usage so far (a running server honours it)
   refusals [--since 24h]                  red-line refusals by rule, then the latest ones (never their text)
+  requests [--org NAME] [--since 24h] [--until T] [--outcome X] [--id REQ_ID] [--key KEY_ID] [--model M]
+           [--limit 50] [--csv]               the request log, newest first (--csv: every matching row)
+  audit [--since 7d] [--action A] [--org NAME] [--limit 200]
+                                          who changed what: organizations, keys, accounts, resets, sign-ins
   operator create EMAIL                   a console operator (password from SLUICE_OPERATOR_PASSWORD, or asked)
   backup PATH                             a consistent copy of the database, safe while the server runs
   doctor                                  check the configuration, the database and every upstream

@@ -1,3 +1,4 @@
+import { sql } from "drizzle-orm";
 import { index, integer, primaryKey, sqliteTable, text } from "drizzle-orm/sqlite-core";
 
 /** Times are integer milliseconds since the epoch (UTC). */
@@ -41,7 +42,7 @@ export const usageLedger = sqliteTable(
     promptTokens: integer("prompt_tokens").notNull(),
     completionTokens: integer("completion_tokens").notNull(),
     reasoningTokens: integer("reasoning_tokens").notNull(),
-    /** completed | client_disconnected | upstream_error | upstream_timeout | content_filter | shutdown */
+    /** completed | client_disconnected | upstream_error | content_filter | shutdown */
     outcome: text("outcome").notNull(),
     errorCode: text("error_code"),
     /** The red-line rule behind a `content_filter` outcome. */
@@ -50,10 +51,41 @@ export const usageLedger = sqliteTable(
     usageSource: text("usage_source").notNull(),
     startedAt: integer("started_at").notNull(),
     endedAt: integer("ended_at").notNull(),
+    /** Milliseconds from the start to the first token the model sent; null when none came. */
+    firstTokenMs: integer("first_token_ms"),
   },
-  // One index beside the primary key: every index is one more B-tree write per answered request. Start-up reads
-  // the usage aggregates, not the ledger, so no index on time alone is needed.
-  (table) => [index("usage_ledger_organization_time_idx").on(table.organizationId, table.endedAt)],
+  // Each index serves the request log (newest first by ended_at, one filter per index) and costs one more B-tree
+  // write per row; rows arrive in ended_at order, so each write lands on the index's last page for its key, model or
+  // organization. Outcomes other than `completed` are rare: their index is partial and costs a completed row nothing.
+  (table) => [
+    index("usage_ledger_organization_time_idx").on(table.organizationId, table.endedAt),
+    index("usage_ledger_time_idx").on(table.endedAt),
+    index("usage_ledger_key_time_idx").on(table.keyId, table.endedAt),
+    index("usage_ledger_model_time_idx").on(table.model, table.endedAt),
+    index("usage_ledger_outcome_time_idx").on(table.outcome, table.endedAt).where(sql`outcome <> 'completed'`),
+  ],
+);
+
+/** Every administrative change and sign-in, whoever made it and however (console or CLI). Never a secret. */
+export const auditLog = sqliteTable(
+  "audit_log",
+  {
+    /** `aud_` and a UUIDv7: ordered by time. */
+    id: text("id").primaryKey(),
+    at: integer("at").notNull(),
+    /** console | cli */
+    actorKind: text("actor_kind").notNull(),
+    /** The console account's email, or the operating-system user who ran the CLI. */
+    actor: text("actor").notNull(),
+    /** organization.created, key.revoked, signin.failed, ... (see src/modules/audit/service.ts) */
+    action: text("action").notNull(),
+    /** What was changed: an organization's name, a key's id, an account's email. */
+    target: text("target").notNull(),
+    organizationId: text("organization_id"),
+    /** JSON: { field: [old, new] }, old null for what was created. */
+    changes: text("changes"),
+  },
+  (table) => [index("audit_log_at_idx").on(table.at)],
 );
 
 /** When an operator last reset an organization's usage: ledger rows that ended before it no longer count. */

@@ -2,9 +2,9 @@ import type { Database } from "bun:sqlite";
 import type { LedgerRow } from "./ledger";
 import { UsageFold } from "./usage-fold";
 
-/** A row as it crosses to the writer thread: its 13 fields in a flat array (cheaper to copy than objects). */
+/** A row as it crosses to the writer thread: its 14 fields in a flat array (cheaper to copy than objects). */
 export type LedgerValue = string | number | null;
-export const fieldsPerRow = 13;
+export const fieldsPerRow = 14;
 
 /** Adds tokens to an organization's minute: (organization_id, minute, tokens, last ended_at). */
 export const addToMinuteSql = `INSERT INTO usage_minutes (organization_id, minute, tokens, last_time) VALUES (?1, ?2, ?3, ?4)
@@ -18,7 +18,7 @@ export const addToMonthSql = `INSERT INTO usage_months (organization_id, month, 
 export function encodeRow(row: LedgerRow, values: LedgerValue[]): void {
   values.push(
     row.requestId, row.organizationId, row.keyId, row.model, row.promptTokens, row.completionTokens, row.reasoningTokens,
-    row.outcome, row.errorCode, row.ruleId, row.usageSource, row.startedAt, row.endedAt,
+    row.outcome, row.errorCode, row.ruleId, row.usageSource, row.startedAt, row.endedAt, row.firstTokenMs,
   );
 }
 
@@ -33,8 +33,8 @@ export class LedgerWriter {
   constructor(sqlite: Database) {
     const insert = sqlite.query<unknown, LedgerValue[]>(
       `INSERT OR IGNORE INTO usage_ledger (request_id, organization_id, key_id, model, prompt_tokens, completion_tokens,
-         reasoning_tokens, outcome, error_code, rule_id, usage_source, started_at, ended_at)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+         reasoning_tokens, outcome, error_code, rule_id, usage_source, started_at, ended_at, first_token_ms)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     );
     const addMinute = sqlite.query<unknown, [string, number, number, number]>(addToMinuteSql);
     const addMonth = sqlite.query<unknown, [string, number, number]>(addToMonthSql);
@@ -52,7 +52,7 @@ export class LedgerWriter {
             values[start] as LedgerValue, values[start + 1] as LedgerValue, values[start + 2] as LedgerValue, values[start + 3] as LedgerValue,
             values[start + 4] as LedgerValue, values[start + 5] as LedgerValue, values[start + 6] as LedgerValue, values[start + 7] as LedgerValue,
             values[start + 8] as LedgerValue, values[start + 9] as LedgerValue, values[start + 10] as LedgerValue, values[start + 11] as LedgerValue,
-            values[start + 12] as LedgerValue,
+            values[start + 12] as LedgerValue, values[start + 13] as LedgerValue,
           );
           fold.add(values[start + 1] as string, (values[start + 4] as number) + (values[start + 5] as number), values[start + 12] as number);
         }

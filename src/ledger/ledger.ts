@@ -17,6 +17,8 @@ export interface LedgerRow {
   usageSource: "upstream" | "tokenizer";
   startedAt: number;
   endedAt: number;
+  /** Milliseconds from the start to the model's first token; null when none came. */
+  firstTokenMs: number | null;
 }
 
 interface Waiter {

@@ -27,10 +27,10 @@ const commitTimeoutMs = 5000;
 function commitStatement(rows: LedgerRow[], minutes: MinuteTotal[], months: MonthTotal[]): SQL {
   const rowValues = rows.map(
     (row) =>
-      sql`(${row.requestId}, ${row.organizationId}, ${row.keyId}, ${row.model}, ${row.promptTokens}::bigint, ${row.completionTokens}::bigint, ${row.reasoningTokens}::bigint, ${row.outcome}, ${row.errorCode}, ${row.ruleId}, ${row.usageSource}, ${row.startedAt}::bigint, ${row.endedAt}::bigint)`,
+      sql`(${row.requestId}, ${row.organizationId}, ${row.keyId}, ${row.model}, ${row.promptTokens}::bigint, ${row.completionTokens}::bigint, ${row.reasoningTokens}::bigint, ${row.outcome}, ${row.errorCode}, ${row.ruleId}, ${row.usageSource}, ${row.startedAt}::bigint, ${row.endedAt}::bigint, ${row.firstTokenMs}::bigint)`,
   );
   const insertRows = sql`INSERT INTO usage_ledger (request_id, organization_id, key_id, model, prompt_tokens, completion_tokens, reasoning_tokens,
-      outcome, error_code, rule_id, usage_source, started_at, ended_at) VALUES ${sql.join(rowValues, sql`, `)} ON CONFLICT DO NOTHING`;
+      outcome, error_code, rule_id, usage_source, started_at, ended_at, first_token_ms) VALUES ${sql.join(rowValues, sql`, `)} ON CONFLICT DO NOTHING`;
   const parts: SQL[] = [];
   if (minutes.length > 0) {
     const values = minutes.map((entry) => sql`(${entry.organizationId}, ${entry.minute}::bigint, ${entry.tokens}::bigint, ${entry.lastTime}::bigint)`);

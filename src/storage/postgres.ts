@@ -9,11 +9,12 @@ import { PostgresLedger } from "../ledger/postgres-ledger";
 import { monthOf } from "../modules/admission/month";
 import { UsageFold } from "../ledger/usage-fold";
 import { hourMs, oldestNeededMinute, usageByOrganization, usageWindowStart } from "./usage-rows";
-import type { AccountRepository, ChangeFeed, KeyRepository, OrganizationRepository, Storage, UsageRepository } from "./types";
+import { auditConditions, requestLogConditions } from "./log-conditions";
+import type { AccountRepository, AuditEntry, AuditRepository, ChangeFeed, KeyRepository, OrganizationRepository, RequestLogRepository, Storage, UsageRepository } from "./types";
 import { withTimeout } from "./with-timeout";
 
 type Database = BunSQLDatabase<typeof schema>;
-const { apiKeys, organizations, sessions, signInFailures, usageLedger, usageMinutes, usageMonths, usageResets, users } = schema;
+const { apiKeys, auditLog, organizations, sessions, signInFailures, usageLedger, usageMinutes, usageMonths, usageResets, users } = schema;
 
 /** Every query that a request waits for gives up after this long (PostgreSQL stopped, a dead link). */
 export const postgresTimeoutMs = 3000;
@@ -229,6 +230,53 @@ function usageRepository(db: Database): UsageRepository {
   };
 }
 
+function requestLogRepository(db: Database): RequestLogRepository {
+  const columns = {
+    requestId: usageLedger.requestId,
+    startedAt: usageLedger.startedAt,
+    endedAt: usageLedger.endedAt,
+    organizationId: usageLedger.organizationId,
+    keyId: usageLedger.keyId,
+    model: usageLedger.model,
+    outcome: usageLedger.outcome,
+    errorCode: usageLedger.errorCode,
+    ruleId: usageLedger.ruleId,
+    promptTokens: usageLedger.promptTokens,
+    completionTokens: usageLedger.completionTokens,
+    reasoningTokens: usageLedger.reasoningTokens,
+    firstTokenMs: usageLedger.firstTokenMs,
+    usageSource: usageLedger.usageSource,
+    organization: organizations.name,
+    keyName: apiKeys.name,
+  };
+  return {
+    async page(filter) {
+      return await timed(
+        db
+          .select(columns)
+          .from(usageLedger)
+          .leftJoin(organizations, eq(organizations.id, usageLedger.organizationId))
+          .leftJoin(apiKeys, eq(apiKeys.id, usageLedger.keyId))
+          .where(requestLogConditions(usageLedger, filter))
+          .orderBy(desc(usageLedger.endedAt), desc(usageLedger.requestId))
+          .limit(filter.limit),
+      );
+    },
+  };
+}
+
+function auditRepository(db: Database): AuditRepository {
+  return {
+    async insert(entry) {
+      await timed(db.insert(auditLog).values({ ...entry, changes: entry.changes === null ? null : JSON.stringify(entry.changes) }));
+    },
+    async list(filter) {
+      const rows = await timed(db.select().from(auditLog).where(auditConditions(auditLog, filter)).orderBy(desc(auditLog.id)).limit(filter.limit));
+      return rows.map((row) => ({ ...row, actorKind: row.actorKind as AuditEntry["actorKind"], changes: row.changes === null ? null : JSON.parse(row.changes) }));
+    },
+  };
+}
+
 /**
  * Connects to PostgreSQL, applies pending migrations (exactly once across instances starting together) and watches
  * whether it answers. `changes` tells instances about each other's changes (Redis in shared mode).
@@ -259,6 +307,8 @@ export async function postgresStorage(url: string, changes: ChangeFeed): Promise
     keys: keyRepository(db),
     accounts: accountRepository(db),
     usage: usageRepository(db),
+    requestLog: requestLogRepository(db),
+    audit: auditRepository(db),
     changes,
     openLedger() {
       return new PostgresLedger(db, (ok) => {

@@ -1,17 +1,20 @@
 // The SQLite backend: one file, one instance (the default). Every call is synchronous underneath; the interfaces are
 // async only because PostgreSQL's are.
-import { and, asc, eq, getTableColumns, gt, lt } from "drizzle-orm";
+import { and, asc, desc, eq, getTableColumns, gt, lt } from "drizzle-orm";
 import type { DatabaseHandle } from "../db/client";
-import { apiKeys, organizations, sessions, users } from "../db/schema";
+import { apiKeys, auditLog, organizations, sessions, usageLedger, users } from "../db/schema";
 import { Ledger } from "../ledger/ledger";
 import { addToMinuteSql, addToMonthSql } from "../ledger/ledger-writer";
 import { UsageFold } from "../ledger/usage-fold";
 import { monthOf } from "../modules/admission/month";
 import { startCheckpointer } from "../db/checkpointer";
+import { auditConditions, requestLogConditions, sqliteCommon } from "./log-conditions";
 import { hourMs, oldestNeededMinute, usageByOrganization, usageWindowStart } from "./usage-rows";
 import type {
   AccountRepository,
   ApiKeyInfo,
+  AuditEntry,
+  AuditRepository,
   ChangeFeed,
   HourlyUsage,
   KeyCredentials,
@@ -20,6 +23,9 @@ import type {
   OrganizationRepository,
   RecentRefusal,
   RefusalCount,
+  RequestLogFilter,
+  RequestLogRepository,
+  RequestLogRow,
   Storage,
   UsageRepository,
 } from "./types";
@@ -191,6 +197,55 @@ function usageRepository({ sqlite }: DatabaseHandle): UsageRepository {
   };
 }
 
+/** The request log's query; exported so that a test can ask SQLite which index answers it. */
+export function requestLogQuery({ db }: DatabaseHandle, filter: RequestLogFilter) {
+  return db
+    .select({ ...requestLogColumns, organization: organizations.name, keyName: apiKeys.name })
+    .from(usageLedger)
+    .leftJoin(organizations, eq(organizations.id, usageLedger.organizationId))
+    .leftJoin(apiKeys, eq(apiKeys.id, usageLedger.keyId))
+    .where(requestLogConditions(usageLedger, filter, sqliteCommon))
+    .orderBy(desc(usageLedger.endedAt), desc(usageLedger.requestId))
+    .limit(filter.limit);
+}
+
+function requestLogRepository(database: DatabaseHandle): RequestLogRepository {
+  return {
+    async page(filter) {
+      return requestLogQuery(database, filter).all() satisfies RequestLogRow[];
+    },
+  };
+}
+
+const requestLogColumns = {
+  requestId: usageLedger.requestId,
+  startedAt: usageLedger.startedAt,
+  endedAt: usageLedger.endedAt,
+  organizationId: usageLedger.organizationId,
+  keyId: usageLedger.keyId,
+  model: usageLedger.model,
+  outcome: usageLedger.outcome,
+  errorCode: usageLedger.errorCode,
+  ruleId: usageLedger.ruleId,
+  promptTokens: usageLedger.promptTokens,
+  completionTokens: usageLedger.completionTokens,
+  reasoningTokens: usageLedger.reasoningTokens,
+  firstTokenMs: usageLedger.firstTokenMs,
+  usageSource: usageLedger.usageSource,
+};
+
+function auditRepository({ db }: DatabaseHandle): AuditRepository {
+  return {
+    async insert(entry) {
+      db.insert(auditLog).values({ ...entry, changes: entry.changes === null ? null : JSON.stringify(entry.changes) }).run();
+    },
+    async list(filter) {
+      const rows = db.select().from(auditLog).where(auditConditions(auditLog, filter)).orderBy(desc(auditLog.id)).limit(filter.limit).all();
+      return rows.map((row) => ({ ...row, actorKind: row.actorKind as AuditEntry["actorKind"], changes: row.changes === null ? null : JSON.parse(row.changes) }));
+    },
+  };
+}
+
 function ledgerStore(ledger: Ledger, stopCheckpointer: () => void): LedgerStore {
   return {
     record: (row) => ledger.record(row),
@@ -239,6 +294,8 @@ export function sqliteStorage(database: DatabaseHandle): SqliteStorage {
     keys: keyRepository(database),
     accounts: accountRepository(database),
     usage: usageRepository(database),
+    requestLog: requestLogRepository(database),
+    audit: auditRepository(database),
     changes,
     openLedger() {
       const ledger = new Ledger(database.sqlite);

@@ -146,6 +146,87 @@ export interface UsageRepository {
   recentRefusals(since: number, limit: number): Promise<RecentRefusal[]>;
 }
 
+/** Who made an administrative change: a console account (its email) or the CLI (the operating-system user). */
+export interface AuditActor {
+  kind: "console" | "cli";
+  name: string;
+}
+
+/** One administrative change or sign-in. `changes` maps a field to [old, new] (old null for what was created). */
+export interface AuditEntry {
+  id: string;
+  at: number;
+  actorKind: AuditActor["kind"];
+  actor: string;
+  action: string;
+  target: string;
+  organizationId: string | null;
+  changes: Record<string, [unknown, unknown]> | null;
+}
+
+export interface AuditFilter {
+  since?: number;
+  action?: string;
+  /** Part of the actor's name (an email, a user). */
+  actor?: string;
+  organizationId?: string;
+  /** The id of the last entry of the previous page. */
+  before?: string;
+  limit: number;
+}
+
+export interface AuditRepository {
+  insert(entry: AuditEntry): Promise<void>;
+  /** Newest first. */
+  list(filter: AuditFilter): Promise<AuditEntry[]>;
+}
+
+/** Where a page of the request log starts: just after this row (newest first). */
+export interface RequestLogCursor {
+  endedAt: number;
+  requestId: string;
+}
+
+export interface RequestLogFilter {
+  /** Always set for a member: the organization it belongs to. */
+  organizationId?: string;
+  keyId?: string;
+  model?: string;
+  outcome?: string;
+  requestId?: string;
+  /** ended_at >= since */
+  since?: number;
+  /** ended_at < until */
+  until?: number;
+  after?: RequestLogCursor;
+  limit: number;
+}
+
+/** A ledger row as the request log shows it, with its key's label and its organization's name. */
+export interface RequestLogRow {
+  requestId: string;
+  startedAt: number;
+  endedAt: number;
+  organizationId: string;
+  organization: string | null;
+  keyId: string;
+  keyName: string | null;
+  model: string;
+  outcome: string;
+  errorCode: string | null;
+  ruleId: string | null;
+  promptTokens: number;
+  completionTokens: number;
+  reasoningTokens: number;
+  firstTokenMs: number | null;
+  usageSource: string;
+}
+
+export interface RequestLogRepository {
+  /** Newest first (ended_at, then request id), every filter answered from an index. */
+  page(filter: RequestLogFilter): Promise<RequestLogRow[]>;
+}
+
 /** The usage ledger: a row per request that reached an upstream, committed before the answer's last byte. */
 export interface LedgerStore {
   /** Resolves once the row is committed; rejects if it cannot be. */
@@ -177,6 +258,8 @@ export interface Storage {
   readonly keys: KeyRepository;
   readonly accounts: AccountRepository;
   readonly usage: UsageRepository;
+  readonly requestLog: RequestLogRepository;
+  readonly audit: AuditRepository;
   readonly changes: ChangeFeed;
   /** The ledger writer of a serving process (one per process). */
   openLedger(): LedgerStore;

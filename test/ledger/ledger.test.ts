@@ -44,6 +44,7 @@ function row(overrides: Partial<LedgerRow> = {}): LedgerRow {
     usageSource: "upstream",
     startedAt: now,
     endedAt: now,
+    firstTokenMs: null,
     ...overrides,
   };
 }

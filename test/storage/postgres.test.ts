@@ -26,7 +26,7 @@ test("ledger rows, aggregates, hourly series, refusals, last use and credentials
   const row = (index: number) => ({
     requestId: `req_${index}`, organizationId: "org_1", keyId: "key_1", model: "m", promptTokens: 10, completionTokens: 5, reasoningTokens: 0,
     outcome: index === 3 ? ("content_filter" as const) : ("completed" as const), errorCode: null, ruleId: index === 3 ? "rule-1" : null,
-    usageSource: "upstream" as const, startedAt: now, endedAt: now,
+    usageSource: "upstream" as const, startedAt: now, endedAt: now, firstTokenMs: index === 2 ? 40 : null,
   });
   await Promise.all([1, 2, 3].map((index) => ledger.record(row(index))));
   // A row recorded twice (a retry after a lost answer) counts once.

@@ -9,6 +9,7 @@ import usageAggregates from "./0003_usage_aggregates.sql" with { type: "text" };
 import consoleTables from "./0004_console.sql" with { type: "text" };
 import dropTimeIndex from "./0005_drop_time_index.sql" with { type: "text" };
 import changeCounter from "./0006_change_counter.sql" with { type: "text" };
+import operators from "./0007_operators.sql" with { type: "text" };
 
 export interface EmbeddedMigration {
   tag: string;
@@ -23,6 +24,7 @@ const sqlByTag: Record<string, string> = {
   "0004_console": consoleTables,
   "0005_drop_time_index": dropTimeIndex,
   "0006_change_counter": changeCounter,
+  "0007_operators": operators,
 };
 
 export const journalTags: string[] = journal.entries.map((entry) => entry.tag);

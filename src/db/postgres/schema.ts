@@ -1,5 +1,6 @@
 // The PostgreSQL twin of ../schema.ts (SQLite): the same tables, columns and indexes, so that both backends answer
 // the same queries. Times are milliseconds since the epoch in bigint columns, read back as JavaScript numbers.
+import { sql } from "drizzle-orm";
 import { bigint, index, pgTable, primaryKey, text } from "drizzle-orm/pg-core";
 
 const time = (name: string) => bigint(name, { mode: "number" });
@@ -46,8 +47,30 @@ export const usageLedger = pgTable(
     usageSource: text("usage_source").notNull(),
     startedAt: time("started_at").notNull(),
     endedAt: time("ended_at").notNull(),
+    firstTokenMs: bigint("first_token_ms", { mode: "number" }),
   },
-  (table) => [index("usage_ledger_organization_time_idx").on(table.organizationId, table.endedAt)],
+  (table) => [
+    index("usage_ledger_organization_time_idx").on(table.organizationId, table.endedAt),
+    index("usage_ledger_time_idx").on(table.endedAt),
+    index("usage_ledger_key_time_idx").on(table.keyId, table.endedAt),
+    index("usage_ledger_model_time_idx").on(table.model, table.endedAt),
+    index("usage_ledger_outcome_time_idx").on(table.outcome, table.endedAt).where(sql`outcome <> 'completed'`),
+  ],
+);
+
+export const auditLog = pgTable(
+  "audit_log",
+  {
+    id: text("id").primaryKey(),
+    at: time("at").notNull(),
+    actorKind: text("actor_kind").notNull(),
+    actor: text("actor").notNull(),
+    action: text("action").notNull(),
+    target: text("target").notNull(),
+    organizationId: text("organization_id"),
+    changes: text("changes"),
+  },
+  (table) => [index("audit_log_at_idx").on(table.at)],
 );
 
 export const usageResets = pgTable("usage_resets", {

@@ -1,4 +1,5 @@
 import type { LedgerStore, Storage } from "../../storage/types";
+import type { AuditActor, AuditLog } from "../audit/service";
 import { restoreFromLedger } from "./ledger-usage";
 import type { AdmissionStore } from "./store";
 
@@ -31,8 +32,15 @@ export async function syncAdmissionWithLedger(store: AdmissionStore, storage: St
  * An operator's usage reset, from the CLI or the console: recorded in the database (usage that ended before now no
  * longer counts, also after restarts), then in the shared admission state, then announced to every instance.
  */
-export async function resetUsage(storage: Storage, organizationId: string, now: number, sharedStore?: AdmissionStore): Promise<void> {
-  await storage.usage.reset(organizationId, now);
-  if (sharedStore) await restoreFromLedger(sharedStore, storage.usage, now, organizationId);
+export async function resetUsage(
+  storage: Storage,
+  organization: { id: string; name: string },
+  now: number,
+  audit: { log: AuditLog; actor: AuditActor },
+  sharedStore?: AdmissionStore,
+): Promise<void> {
+  await storage.usage.reset(organization.id, now);
+  if (sharedStore) await restoreFromLedger(sharedStore, storage.usage, now, organization.id);
   await storage.changes.announce();
+  await audit.log.record(audit.actor, "usage.reset", organization.name, { organizationId: organization.id, changes: { resetAt: [null, now] } });
 }

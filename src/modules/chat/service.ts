@@ -74,6 +74,8 @@ interface Run {
   permit: Permit;
   meter: UsageMeter;
   startedAt: number;
+  /** Set at the first streamed token: milliseconds since `startedAt`. */
+  firstTokenMs?: number;
 }
 
 function outcomeOf(error: unknown): { outcome: Outcome; errorCode: string | null } {
@@ -176,7 +178,7 @@ export class ChatService {
     const endedAt = this.deps.clock();
     lease.settle(usage, endedAt);
     this.note(context, prepared.modelId, usage, { outcome: "content_filter", ruleId: rule.id });
-    await this.deps.ledger.record(this.ledgerRow(prepared, context, usage, "tokenizer", endedAt, endedAt, { outcome: "content_filter", ruleId: rule.id }));
+    await this.deps.ledger.record(this.ledgerRow(prepared, context, usage, "tokenizer", { startedAt: endedAt, endedAt, firstTokenMs: null }, { outcome: "content_filter", ruleId: rule.id }));
     const completion = { content: text, reasoning: null, toolCalls: null, finishReason: "content_filter", usage };
     if (!prepared.stream) return { kind: "whole", body: format.whole(identity, completion, usage), headers: lease.headers };
     if (context.record) context.record.deferred = true;
@@ -240,7 +242,10 @@ export class ChatService {
         const out: string[] = [];
         for (const event of result.value) {
           run.meter.observe(event);
-          if (event.type === "delta" && record && record.firstTokenAt === undefined) record.firstTokenAt = performance.now();
+          if (event.type === "delta" && run.firstTokenMs === undefined) {
+            run.firstTokenMs = this.deps.clock() - run.startedAt;
+            if (record) record.firstTokenAt = performance.now();
+          }
           const rule = event.type === "delta" ? monitor?.observe(event.content, event.reasoning) : undefined;
           if (rule) {
             // Stop the upstream at once; the piece that completed the match is never sent.
@@ -317,7 +322,7 @@ export class ChatService {
     const endedAt = this.deps.clock();
     run.permit.release(measured.usage, endedAt);
     this.note(context, prepared.modelId, measured.usage, ending);
-    await this.deps.ledger.record(this.ledgerRow(prepared, context, measured.usage, measured.source, run.startedAt, endedAt, ending));
+    await this.deps.ledger.record(this.ledgerRow(prepared, context, measured.usage, measured.source, { startedAt: run.startedAt, endedAt, firstTokenMs: run.firstTokenMs ?? null }, ending));
     return measured.usage;
   }
 
@@ -339,7 +344,14 @@ export class ChatService {
     if (ending.ruleId) metrics.refusals.inc({ rule: ending.ruleId });
   }
 
-  private ledgerRow(prepared: PreparedRequest, context: RequestContext, usage: Usage, source: LedgerRow["usageSource"], startedAt: number, endedAt: number, ending: Ending): LedgerRow {
+  private ledgerRow(
+    prepared: PreparedRequest,
+    context: RequestContext,
+    usage: Usage,
+    source: LedgerRow["usageSource"],
+    timing: Pick<LedgerRow, "startedAt" | "endedAt" | "firstTokenMs">,
+    ending: Ending,
+  ): LedgerRow {
     return {
       requestId: context.requestId,
       organizationId: context.caller.organizationId,
@@ -352,8 +364,7 @@ export class ChatService {
       errorCode: ending.errorCode ?? null,
       ruleId: ending.ruleId ?? null,
       usageSource: source,
-      startedAt,
-      endedAt,
+      ...timing,
     };
   }
 }

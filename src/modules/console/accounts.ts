@@ -1,6 +1,7 @@
 import { SluiceError, invalidRequest } from "../../errors";
 import { randomId } from "../../ids";
 import type { AccountRepository, Role, User } from "../../storage/types";
+import type { AuditActor, AuditLog } from "../audit/service";
 import { hashKeySecret } from "../keys/secret";
 
 export type { Role, User };
@@ -28,7 +29,10 @@ function token(): string {
  * (so a session opened through one instance works on every instance), failed sign-ins counted there too.
  */
 export class AccountService {
-  constructor(private readonly repository: AccountRepository) {}
+  constructor(
+    private readonly repository: AccountRepository,
+    private readonly audit: AuditLog,
+  ) {}
 
   static checkEmail(email: unknown): string {
     if (typeof email !== "string" || !/^[^\s@]+@[^\s@]+\.[^\s@]+$/.test(email.trim()) || email.length > 254) throw invalidRequest("Enter a valid email address.", "email");
@@ -42,12 +46,13 @@ export class AccountService {
     return password;
   }
 
-  async createUser(input: { email: string; password: string; role: Role; organizationId: string | null }): Promise<User> {
+  async createUser(input: { email: string; password: string; role: Role; organizationId: string | null }, actor: AuditActor): Promise<User> {
     const email = AccountService.checkEmail(input.email);
     const password = AccountService.checkPassword(input.password);
     if (await this.repository.findUserByEmail(email)) throw invalidRequest("An account with this email already exists.", "email");
     const user: User = { id: randomId("usr_", 12), email, passwordHash: await Bun.password.hash(password), role: input.role, organizationId: input.organizationId, createdAt: Date.now() };
     await this.repository.insertUser(user);
+    await this.audit.record(actor, "account.created", user.email, { organizationId: user.organizationId, changes: { role: [null, user.role] } });
     return user;
   }
 
@@ -59,7 +64,9 @@ export class AccountService {
   async signIn(emailInput: string, password: string, now = Date.now()): Promise<{ token: string; actor: Actor }> {
     const email = emailInput.trim().toLowerCase();
     const failure = await this.repository.failures(email);
+    const attempt: AuditActor = { kind: "console", name: email };
     if (failure && now - failure.since < failureWindowMs && failure.count >= maxFailures) {
+      await this.audit.record(attempt, "signin.failed", email, { changes: { reason: [null, "too many failed attempts"] } });
       throw new SluiceError("too_many_sign_in_attempts", "Too many failed sign-ins for this account. Try again later.", { retryAfterSeconds: Math.ceil((failure.since + failureWindowMs - now) / 1000) });
     }
     const user = email ? await this.findByEmail(email) : undefined;
@@ -67,11 +74,13 @@ export class AccountService {
     const valid = user ? await Bun.password.verify(password, user.passwordHash) : (await Bun.password.verify(password, await dummyHash()), false);
     if (!user || !valid) {
       await this.repository.addFailure(email, now, now - failureWindowMs);
+      await this.audit.record(attempt, "signin.failed", email, { changes: { reason: [null, "wrong email or password"] } });
       throw new SluiceError("wrong_credentials", "Wrong email or password.");
     }
     if (failure) await this.repository.clearFailures(email);
     const sessionToken = token();
     const csrfToken = token();
+    await this.audit.record(attempt, "signin.succeeded", email, { organizationId: user.organizationId });
     await this.repository.openSession({ tokenHash: hashKeySecret(sessionToken), userId: user.id, csrfToken, createdAt: now, expiresAt: now + sessionLifetimeMs }, now);
     return { token: sessionToken, actor: { userId: user.id, email: user.email, role: user.role, organizationId: user.organizationId, csrfToken } };
   }

@@ -1,7 +1,7 @@
 import { Elysia } from "elysia";
 import { SluiceError } from "../../errors";
 import type { AccountService, Actor } from "./accounts";
-import { CreateKeyBody, readConsoleBody, SignInBody, SignUpBody, UpdateOrganizationBody } from "./model";
+import { AuditQuery, CreateKeyBody, readConsoleBody, readConsoleQuery, RequestLogQuery, SignInBody, SignUpBody, UpdateOrganizationBody } from "./model";
 import { consoleAssets } from "./page";
 import type { ConsoleService } from "./service";
 
@@ -60,6 +60,14 @@ export const consoleRoutes = (service: ConsoleService, accounts: AccountService)
         })
         .post("/keys/:id/revoke", ({ actor, params }) => service.revokeKey(actor, params.id))
         .get("/usage", ({ actor }) => service.usage(actor))
+        .get("/requests", ({ actor, query }) => service.requests(actor, readConsoleQuery(query, RequestLogQuery)))
+        .get("/requests.csv", async ({ actor, query }) => {
+          const rows = await service.requestsCsv(actor, readConsoleQuery(query, RequestLogQuery));
+          return new Response(rows.pipeThrough(new TextEncoderStream()), {
+            headers: { "content-type": "text/csv; charset=utf-8", "content-disposition": 'attachment; filename="sluice-requests.csv"' },
+          });
+        })
+        .get("/operator/audit", ({ actor, query }) => service.auditTrail(actor, readConsoleQuery(query, AuditQuery)))
         .get("/operator/organizations", ({ actor }) => service.listOrganizations(actor))
         .post("/operator/organizations/:id", async ({ actor, params, request }) => {
           return service.updateOrganization(actor, params.id, await readConsoleBody(request, UpdateOrganizationBody));

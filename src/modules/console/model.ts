@@ -30,12 +30,56 @@ export const UpdateOrganizationBody = Type.Object({
   plan: Type.Optional(Type.String({ maxLength: 100 })),
 });
 
+const filterText = Type.Optional(Type.String({ maxLength: 200 }));
+
+/** The request log's filters, as query parameters. Times are `24h`/`7d` back from now, ISO 8601, or epoch ms. */
+export const RequestLogQuery = Type.Object({
+  since: filterText,
+  until: filterText,
+  key: filterText,
+  model: filterText,
+  outcome: filterText,
+  /** A request id, as `x-request-id` showed it. */
+  id: filterText,
+  /** Operators only: one organization's id. */
+  organization: filterText,
+  cursor: filterText,
+  limit: Type.Optional(Type.String({ pattern: "^[0-9]{1,3}$", expected: "a number of rows from 1 to 500" })),
+});
+
+export const AuditQuery = Type.Object({
+  since: filterText,
+  action: filterText,
+  actor: filterText,
+  organization: filterText,
+  cursor: filterText,
+  limit: Type.Optional(Type.String({ pattern: "^[0-9]{1,3}$", expected: "a number of rows from 1 to 500" })),
+});
+
 export type SignUp = Static<typeof SignUpBody>;
+export type RequestLogQueryInput = Static<typeof RequestLogQuery>;
+export type AuditQueryInput = Static<typeof AuditQuery>;
 export type SignIn = Static<typeof SignInBody>;
 export type CreateKey = Static<typeof CreateKeyBody>;
 export type UpdateOrganization = Static<typeof UpdateOrganizationBody>;
 
 const compiled = new WeakMap<TSchema, TypeCheck<TSchema>>();
+
+function checked<T extends TSchema>(model: T, value: unknown): Static<T> {
+  let check = compiled.get(model);
+  if (!check) {
+    check = TypeCompiler.Compile(model) as TypeCheck<TSchema>;
+    compiled.set(model, check);
+  }
+  const result = validateBody(check, value, []);
+  if (result instanceof Error) throw result;
+  return result as Static<T>;
+}
+
+/** Checks a console request's query parameters against their model; 400 naming the parameter otherwise. */
+export function readConsoleQuery<T extends TSchema>(query: Record<string, string | undefined>, model: T): Static<T> {
+  return checked(model, { ...query });
+}
 
 /**
  * Reads a console request's JSON body within the console's limit and checks it against its model; 400 naming the
@@ -50,12 +94,5 @@ export async function readConsoleBody<T extends TSchema>(request: Request, model
   } catch {
     throw invalidRequest("The body must be valid JSON.");
   }
-  let check = compiled.get(model);
-  if (!check) {
-    check = TypeCompiler.Compile(model) as TypeCheck<TSchema>;
-    compiled.set(model, check);
-  }
-  const result = validateBody(check, body, []);
-  if (result instanceof Error) throw result;
-  return result as Static<T>;
+  return checked(model, body);
 }

@@ -2,14 +2,16 @@ import type { Config } from "../../config/schema";
 import { SluiceError, invalidRequest } from "../../errors";
 import type { AdmissionStore } from "../admission/store";
 import type { AuthService } from "../auth/service";
-import { parseDuration } from "../keys/duration";
+import { parseDuration, parseTimeBound } from "../keys/duration";
+import { checkOutcome, defaultPageSize, type RequestLogPage, type RequestLogService } from "../requests/service";
 import type { ApiKeyInfo, KeyService } from "../keys/service";
 import type { ModelRegistry } from "../models/registry";
 import { organizationStatuses, type Organization, type OrganizationService, type OrganizationStatus } from "../organizations/service";
 import type { Queue } from "../queue/model-queue";
-import type { UsageRepository } from "../../storage/types";
+import type { AuditEntry, RequestLogFilter, UsageRepository } from "../../storage/types";
+import { auditActions, type AuditActor, type AuditLog } from "../audit/service";
 import { AccountService, type Actor } from "./accounts";
-import type { CreateKey, SignUp, UpdateOrganization } from "./model";
+import type { AuditQueryInput, CreateKey, RequestLogQueryInput, SignUp, UpdateOrganization } from "./model";
 
 export interface ConsoleDependencies {
   accounts: AccountService;
@@ -21,6 +23,8 @@ export interface ConsoleDependencies {
   queues: ReadonlyMap<string, Queue>;
   config: Config;
   usage: UsageRepository;
+  requestLog: RequestLogService;
+  audit: AuditLog;
   clock: () => number;
 }
 
@@ -32,6 +36,16 @@ export interface UsageSeries {
 }
 
 const hourMs = 3_600_000;
+
+function pageSize(limit: string | undefined): number {
+  const size = limit === undefined ? defaultPageSize : Number(limit);
+  if (!(size >= 1 && size <= 500)) throw invalidRequest("limit must be from 1 to 500.", "limit");
+  return size;
+}
+
+function auditActor(actor: Actor): AuditActor {
+  return { kind: "console", name: actor.email };
+}
 
 function forbidden(): SluiceError {
   return new SluiceError("forbidden", "You do not have access to this.");
@@ -52,8 +66,10 @@ export class ConsoleService {
     AccountService.checkPassword(input.password);
     if (await this.deps.accounts.findByEmail(email)) throw invalidRequest("An account with this email already exists.", "email");
     if (await this.deps.organizations.findByName(name)) throw invalidRequest("An organization with this name already exists.", "organization");
-    const organization = await this.deps.organizations.create({ name, plan: "default", status: "waitlist" });
-    await this.deps.accounts.createUser({ email, password: input.password, role: "member", organizationId: organization.id });
+    // The new member is the actor of its own sign-up.
+    const actor: AuditActor = { kind: "console", name: email };
+    const organization = await this.deps.organizations.create({ name, plan: "default", status: "waitlist" }, actor);
+    await this.deps.accounts.createUser({ email, password: input.password, role: "member", organizationId: organization.id }, actor);
   }
 
   async me(actor: Actor): Promise<{ email: string; role: string; csrfToken: string; organization: { id: string; name: string; status: string; plan: string } | null }> {
@@ -81,7 +97,7 @@ export class ConsoleService {
       expiresInMs = parseDuration(input.expires_in);
       if (expiresInMs === undefined) throw invalidRequest("The expiry must look like 90s, 30m, 12h or 30d.", "expires_in");
     }
-    return await this.deps.keys.create({ organizationId: organization.id, name, expiresInMs });
+    return await this.deps.keys.create({ organizationId: organization.id, name, expiresInMs }, auditActor(actor));
   }
 
   async revokeKey(actor: Actor, keyId: string): Promise<ApiKeyInfo> {
@@ -89,7 +105,7 @@ export class ConsoleService {
     const key = await this.deps.keys.find(keyId);
     // Another organization's key looks exactly like a key that does not exist.
     if (!key || key.organizationId !== organization.id) throw new SluiceError("not_found", "No such key.");
-    const revoked = await this.deps.keys.revoke(keyId);
+    const revoked = await this.deps.keys.revoke(keyId, auditActor(actor));
     this.deps.auth.invalidate();
     return revoked;
   }
@@ -122,7 +138,7 @@ export class ConsoleService {
       throw invalidRequest(`status must be one of ${organizationStatuses.join(", ")}.`, "status");
     }
     if (input.plan !== undefined && !this.deps.config.plans.some((plan) => plan.id === input.plan)) throw invalidRequest("Unknown plan.", "plan");
-    const updated = await this.deps.organizations.update(organization.name, { status: input.status as OrganizationStatus | undefined, plan: input.plan });
+    const updated = await this.deps.organizations.update(organization.name, { status: input.status as OrganizationStatus | undefined, plan: input.plan }, auditActor(actor));
     this.deps.auth.invalidate();
     return updated;
   }
@@ -130,6 +146,59 @@ export class ConsoleService {
   listModels(actor: Actor) {
     this.requireOperator(actor);
     return this.deps.models.all().map((model) => ({ id: model.id, backend: model.backend, enabled: model.enabled, ...(this.deps.queues.get(model.id)?.stats() ?? { active: 0, queued: 0 }) }));
+  }
+
+  /** A page of the request log: a member's own organization, or (operators) every one or the one asked for. */
+  async requests(actor: Actor, query: RequestLogQueryInput): Promise<RequestLogPage> {
+    return await this.deps.requestLog.page(await this.requestFilter(actor, query), { cursor: query.cursor, limit: pageSize(query.limit) });
+  }
+
+  /** The same rows as CSV, streamed. */
+  async requestsCsv(actor: Actor, query: RequestLogQueryInput): Promise<ReadableStream<string>> {
+    return this.deps.requestLog.csv(await this.requestFilter(actor, query));
+  }
+
+  /** The audit trail, operators only, newest first. */
+  async auditTrail(actor: Actor, query: AuditQueryInput): Promise<{ entries: AuditEntry[]; nextCursor: string | null }> {
+    this.requireOperator(actor);
+    const limit = pageSize(query.limit);
+    if (query.action && !(auditActions as readonly string[]).includes(query.action)) throw invalidRequest(`action must be one of ${auditActions.join(", ")}.`, "action");
+    if (query.cursor !== undefined && !/^aud_[0-9a-f]{32}$/.test(query.cursor)) throw invalidRequest("This cursor is not one the audit trail gave out.", "cursor");
+    const entries = await this.deps.audit.list({
+      since: query.since === undefined ? undefined : this.timeBound(query.since, "since"),
+      action: query.action || undefined,
+      actor: query.actor || undefined,
+      organizationId: query.organization || undefined,
+      before: query.cursor,
+      limit: limit + 1,
+    });
+    const more = entries.length > limit;
+    if (more) entries.length = limit;
+    return { entries, nextCursor: more ? (entries.at(-1)?.id ?? null) : null };
+  }
+
+  private async requestFilter(actor: Actor, query: RequestLogQueryInput): Promise<Omit<RequestLogFilter, "limit" | "after">> {
+    let organizationId: string | undefined;
+    if (actor.role === "operator") organizationId = query.organization || undefined;
+    else {
+      organizationId = (await this.memberOrganization(actor)).id;
+      if (query.organization && query.organization !== organizationId) throw forbidden();
+    }
+    return {
+      organizationId,
+      keyId: query.key || undefined,
+      model: query.model || undefined,
+      outcome: query.outcome ? checkOutcome(query.outcome) : undefined,
+      requestId: query.id?.trim() || undefined,
+      since: query.since ? this.timeBound(query.since, "since") : undefined,
+      until: query.until ? this.timeBound(query.until, "until") : undefined,
+    };
+  }
+
+  private timeBound(text: string, param: string): number {
+    const time = parseTimeBound(text, this.deps.clock());
+    if (time === undefined) throw invalidRequest(`${param} must be a time back from now (24h, 7d), an ISO 8601 time, or milliseconds since the epoch.`, param);
+    return time;
   }
 
   plans(): string[] {

@@ -8,3 +8,15 @@ export function parseDuration(text: string): number | undefined {
   if (amount <= 0) return undefined;
   return amount * unitMs[match[2] as keyof typeof unitMs];
 }
+
+/**
+ * A point in time as people write it in a filter: a duration back from now (`24h`, `7d`), an ISO 8601 time, or
+ * milliseconds since the epoch; undefined when it is none of these.
+ */
+export function parseTimeBound(text: string, now: number): number | undefined {
+  const ago = parseDuration(text);
+  if (ago !== undefined) return now - ago;
+  if (/^\d{10,}$/.test(text)) return Number(text);
+  const parsed = /^\d{4}-\d{2}-\d{2}/.test(text) ? Date.parse(text) : Number.NaN;
+  return Number.isNaN(parsed) ? undefined : parsed;
+}

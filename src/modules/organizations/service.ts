@@ -1,5 +1,6 @@
 import { randomId } from "../../ids";
 import type { ChangeFeed, Organization, OrganizationRepository, OrganizationStatus } from "../../storage/types";
+import { changedFields, type AuditActor, type AuditLog } from "../audit/service";
 
 export const organizationStatuses = ["active", "waitlist", "suspended"] as const;
 export type { Organization, OrganizationStatus };
@@ -13,11 +14,12 @@ export class OrganizationService {
   constructor(
     private readonly repository: OrganizationRepository,
     private readonly planIds: ReadonlySet<string>,
+    private readonly audit: AuditLog,
     /** Told of every change of plan or status, so that every instance's key cache sees it at once. */
     private readonly changes?: ChangeFeed,
   ) {}
 
-  async create(input: { name: string; plan?: string; status?: OrganizationStatus }): Promise<Organization> {
+  async create(input: { name: string; plan?: string; status?: OrganizationStatus }, actor: AuditActor): Promise<Organization> {
     const name = input.name.trim();
     if (!name) throw new OrganizationError("organization name must not be empty");
     const plan = this.checkPlan(input.plan ?? "default");
@@ -25,16 +27,22 @@ export class OrganizationService {
     const row: Organization = { id: randomId("org_", 12), name, plan, status: input.status ?? "active", createdAt: Date.now() };
     // Nothing caches an organization before it exists: no instance needs telling.
     await this.repository.insert(row);
+    await this.audit.record(actor, "organization.created", row.name, { organizationId: row.id, changes: { plan: [null, row.plan], status: [null, row.status] } });
     return row;
   }
 
-  async update(name: string, changes: { plan?: string; status?: OrganizationStatus }): Promise<Organization> {
+  async update(name: string, changes: { plan?: string; status?: OrganizationStatus }, actor: AuditActor): Promise<Organization> {
     const existing = await this.requireByName(name);
     const plan = changes.plan === undefined ? existing.plan : this.checkPlan(changes.plan);
     const status = changes.status ?? existing.status;
+    const updated = { ...existing, plan, status };
+    const changed = changedFields(existing, updated, ["plan", "status"]);
+    // Nothing changed, nothing to record or announce.
+    if (!changed) return updated;
     await this.repository.update(existing.id, { plan, status });
     await this.changes?.announce();
-    return { ...existing, plan, status };
+    await this.audit.record(actor, "organization.updated", existing.name, { organizationId: existing.id, changes: changed });
+    return updated;
   }
 
   list(): Promise<Organization[]> {

@@ -1,11 +1,12 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
 import { openDatabase } from "../../../src/db/client";
+import { AuditLog } from "../../../src/modules/audit/service";
 import { KeyService } from "../../../src/modules/keys/service";
 import { sqliteStorage } from "../../../src/storage/sqlite";
 import { OrganizationService } from "../../../src/modules/organizations/service";
 import { startFakeUpstream, type FakeUpstream } from "../../fake-upstream";
-import { eventually, fakeModel, startSluice, type TestSluice } from "../../helpers";
+import { eventually, fakeModel, startSluice, testActor, type TestSluice } from "../../helpers";
 
 let upstream: FakeUpstream;
 let sluice: TestSluice;
@@ -27,8 +28,8 @@ function otherProcess() {
   const database = openDatabase(path);
   const storage = sqliteStorage(database);
   return {
-    keys: new KeyService(storage.keys),
-    organizations: new OrganizationService(storage.organizations, new Set(["default", "other"])),
+    keys: new KeyService(storage.keys, new AuditLog(storage.audit)),
+    organizations: new OrganizationService(storage.organizations, new Set(["default", "other"]), new AuditLog(storage.audit)),
     close: () => database.close(),
   };
 }
@@ -69,14 +70,14 @@ describe("keys (spec section 5)", () => {
     const headers = { authorization: `Bearer ${key}` };
     expect((await sluice.post("/v1/chat/completions", chat, headers)).status).toBe(200);
     const other = otherProcess();
-    await other.keys.revoke(keyId);
+    await other.keys.revoke(keyId, testActor);
     other.close();
     expect(await errorOf(await sluice.post("/v1/chat/completions", chat, headers))).toEqual({ status: 401, code: "invalid_api_key" });
   });
 
   test("an expired key: 401 invalid_api_key", async () => {
     const organization = (await sluice.organizations.findByName("acme"))!;
-    const { secret } = await sluice.keys.create({ organizationId: organization.id, expiresInMs: 1000, now: Date.now() - 2000 });
+    const { secret } = await sluice.keys.create({ organizationId: organization.id, expiresInMs: 1000, now: Date.now() - 2000 }, testActor);
     expect(await errorOf(await sluice.post("/v1/chat/completions", chat, { authorization: `Bearer ${secret}` }))).toEqual({ status: 401, code: "invalid_api_key" });
   });
 
@@ -87,9 +88,9 @@ describe("keys (spec section 5)", () => {
     const headers = { authorization: `Bearer ${active.key}` };
     expect((await sluice.post("/v1/chat/completions", chat, headers)).status).toBe(200);
     const other = otherProcess();
-    await other.organizations.update("soon-suspended", { status: "suspended" });
+    await other.organizations.update("soon-suspended", { status: "suspended" }, testActor);
     expect(await errorOf(await sluice.post("/v1/chat/completions", chat, headers))).toEqual({ status: 403, code: "organization_inactive" });
-    await other.organizations.update("soon-suspended", { status: "active" });
+    await other.organizations.update("soon-suspended", { status: "active" }, testActor);
     other.close();
     expect((await sluice.post("/v1/chat/completions", chat, headers)).status).toBe(200);
     const error = await sluice.client({ apiKey: waiting.key }).models.list().catch((caught: unknown) => caught);
@@ -101,7 +102,7 @@ describe("keys (spec section 5)", () => {
     const headers = { authorization: `Bearer ${key}` };
     expect((await sluice.post("/v1/chat/completions", chat, headers)).status).toBe(200);
     const other = otherProcess();
-    await other.organizations.update("plan-change", { plan: "other" });
+    await other.organizations.update("plan-change", { plan: "other" }, testActor);
     other.close();
     expect(await errorOf(await sluice.post("/v1/chat/completions", chat, headers))).toEqual({ status: 404, code: "model_not_found" });
   });

@@ -1,7 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { AccountService } from "../../../src/modules/console/accounts";
 import { startFakeUpstream, type FakeUpstream } from "../../fake-upstream";
-import { fakeModel, startSluice, type TestSluice } from "../../helpers";
+import { fakeModel, startSluice, testActor, type TestSluice } from "../../helpers";
 import { ConsoleClient } from "./console-client";
 
 let upstream: FakeUpstream;
@@ -14,7 +13,7 @@ beforeAll(async () => {
     models: [fakeModel(upstream.url, "m", "usage-10-5")],
     plans: [{ id: "default", models: ["*"], tokens_per_5h: 100_000, tokens_per_month: 1_000_000 }, { id: "pro", models: ["*"] }],
   });
-  await new AccountService(sluice.storage.accounts).createUser({ email: "op@example.com", password, role: "operator", organizationId: null });
+  await sluice.accounts.createUser({ email: "op@example.com", password, role: "operator", organizationId: null }, testActor);
 });
 afterAll(async () => {
   await sluice.stop();

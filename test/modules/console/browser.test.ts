@@ -5,9 +5,8 @@ import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import OpenAI from "openai";
 import { chromium, type Browser, type Locator, type Page } from "playwright-core";
-import { AccountService } from "../../../src/modules/console/accounts";
 import { startFakeUpstream, type FakeUpstream } from "../../fake-upstream";
-import { fakeModel, repositoryRoot, startSluice, type TestSluice } from "../../helpers";
+import { fakeModel, repositoryRoot, startSluice, testActor, type TestSluice } from "../../helpers";
 
 const artifacts = join(repositoryRoot, "test/artifacts");
 let upstream: FakeUpstream;
@@ -18,7 +17,7 @@ beforeAll(async () => {
   mkdirSync(artifacts, { recursive: true });
   upstream = startFakeUpstream();
   sluice = await startSluice({ models: [fakeModel(upstream.url, "qwen3", "usage-12-30")], plans: [{ id: "default", models: ["*"], tokens_per_5h: 200_000, tokens_per_month: 5_000_000 }] });
-  await new AccountService(sluice.storage.accounts).createUser({ email: "operator@example.com", password: "operator password", role: "operator", organizationId: null });
+  await sluice.accounts.createUser({ email: "operator@example.com", password: "operator password", role: "operator", organizationId: null }, testActor);
   browser = await chromium.launch({
     executablePath: "/usr/bin/chromium",
     headless: true,
@@ -59,7 +58,7 @@ async function shot(page: Page, name: string): Promise<void> {
 }
 
 test("sign up, waitlist, operator activates, sign in, create a key, use it, usage moves, revoke, 401", async () => {
-  const member = watchPolicy(await (await browser.newContext({ viewport: { width: 1024, height: 800 } })).newPage());
+  const member = watchPolicy(await (await browser.newContext({ viewport: { width: 1024, height: 800 }, acceptDownloads: true })).newPage());
   const loaded = await member.goto(sluice.url);
   expect(loaded?.headers()["content-security-policy"]).toContain("frame-ancestors 'none'");
   await member.getByRole("button", { name: "No account yet? Sign up" }).click();
@@ -92,13 +91,40 @@ test("sign up, waitlist, operator activates, sign in, create a key, use it, usag
   expect(await member.content()).not.toContain(secret);
 
   const client = new OpenAI({ baseURL: sluice.baseURL, apiKey: secret, maxRetries: 0 });
-  const completion = await client.chat.completions.create({ model: "qwen3", messages: [{ role: "user", content: "hello" }] });
+  const { data: completion, response } = await client.chat.completions.create({ model: "qwen3", messages: [{ role: "user", content: "hello" }] }).withResponse();
   expect(completion.usage?.total_tokens).toBe(42);
+  const completionId = response.headers.get("x-request-id") as string;
 
   await member.getByRole("button", { name: "Usage" }).click();
   await showsText(member.getByTestId("usage-5 hours"), "42 tokens used");
   await visible(member.locator(".uplot").first());
   await shot(member, "05-usage");
+
+  await member.getByRole("button", { name: "Requests" }).click();
+  const log = member.getByTestId("request-log");
+  await showsText(log, completionId);
+  await showsText(log, "completed");
+  await showsText(log, "notebook");
+  await shot(member, "05b-requests");
+  await member.getByLabel("Outcome").selectOption("content_filter");
+  await member.getByRole("button", { name: "Show requests" }).click();
+  await visible(member.getByText("No requests match."));
+  await member.getByLabel("Outcome").selectOption("");
+  await member.getByLabel("Request id").fill(completionId);
+  await member.getByRole("button", { name: "Show requests" }).click();
+  await showsText(log, completionId);
+  const download = member.waitForEvent("download");
+  await member.getByRole("link", { name: "Download CSV" }).click();
+  const csv = await Bun.file((await (await download).path()) as string).text();
+  expect(csv.trim().split("\n").length).toBe(2);
+  expect(csv).toContain(completionId);
+
+  await operator.getByRole("button", { name: "Audit trail" }).click();
+  const trail = operator.getByTestId("audit-trail");
+  await showsText(trail, "organization.updated");
+  await showsText(trail, "status: waitlist → active");
+  await showsText(trail, "key.created");
+  await shot(operator, "03b-audit-trail");
 
   await member.getByRole("button", { name: "API keys" }).click();
   member.once("dialog", (dialog) => void dialog.accept());

@@ -4,6 +4,7 @@ import { useEffect, useRef, useState } from "preact/hooks";
 import uPlot from "uplot";
 import "uplot/dist/uPlot.min.css";
 import { api, setCsrfToken } from "./api";
+import { AuditPage, RequestsPage } from "./logs";
 
 interface Me {
   email: string;
@@ -357,7 +358,7 @@ function Operator() {
 
 function App() {
   const [me, setMe] = useState<Me | null | undefined>(undefined);
-  const [page, setPage] = useState<"keys" | "usage" | "operator">("keys");
+  const [page, setPage] = useState<"keys" | "usage" | "requests" | "operator" | "audit">("keys");
   useEffect(() => {
     api<Me>("/me").then(
       (current) => {
@@ -379,8 +380,8 @@ function App() {
     setMe(null);
   };
   if (me === undefined) return <p>Loading…</p>;
-  const tabs = me?.role === "operator" ? (["operator"] as const) : (["keys", "usage"] as const);
-  const labels = { keys: "API keys", usage: "Usage", operator: "Organizations and models" };
+  const tabs = me?.role === "operator" ? (["operator", "requests", "audit"] as const) : (["keys", "usage", "requests"] as const);
+  const labels = { keys: "API keys", usage: "Usage", requests: "Requests", operator: "Organizations and models", audit: "Audit trail" };
   return (
     <>
       <header>
@@ -403,6 +404,8 @@ function App() {
       {me && page === "keys" && <Keys me={me} />}
       {me && page === "usage" && <UsagePage />}
       {me && page === "operator" && <Operator />}
+      {me && page === "requests" && <RequestsPage operator={me.role === "operator"} />}
+      {me && page === "audit" && <AuditPage />}
     </>
   );
 }

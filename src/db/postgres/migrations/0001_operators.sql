@@ -1,0 +1,17 @@
+CREATE TABLE "audit_log" (
+	"id" text PRIMARY KEY NOT NULL,
+	"at" bigint NOT NULL,
+	"actor_kind" text NOT NULL,
+	"actor" text NOT NULL,
+	"action" text NOT NULL,
+	"target" text NOT NULL,
+	"organization_id" text,
+	"changes" text
+);
+--> statement-breakpoint
+ALTER TABLE "usage_ledger" ADD COLUMN "first_token_ms" bigint;--> statement-breakpoint
+CREATE INDEX "audit_log_at_idx" ON "audit_log" USING btree ("at");--> statement-breakpoint
+CREATE INDEX "usage_ledger_time_idx" ON "usage_ledger" USING btree ("ended_at");--> statement-breakpoint
+CREATE INDEX "usage_ledger_key_time_idx" ON "usage_ledger" USING btree ("key_id","ended_at");--> statement-breakpoint
+CREATE INDEX "usage_ledger_model_time_idx" ON "usage_ledger" USING btree ("model","ended_at");--> statement-breakpoint
+CREATE INDEX "usage_ledger_outcome_time_idx" ON "usage_ledger" USING btree ("outcome","ended_at") WHERE outcome <> 'completed';
