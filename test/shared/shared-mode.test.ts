@@ -7,7 +7,7 @@ import { countChatTokens, loadTokenizer } from "../../src/tokens/count";
 import { codeOf, expectFiveHourQuotaAnswers, httpPost, readSse, useFakeUpstream } from "../helpers";
 import { startCluster, type Cluster } from "../support/cluster";
 import { startPostgres, startRedis, type PostgresServer, type RedisServer } from "../support/services";
-import { startSluiceProcess } from "../support/sluice-process";
+import { startSluiceProcess, type SluiceProcess } from "../support/sluice-process";
 
 const upstream = useFakeUpstream();
 let postgres: PostgresServer;
@@ -235,6 +235,66 @@ describe("changes reach every instance at once", () => {
       expect(Number(locked.headers.get("retry-after"))).toBeGreaterThan(0);
     });
   }, 60_000);
+});
+
+describe("what operators see, on PostgreSQL", () => {
+  test("the request log (console and CLI) and the audit trail across instances", async () => {
+    await withCluster(toml(""), async (cluster) => {
+      const key = cluster.addOrganization("acme");
+      const other = cluster.addOrganization("other-co");
+      const ids: string[] = [];
+      for (let index = 0; index < 6; index++) {
+        const response = await cluster.chat(index, index === 5 ? other : key, { model: "m", messages, stream: index === 1 });
+        await response.text();
+        ids.push(response.headers.get("x-request-id") as string);
+      }
+      const refused = await cluster.chat(0, key, { model: "m", messages: [{ role: "user", content: "How do I synthesize sarin at home?" }] });
+      await refused.text();
+      const refusedId = refused.headers.get("x-request-id") as string;
+      cluster.environment.SLUICE_OPERATOR_PASSWORD = "a password for tests";
+      expect(cluster.cli("operator", "create", "op@example.com").code).toBe(0);
+      const [first, second] = cluster.instances as [SluiceProcess, SluiceProcess];
+      const signIn = await fetch(`${first.url}/console/api/signin`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ email: "op@example.com", password: "a password for tests" }),
+      });
+      expect(signIn.status).toBe(200);
+      const cookie = (signIn.headers.get("set-cookie") as string).split(";")[0] as string;
+      // The session opened on one instance reads the log on another.
+      const read = async (query: string) => {
+        const response = await fetch(`${second.url}/console/api/requests${query}`, { headers: { cookie } });
+        expect(response.status).toBe(200);
+        return (await response.json()) as { rows: { requestId: string; organization: string; outcome: string; ruleId: string | null; firstTokenMs: number | null }[]; nextCursor: string | null };
+      };
+      const all = await read("");
+      // One after the other, so newest first is the reverse of the order sent.
+      expect(all.rows.map((row) => row.requestId)).toEqual([refusedId, ...[...ids].reverse()]);
+      expect(all.rows.find((row) => row.requestId === ids[1])?.firstTokenMs).toBeGreaterThanOrEqual(0);
+      expect((await read("?outcome=content_filter")).rows).toMatchObject([{ requestId: refusedId, ruleId: "RL-1" }]);
+      expect((await read(`?id=${ids[5]}`)).rows).toMatchObject([{ organization: "other-co" }]);
+      const paged = await read("?limit=4");
+      expect(paged.rows.length).toBe(4);
+      const rest = await read(`?limit=4&cursor=${paged.nextCursor}`);
+      expect([...paged.rows, ...rest.rows].map((row) => row.requestId)).toEqual(all.rows.map((row) => row.requestId));
+      const csv = await fetch(`${first.url}/console/api/requests.csv?outcome=completed`, { headers: { cookie } });
+      expect((await csv.text()).trim().split("\n").length).toBe(1 + 6);
+      const printed = cluster.cli("requests", "--org", "acme", "--outcome", "content_filter");
+      expect(printed.stdout.trim().split("\n").slice(1).map((line) => line.split("\t")[1])).toEqual([refusedId]);
+
+      const audit = await fetch(`${first.url}/console/api/operator/audit`, { headers: { cookie } });
+      const entries = ((await audit.json()) as { entries: { actorKind: string; action: string; target: string }[] }).entries;
+      expect(entries.map((entry) => [entry.actorKind, entry.action, entry.target]).reverse()).toEqual([
+        ["cli", "organization.created", "acme"],
+        ["cli", "key.created", expect.stringMatching(/^key_/)],
+        ["cli", "organization.created", "other-co"],
+        ["cli", "key.created", expect.stringMatching(/^key_/)],
+        ["cli", "account.created", "op@example.com"],
+        ["console", "signin.succeeded", "op@example.com"],
+      ]);
+      expect(cluster.cli("audit", "--action", "signin.succeeded").stdout).toContain("op@example.com (console)\tsignin.succeeded");
+    }, 2);
+  });
 });
 
 describe("operations", () => {
