@@ -75,7 +75,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const models = new ModelRegistry(options.config, options.environment);
   // One keeper renews every lease this instance holds: organizations' concurrency leases and model slots.
   const keeper = redis ? new LeaseKeeper(redis) : undefined;
-  const admission: AdmissionStore = redis ? new RedisAdmissionStore(redis, storage.usage, keeper) : new MemoryAdmissionStore();
+  const admission: AdmissionStore = redis ? new RedisAdmissionStore(redis, storage.usage, storage.keys, keeper) : new MemoryAdmissionStore();
   await syncAdmissionWithLedger(admission, storage, ledger, clock);
   const queues = new Map<string, Queue>(
     options.config.models.map((model) => [model.id, redis && keeper ? new SharedModelQueue(model, redis, keeper) : new ModelQueue(model)]),

@@ -96,6 +96,9 @@ export interface LedgerRowView {
   outcome: string;
   error_code: string | null;
   usage_source: string;
+  started_at: number;
+  ended_at: number;
+  first_token_ms: number | null;
 }
 
 /** Starts a real Sluice server on a free port over a temporary database, with one active organization and key. */

@@ -1,23 +1,74 @@
+import { applyKeyLimits } from "../modules/admission/service";
+import { RedisAdmissionStore } from "../modules/admission/redis-store";
 import { parseDuration } from "../modules/keys/duration";
+import { noLimits, type KeyLimits } from "../modules/keys/service";
 import { formatTime, withCliContext } from "./context";
 import { UsageError, parseCommand } from "./usage";
 
-/** `sluice key create|list|revoke`. */
+const limitOptions = {
+  "max-concurrency": { type: "string" },
+  "tokens-per-5h": { type: "string" },
+  "tokens-per-month": { type: "string" },
+} as const;
+
+const limitFields = { "max-concurrency": "maxConcurrency", "tokens-per-5h": "tokensPer5h", "tokens-per-month": "tokensPerMonth" } as const;
+
+/** The caps given on the command line over `base`: a whole number from 1, or `none` to remove one. */
+function limitsOf(values: Partial<Record<keyof typeof limitFields, string>>, base: KeyLimits): KeyLimits {
+  const limits = { ...base };
+  for (const [option, field] of Object.entries(limitFields) as [keyof typeof limitFields, keyof KeyLimits][]) {
+    const value = values[option];
+    if (value === undefined) continue;
+    if (value === "none") limits[field] = null;
+    else if (/^[1-9][0-9]{0,14}$/.test(value)) limits[field] = Number(value);
+    else throw new UsageError(`--${option} must be a whole number of at least 1, or none; got "${value}"`);
+  }
+  return limits;
+}
+
+function describeLimits(limits: KeyLimits): string {
+  const show = (value: number | null) => (value === null ? "-" : String(value));
+  return [show(limits.maxConcurrency), show(limits.tokensPer5h), show(limits.tokensPerMonth)].join("\t");
+}
+
+/** `sluice key create|update|list|revoke`. */
 export async function runKey(args: string[]): Promise<number> {
   const [action, ...rest] = args;
   if (action === "create") {
-    const { values } = parseCommand(rest, { org: { type: "string" }, name: { type: "string" }, "expires-in": { type: "string" } }, 0);
+    const { values } = parseCommand(rest, { org: { type: "string" }, name: { type: "string" }, "expires-in": { type: "string" }, ...limitOptions }, 0);
     if (!values.org) throw new UsageError("--org NAME is required");
     const expiresIn = values["expires-in"];
     const expiresInMs = expiresIn === undefined ? undefined : parseDuration(expiresIn);
     if (expiresIn !== undefined && expiresInMs === undefined) throw new UsageError(`--expires-in must look like 90s, 30m, 12h or 30d, got "${expiresIn}"`);
+    const limits = limitsOf(values, noLimits);
     const organizationName = values.org;
     await withCliContext(async (context) => {
       const org = await context.organizations.requireByName(organizationName);
-      const { key, secret } = await context.keys.create({ organizationId: org.id, name: values.name, expiresInMs }, context.actor);
+      const { key, secret } = await context.keys.create({ organizationId: org.id, name: values.name, expiresInMs, limits }, context.actor);
       console.error(`created key ${key.id} "${key.name}" for ${org.name}, expires ${formatTime(key.expiresAt)}`);
       console.error("this is the only time the key is shown; store it now:");
       console.log(secret);
+    });
+    return 0;
+  }
+  if (action === "update") {
+    const { values, positionals } = parseCommand(rest, limitOptions, 1);
+    const keyId = positionals[0] as string;
+    if (Object.values(values).every((value) => value === undefined)) throw new UsageError("give at least one of --max-concurrency, --tokens-per-5h, --tokens-per-month");
+    await withCliContext(async (context) => {
+      const existing = await context.keys.find(keyId);
+      const updated = await context.keys.setLimits(keyId, limitsOf(values, existing ?? noLimits), context.actor);
+      // Shared mode: the caps are enforced in Redis, where this key's usage so far must be before its next request.
+      // (A server on the same SQLite file reads it from the ledger itself when it sees the change.)
+      if (context.redis) {
+        const shared = new RedisAdmissionStore(context.redis, context.storage.usage, context.storage.keys);
+        try {
+          await applyKeyLimits(shared, context.storage.usage, updated, Date.now());
+        } finally {
+          shared.close();
+        }
+      }
+      console.log(`${updated.id}\t${describeLimits(updated)}`);
     });
     return 0;
   }
@@ -29,7 +80,16 @@ export async function runKey(args: string[]): Promise<number> {
       const org = await context.organizations.requireByName(organizationName);
       for (const key of await context.keys.listForOrganization(org.id)) {
         console.log(
-          [key.id, key.name, key.prefix, formatTime(key.createdAt), formatTime(key.lastUsedAt), formatTime(key.expiresAt), formatTime(key.revokedAt)].join("\t"),
+          [
+            key.id,
+            key.name,
+            key.prefix,
+            formatTime(key.createdAt),
+            formatTime(key.lastUsedAt),
+            formatTime(key.expiresAt),
+            formatTime(key.revokedAt),
+            describeLimits(key),
+          ].join("\t"),
         );
       }
     });

@@ -16,7 +16,7 @@ export async function runUsage(args: string[]): Promise<number> {
     const organization = await context.organizations.requireByName(organizationName);
     const now = Date.now();
     // Shared mode: the admission state every instance uses is in Redis, so this process reads and resets it there.
-    const shared = context.redis ? new RedisAdmissionStore(context.redis, context.storage.usage) : undefined;
+    const shared = context.redis ? new RedisAdmissionStore(context.redis, context.storage.usage, context.storage.keys) : undefined;
     try {
       if (reset) {
         await resetUsage(context.storage, organization, now, { log: context.audit, actor: context.actor }, shared);

@@ -26,8 +26,18 @@ export const apiKeys = sqliteTable(
     lastUsedAt: integer("last_used_at"),
     expiresAt: integer("expires_at"),
     revokedAt: integer("revoked_at"),
+    /** The key's own caps inside its organization's plan; null: none. */
+    maxConcurrency: integer("max_concurrency"),
+    tokensPer5h: integer("tokens_per_5h"),
+    tokensPerMonth: integer("tokens_per_month"),
   },
-  (table) => [index("api_keys_organization_idx").on(table.organizationId)],
+  (table) => [
+    index("api_keys_organization_idx").on(table.organizationId),
+    // Start-up reads the few keys with caps; this index holds only them, so a million keys without caps cost nothing.
+    index("api_keys_limited_idx")
+      .on(table.id)
+      .where(sql`max_concurrency IS NOT NULL OR tokens_per_5h IS NOT NULL OR tokens_per_month IS NOT NULL`),
+  ],
 );
 
 /** One row per request that reached an upstream (or the demo backend). */

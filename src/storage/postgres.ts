@@ -6,7 +6,8 @@ import { drizzle, type BunSQLDatabase } from "drizzle-orm/bun-sql";
 import * as schema from "../db/postgres/schema";
 import { migratePostgres } from "../db/postgres/migrate";
 import { PostgresLedger } from "../ledger/postgres-ledger";
-import { monthOf } from "../modules/admission/month";
+import { monthOf, startOfMonth } from "../modules/admission/month";
+import { bucketMs } from "../modules/admission/window";
 import { UsageFold } from "../ledger/usage-fold";
 import { hourMs, oldestNeededMinute, usageByOrganization, usageWindowStart } from "./usage-rows";
 import { auditConditions, requestLogConditions } from "./log-conditions";
@@ -66,6 +67,17 @@ function keyRepository(db: Database): KeyRepository {
     async revoke(keyId, at) {
       await timed(db.update(apiKeys).set({ revokedAt: at }).where(eq(apiKeys.id, keyId)));
     },
+    async setLimits(keyId, limits) {
+      await timed(db.update(apiKeys).set(limits).where(eq(apiKeys.id, keyId)));
+    },
+    async limited() {
+      return await timed(
+        db
+          .select({ id: apiKeys.id, organizationId: apiKeys.organizationId, maxConcurrency: apiKeys.maxConcurrency, tokensPer5h: apiKeys.tokensPer5h, tokensPerMonth: apiKeys.tokensPerMonth })
+          .from(apiKeys)
+          .where(sql`max_concurrency IS NOT NULL OR tokens_per_5h IS NOT NULL OR tokens_per_month IS NOT NULL`),
+      );
+    },
     async credentials(hash) {
       const rows = await timed(
         db
@@ -78,6 +90,9 @@ function keyRepository(db: Database): KeyRepository {
             planId: organizations.plan,
             expiresAt: apiKeys.expiresAt,
             revokedAt: apiKeys.revokedAt,
+            maxConcurrency: apiKeys.maxConcurrency,
+            tokensPer5h: apiKeys.tokensPer5h,
+            tokensPerMonth: apiKeys.tokensPerMonth,
           })
           .from(apiKeys)
           .innerJoin(organizations, eq(organizations.id, apiKeys.organizationId))
@@ -189,6 +204,28 @@ function usageRepository(db: Database): UsageRepository {
     async resets() {
       const rows = await timed(db.select().from(usageResets));
       return new Map(rows.map((row) => [row.organizationId, row.resetAt]));
+    },
+    async keyUsage(keyId, now) {
+      const [reset] = await timed(
+        db.select({ resetAt: usageResets.resetAt }).from(usageResets).innerJoin(apiKeys, eq(apiKeys.organizationId, usageResets.organizationId)).where(eq(apiKeys.id, keyId)),
+      );
+      const resetAt = reset?.resetAt ?? 0;
+      const tokens = sql<number>`sum(${usageLedger.promptTokens} + ${usageLedger.completionTokens})`.mapWith(Number);
+      const buckets = await timed(
+        db
+          .select({ tokens, lastTime: sql<number>`max(${usageLedger.endedAt})`.mapWith(Number) })
+          .from(usageLedger)
+          .where(and(eq(usageLedger.keyId, keyId), gte(usageLedger.endedAt, Math.max(usageWindowStart(now) * bucketMs, resetAt + 1))))
+          .groupBy(sql`${usageLedger.endedAt} / ${sql.raw(String(bucketMs))}`)
+          .orderBy(sql`2`),
+      );
+      const [month] = await timed(
+        db
+          .select({ tokens })
+          .from(usageLedger)
+          .where(and(eq(usageLedger.keyId, keyId), gte(usageLedger.endedAt, Math.max(startOfMonth(now), resetAt + 1)))),
+      );
+      return { buckets, monthTokens: month?.tokens ?? 0 };
     },
     async hourly(organizationId, since) {
       const rows = await timed(

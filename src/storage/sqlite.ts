@@ -6,7 +6,8 @@ import { apiKeys, auditLog, organizations, sessions, usageLedger, users } from "
 import { Ledger } from "../ledger/ledger";
 import { addToMinuteSql, addToMonthSql } from "../ledger/ledger-writer";
 import { UsageFold } from "../ledger/usage-fold";
-import { monthOf } from "../modules/admission/month";
+import { monthOf, startOfMonth } from "../modules/admission/month";
+import { bucketMs } from "../modules/admission/window";
 import { startCheckpointer } from "../db/checkpointer";
 import { auditConditions, requestLogConditions, sqliteCommon } from "./log-conditions";
 import { hourMs, oldestNeededMinute, usageByOrganization, usageWindowStart } from "./usage-rows";
@@ -19,7 +20,9 @@ import type {
   HourlyUsage,
   KeyCredentials,
   KeyRepository,
+  LedgerBucket,
   LedgerStore,
+  LimitedKey,
   OrganizationRepository,
   RecentRefusal,
   RefusalCount,
@@ -29,6 +32,9 @@ import type {
   Storage,
   UsageRepository,
 } from "./types";
+
+/** The partial index of keys with caps answers only a query with its own condition. */
+const limitedCondition = "max_concurrency IS NOT NULL OR tokens_per_5h IS NOT NULL OR tokens_per_month IS NOT NULL";
 
 /** Every column of a key but its hash. */
 const { hash: _hash, ...shownKeyColumns } = getTableColumns(apiKeys);
@@ -57,7 +63,8 @@ function organizationRepository({ db }: DatabaseHandle): OrganizationRepository 
 function keyRepository({ db, sqlite }: DatabaseHandle): KeyRepository {
   const lookup = sqlite.query<KeyCredentials, [string]>(
     `SELECT k.hash AS hash, k.id AS keyId, o.id AS organizationId, o.name AS organizationName,
-            o.status AS organizationStatus, o.plan AS planId, k.expires_at AS expiresAt, k.revoked_at AS revokedAt
+            o.status AS organizationStatus, o.plan AS planId, k.expires_at AS expiresAt, k.revoked_at AS revokedAt,
+            k.max_concurrency AS maxConcurrency, k.tokens_per_5h AS tokensPer5h, k.tokens_per_month AS tokensPerMonth
        FROM api_keys k JOIN organizations o ON o.id = k.organization_id
       WHERE k.hash = ?`,
   );
@@ -73,6 +80,17 @@ function keyRepository({ db, sqlite }: DatabaseHandle): KeyRepository {
     },
     async revoke(keyId, at) {
       db.update(apiKeys).set({ revokedAt: at }).where(eq(apiKeys.id, keyId)).run();
+    },
+    async setLimits(keyId, limits) {
+      db.update(apiKeys).set(limits).where(eq(apiKeys.id, keyId)).run();
+    },
+    async limited() {
+      return sqlite
+        .query<LimitedKey, []>(
+          `SELECT id, organization_id AS organizationId, max_concurrency AS maxConcurrency, tokens_per_5h AS tokensPer5h, tokens_per_month AS tokensPerMonth
+             FROM api_keys INDEXED BY api_keys_limited_idx WHERE ${limitedCondition}`,
+        )
+        .all();
     },
     async credentials(hash) {
       return lookup.get(hash) ?? undefined;
@@ -167,6 +185,22 @@ function usageRepository({ sqlite }: DatabaseHandle): UsageRepository {
     async resets() {
       const rows = sqlite.query<{ organizationId: string; resetAt: number }, []>("SELECT organization_id AS organizationId, reset_at AS resetAt FROM usage_resets").all();
       return new Map(rows.map((row) => [row.organizationId, row.resetAt]));
+    },
+    async keyUsage(keyId, now) {
+      const resetAt = sqlite.query<{ resetAt: number }, [string]>(
+        "SELECT r.reset_at AS resetAt FROM usage_resets r JOIN api_keys k ON k.organization_id = r.organization_id WHERE k.id = ?",
+      ).get(keyId)?.resetAt ?? 0;
+      const windowStart = Math.max(usageWindowStart(now) * bucketMs, resetAt + 1);
+      const buckets = sqlite
+        .query<LedgerBucket, [number, string, number]>(
+          `SELECT sum(prompt_tokens + completion_tokens) AS tokens, max(ended_at) AS lastTime FROM usage_ledger
+            WHERE key_id = ?2 AND ended_at >= ?3 GROUP BY ended_at / ?1 ORDER BY lastTime`,
+        )
+        .all(bucketMs, keyId, windowStart);
+      const month = sqlite
+        .query<{ tokens: number | null }, [string, number]>("SELECT sum(prompt_tokens + completion_tokens) AS tokens FROM usage_ledger WHERE key_id = ? AND ended_at >= ?")
+        .get(keyId, Math.max(startOfMonth(now), resetAt + 1));
+      return { buckets, monthTokens: month?.tokens ?? 0 };
     },
     async hourly(organizationId, since): Promise<HourlyUsage[]> {
       return sqlite

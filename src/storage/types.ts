@@ -12,7 +12,20 @@ export interface Organization {
   createdAt: number;
 }
 
-export interface ApiKey {
+/** A key's own caps inside its organization's plan; null: none. */
+export interface KeyLimits {
+  maxConcurrency: number | null;
+  tokensPer5h: number | null;
+  tokensPerMonth: number | null;
+}
+
+/** A key that has at least one cap of its own. */
+export interface LimitedKey extends KeyLimits {
+  id: string;
+  organizationId: string;
+}
+
+export interface ApiKey extends KeyLimits {
   id: string;
   organizationId: string;
   name: string;
@@ -29,7 +42,7 @@ export interface ApiKey {
 export type ApiKeyInfo = Omit<ApiKey, "hash">;
 
 /** A key with what authentication needs of its organization. */
-export interface KeyCredentials {
+export interface KeyCredentials extends KeyLimits {
   hash: string;
   keyId: string;
   organizationId: string;
@@ -113,6 +126,9 @@ export interface KeyRepository {
   listForOrganization(organizationId: string): Promise<ApiKeyInfo[]>;
   find(keyId: string): Promise<ApiKeyInfo | undefined>;
   revoke(keyId: string, at: number): Promise<void>;
+  setLimits(keyId: string, limits: KeyLimits): Promise<void>;
+  /** Every key with a cap of its own (a partial index holds only them). */
+  limited(): Promise<LimitedKey[]>;
   /** The key with this hash and its organization, for authentication. */
   credentials(hash: string): Promise<KeyCredentials | undefined>;
 }
@@ -140,6 +156,12 @@ export interface UsageRepository {
   reset(organizationId: string, at: number): Promise<void>;
   /** Every organization's last reset time. */
   resets(): Promise<Map<string, number>>;
+  /**
+   * What one key used in the last 5 hours per minute and this month, read from its ledger rows (keys have no
+   * aggregates: only keys with caps are ever read, through the (key, time) index). Rows before the last reset of
+   * the key's organization do not count.
+   */
+  keyUsage(keyId: string, now: number): Promise<OrganizationUsage>;
   /** Tokens per hour, model and key since `since`. */
   hourly(organizationId: string, since: number): Promise<HourlyUsage[]>;
   refusalsByRule(since: number): Promise<RefusalCount[]>;

@@ -21,7 +21,7 @@ afterAll(async () => {
 test("ledger rows, aggregates, hourly series, refusals, last use and credentials", async () => {
   const ledger = storage.openLedger();
   await storage.organizations.insert({ id: "org_1", name: "acme", plan: "default", status: "active", createdAt: 1 });
-  await storage.keys.insert({ id: "key_1", organizationId: "org_1", name: "laptop", prefix: "sk-sluice-ab", hash: "h1", createdAt: 1, lastUsedAt: null, expiresAt: null, revokedAt: null });
+  await storage.keys.insert({ id: "key_1", organizationId: "org_1", name: "laptop", prefix: "sk-sluice-ab", hash: "h1", createdAt: 1, lastUsedAt: null, expiresAt: null, revokedAt: null, maxConcurrency: null, tokensPer5h: null, tokensPerMonth: null });
   const now = Date.now();
   const row = (index: number) => ({
     requestId: `req_${index}`, organizationId: "org_1", keyId: "key_1", model: "m", promptTokens: 10, completionTokens: 5, reasoningTokens: 0,

@@ -10,6 +10,7 @@ import consoleTables from "./0004_console.sql" with { type: "text" };
 import dropTimeIndex from "./0005_drop_time_index.sql" with { type: "text" };
 import changeCounter from "./0006_change_counter.sql" with { type: "text" };
 import operators from "./0007_operators.sql" with { type: "text" };
+import keyLimits from "./0008_key_limits.sql" with { type: "text" };
 
 export interface EmbeddedMigration {
   tag: string;
@@ -25,6 +26,7 @@ const sqlByTag: Record<string, string> = {
   "0005_drop_time_index": dropTimeIndex,
   "0006_change_counter": changeCounter,
   "0007_operators": operators,
+  "0008_key_limits": keyLimits,
 };
 
 export const journalTags: string[] = journal.entries.map((entry) => entry.tag);

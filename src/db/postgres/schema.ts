@@ -27,8 +27,16 @@ export const apiKeys = pgTable(
     lastUsedAt: time("last_used_at"),
     expiresAt: time("expires_at"),
     revokedAt: time("revoked_at"),
+    maxConcurrency: bigint("max_concurrency", { mode: "number" }),
+    tokensPer5h: bigint("tokens_per_5h", { mode: "number" }),
+    tokensPerMonth: bigint("tokens_per_month", { mode: "number" }),
   },
-  (table) => [index("api_keys_organization_idx").on(table.organizationId)],
+  (table) => [
+    index("api_keys_organization_idx").on(table.organizationId),
+    index("api_keys_limited_idx")
+      .on(table.id)
+      .where(sql`max_concurrency IS NOT NULL OR tokens_per_5h IS NOT NULL OR tokens_per_month IS NOT NULL`),
+  ],
 );
 
 export const usageLedger = pgTable(

@@ -12,8 +12,8 @@ const renewEveryMs = leaseMs / 3;
  * every five seconds, so that a lease outlives its request only when the instance dies.
  */
 export class LeaseKeeper {
-  /** lease id → the sorted set it lives in */
-  private readonly held = new Map<string, string>();
+  /** lease id → the sorted sets it lives in (an organization's, and its key's when the key has caps) */
+  private readonly held = new Map<string, readonly string[]>();
   private readonly timer: Timer;
 
   constructor(private readonly redis: RedisConnection) {
@@ -21,8 +21,8 @@ export class LeaseKeeper {
     this.timer.unref();
   }
 
-  hold(key: string, leaseId: string): void {
-    this.held.set(leaseId, key);
+  hold(sets: string | readonly string[], leaseId: string): void {
+    this.held.set(leaseId, typeof sets === "string" ? [sets] : sets);
   }
 
   release(leaseId: string): void {
@@ -37,9 +37,11 @@ export class LeaseKeeper {
     if (this.held.size === 0) return;
     const keys: string[] = [];
     const args: string[] = [String(leaseMs)];
-    for (const [leaseId, key] of this.held) {
-      keys.push(key);
-      args.push(leaseId);
+    for (const [leaseId, sets] of this.held) {
+      for (const set of sets) {
+        keys.push(set);
+        args.push(leaseId);
+      }
     }
     // A lease Redis could not renew now is renewed next time, well before it expires.
     await this.redis.script("renew", keys, args).catch(() => {});

@@ -1,11 +1,12 @@
 import type { PlanConfig } from "../../config/schema";
 import { monthOf, startOfNextMonth } from "./month";
 import { OutputEstimate } from "./estimate";
-import { quotaRejection, rateLimitHeaders, usageSnapshot } from "./quota-answers";
-import type { AdmissionRequest, AdmissionStore, LedgerBucket, Lease, SpentTokens, UsageSnapshot } from "./store";
+import { quotaRejection, rateLimitHeaders, usageSnapshot, type QuotaState } from "./quota-answers";
+import type { AdmissionRequest, AdmissionStore, KeyAdmission, LedgerBucket, Lease, Limits, SpentTokens, Subject, UsageSnapshot } from "./store";
 import { RollingWindow, fiveHoursMs } from "./window";
 
-class OrganizationState {
+/** The usage of one subject of admission: an organization, or a key with caps of its own. */
+class SubjectState {
   readonly window = new RollingWindow();
   month = 0;
   monthUsed = 0;
@@ -20,38 +21,75 @@ class OrganizationState {
     }
     return this.monthUsed;
   }
+
+  /** Throws the 429 of the first limit this request would break; returns the window's usage otherwise. */
+  check(limits: Limits, need: number, now: number, subject: Subject): number {
+    const windowUsed = limits.tokensPer5h === undefined ? 0 : this.window.used(now);
+    if (limits.tokensPerMonth !== undefined && this.monthUsedAt(now) + this.reserved + need > limits.tokensPerMonth) {
+      throw quotaRejection("month", limits, { monthResetMs: startOfNextMonth(now) - now }, subject);
+    }
+    if (limits.tokensPer5h !== undefined && windowUsed + this.reserved + need > limits.tokensPer5h) {
+      const excess = windowUsed + this.reserved + need - limits.tokensPer5h;
+      // Reservations in flight count as usage recorded now: they leave the window 5 hours from now.
+      throw quotaRejection("five_hour", limits, { fiveHourWaitMs: this.window.timeUntilFreed(excess, now) ?? fiveHoursMs }, subject);
+    }
+    if (limits.maxConcurrency !== undefined && this.inFlight >= limits.maxConcurrency) throw quotaRejection("concurrency", limits, {}, subject);
+    return windowUsed;
+  }
+
+  /** The tokens left under this subject's quotas; Infinity when it has none. */
+  headroom(limits: Limits, windowUsed: number, now: number): number {
+    let room = Number.POSITIVE_INFINITY;
+    if (limits.tokensPer5h !== undefined) room = Math.min(room, limits.tokensPer5h - windowUsed - this.reserved);
+    if (limits.tokensPerMonth !== undefined) room = Math.min(room, limits.tokensPerMonth - this.monthUsedAt(now) - this.reserved);
+    return room;
+  }
+
+  record(tokens: number, at: number): void {
+    this.window.add(tokens, at);
+    this.monthUsedAt(at);
+    this.monthUsed += tokens;
+  }
+
+  quotaState(now: number, windowUsed: number): QuotaState {
+    return { now, windowUsed, monthUsed: this.monthUsedAt(now), reserved: this.reserved, inFlight: this.inFlight, untilEmpty: this.window.timeUntilEmpty(now) };
+  }
+}
+
+function hasQuota(limits: Limits): boolean {
+  return limits.tokensPer5h !== undefined || limits.tokensPerMonth !== undefined;
 }
 
 /**
  * Admission in one process's memory. Every check-and-reserve runs synchronously, without an await, so it is
- * atomic in Bun's single-threaded event loop; the SQLite ledger is the durable record it is rebuilt from.
+ * atomic in Bun's single-threaded event loop; the SQLite ledger is the durable record it is rebuilt from. A key with
+ * caps of its own is a second subject, checked and reserved in the same step as its organization.
  */
 export class MemoryAdmissionStore implements AdmissionStore {
-  private readonly organizations = new Map<string, OrganizationState>();
+  private readonly subjects = new Map<string, SubjectState>();
   private readonly estimate = new OutputEstimate();
   private inFlightTotal = 0;
   private reservedTotal = 0;
 
   admit(request: AdmissionRequest, now: number): Lease {
     const plan = request.plan;
-    const state = this.state(request.organizationId);
+    const keyLimits = request.key?.limits;
+    const organization = this.state(request.organizationId);
+    const key = request.key ? this.state(keySubject(request.organizationId, request.key.id)) : undefined;
     const need = request.promptTokens + 1;
-    const windowUsed = plan.tokensPer5h === undefined ? 0 : state.window.used(now);
-    if (plan.tokensPerMonth !== undefined && state.monthUsedAt(now) + state.reserved + need > plan.tokensPerMonth) {
-      throw quotaRejection("month", plan, { monthResetMs: startOfNextMonth(now) - now });
+    const organizationWindow = organization.check(plan, need, now, "organization");
+    const keyWindow = key && keyLimits ? key.check(keyLimits, need, now, "key") : 0;
+    const reservation = this.reservationFor(request, organization.headroom(plan, organizationWindow, now), key && keyLimits ? key.headroom(keyLimits, keyWindow, now) : Number.POSITIVE_INFINITY);
+    for (const subject of key ? [organization, key] : [organization]) {
+      subject.reserved += reservation;
+      subject.inFlight++;
     }
-    if (plan.tokensPer5h !== undefined && windowUsed + state.reserved + need > plan.tokensPer5h) {
-      const excess = windowUsed + state.reserved + need - plan.tokensPer5h;
-      // Reservations in flight count as usage recorded now: they leave the window 5 hours from now.
-      throw quotaRejection("five_hour", plan, { fiveHourWaitMs: state.window.timeUntilFreed(excess, now) ?? fiveHoursMs });
-    }
-    if (plan.maxConcurrency !== undefined && state.inFlight >= plan.maxConcurrency) throw quotaRejection("concurrency", plan, {});
-    const reservation = this.reservationFor(request, state, windowUsed, now);
-    state.reserved += reservation;
-    state.inFlight++;
     this.reservedTotal += reservation;
     this.inFlightTotal++;
-    const headers = plan.tokensPer5h === undefined ? {} : rateLimitHeaders(plan, this.quotaState(state, now, windowUsed));
+    const headers = rateLimitHeaders(
+      { limits: plan, state: organization.quotaState(now, organizationWindow) },
+      key && keyLimits ? { limits: keyLimits, state: key.quotaState(now, keyWindow) } : undefined,
+    );
     let settled = false;
     return {
       reservedTokens: reservation,
@@ -59,22 +97,30 @@ export class MemoryAdmissionStore implements AdmissionStore {
       settle: (spent: SpentTokens | null, at: number) => {
         if (settled) return;
         settled = true;
-        state.reserved -= reservation;
-        state.inFlight--;
+        for (const subject of key ? [organization, key] : [organization]) {
+          subject.reserved -= reservation;
+          subject.inFlight--;
+          if (spent) subject.record(spent.promptTokens + spent.completionTokens, at);
+        }
         this.reservedTotal -= reservation;
         this.inFlightTotal--;
-        if (spent) this.record(request.modelId, state, spent, at);
+        if (spent) this.estimate.observe(request.modelId, spent.completionTokens);
       },
     };
   }
 
   snapshot(organizationId: string, plan: PlanConfig, now: number): UsageSnapshot {
     const state = this.state(organizationId);
-    return usageSnapshot(plan, this.quotaState(state, now, state.window.used(now)));
+    return usageSnapshot(plan, state.quotaState(now, state.window.used(now)));
   }
 
-  restore(organizationId: string, buckets: LedgerBucket[], monthTokens: number, monthStart: number): void {
-    const state = this.state(organizationId);
+  keySnapshot(organizationId: string, key: KeyAdmission, now: number): UsageSnapshot {
+    const state = this.state(keySubject(organizationId, key.id));
+    return usageSnapshot(key.limits, state.quotaState(now, state.window.used(now)));
+  }
+
+  restore(organizationId: string, buckets: LedgerBucket[], monthTokens: number, monthStart: number, keyId?: string): void {
+    const state = this.state(keyId === undefined ? organizationId : keySubject(organizationId, keyId));
     state.window.clear();
     for (const bucket of buckets) state.window.add(bucket.tokens, bucket.lastTime);
     state.month = monthOf(monthStart);
@@ -91,36 +137,25 @@ export class MemoryAdmissionStore implements AdmissionStore {
 
   /**
    * The prompt plus the output this model usually gives (never more than max_tokens), and never more than the
-   * headroom left, so a worst-case reservation never blocks an organization that has room.
+   * headroom left, so a worst-case reservation never blocks a subject that has room.
    */
-  private reservationFor(request: AdmissionRequest, state: OrganizationState, windowUsed: number, now: number): number {
-    const plan = request.plan;
-    if (plan.tokensPer5h === undefined && plan.tokensPerMonth === undefined) return 0;
+  private reservationFor(request: AdmissionRequest, organizationRoom: number, keyRoom: number): number {
+    if (!hasQuota(request.plan) && !(request.key && hasQuota(request.key.limits))) return 0;
     const expected = this.estimate.expected(request.modelId, request.maxTokens);
-    let reservation = request.promptTokens + expected;
-    if (plan.tokensPer5h !== undefined) reservation = Math.min(reservation, plan.tokensPer5h - windowUsed - state.reserved);
-    if (plan.tokensPerMonth !== undefined) reservation = Math.min(reservation, plan.tokensPerMonth - state.monthUsedAt(now) - state.reserved);
-    return reservation;
+    return Math.min(request.promptTokens + expected, organizationRoom, keyRoom);
   }
 
-  private record(modelId: string, state: OrganizationState, spent: SpentTokens, at: number): void {
-    const tokens = spent.promptTokens + spent.completionTokens;
-    state.window.add(tokens, at);
-    state.monthUsedAt(at);
-    state.monthUsed += tokens;
-    this.estimate.observe(modelId, spent.completionTokens);
-  }
-
-  private quotaState(state: OrganizationState, now: number, windowUsed: number) {
-    return { now, windowUsed, monthUsed: state.monthUsedAt(now), reserved: state.reserved, inFlight: state.inFlight, untilEmpty: state.window.timeUntilEmpty(now) };
-  }
-
-  private state(organizationId: string): OrganizationState {
-    let state = this.organizations.get(organizationId);
+  private state(id: string): SubjectState {
+    let state = this.subjects.get(id);
     if (!state) {
-      state = new OrganizationState();
-      this.organizations.set(organizationId, state);
+      state = new SubjectState();
+      this.subjects.set(id, state);
     }
     return state;
   }
+}
+
+/** Keys share the map with organizations under a name no organization id can take. */
+function keySubject(organizationId: string, keyId: string): string {
+  return `${organizationId}/${keyId}`;
 }

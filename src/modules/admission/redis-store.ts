@@ -1,13 +1,14 @@
 import type { PlanConfig } from "../../config/schema";
 import { SluiceError } from "../../errors";
 import { keyPrefix, type RedisConnection, type RedisReply } from "../../storage/redis";
-import type { UsageRepository } from "../../storage/types";
+import type { KeyRepository, UsageRepository } from "../../storage/types";
+import { restoreLimitedKeys } from "./ledger-usage";
 import { withTimeout } from "../../storage/with-timeout";
 import { OutputEstimate } from "./estimate";
 import { leaseMs, type LeaseKeeper } from "./lease-keeper";
 import { monthOf, startOfNextMonth } from "./month";
-import { quotaRejection, rateLimitHeaders, usageSnapshot } from "./quota-answers";
-import type { AdmissionRequest, AdmissionStore, LedgerBucket, Lease, SpentTokens, UsageSnapshot } from "./store";
+import { quotaRejection, rateLimitHeaders, usageSnapshot, type QuotaState } from "./quota-answers";
+import type { AdmissionRequest, AdmissionStore, KeyAdmission, LedgerBucket, Lease, Limits, SpentTokens, UsageSnapshot } from "./store";
 import { bucketMs } from "./window";
 
 const readyKey = `${keyPrefix}ready`;
@@ -18,9 +19,15 @@ const rebuildWaitMs = 3000;
 const settleRetryMs = 1000;
 const settleGiveUpMs = 10 * 60_000;
 
-function organizationKeys(organizationId: string): string[] {
-  const base = `${keyPrefix}org:{${organizationId}}:`;
+/** The five keys of one subject: an organization, or (with `keyId`) one of its keys with caps of its own. */
+function subjectKeys(organizationId: string, keyId?: string): string[] {
+  // The organization's hash tag keeps its keys' state in the same slot, so one script can touch both.
+  const base = `${keyPrefix}org:{${organizationId}}:${keyId === undefined ? "" : `key:${keyId}:`}`;
   return [`${base}state`, `${base}minutes`, `${base}lasts`, `${base}leases`, `${base}reservations`];
+}
+
+function limitArgs(limits: Limits): number[] {
+  return [limits.tokensPer5h ?? -1, limits.tokensPerMonth ?? -1, limits.maxConcurrency ?? -1];
 }
 
 /** Admission can't be decided: Redis does not answer. Requests are refused, never admitted without limits. */
@@ -31,24 +38,31 @@ export function admissionUnavailable(cause: unknown): SluiceError {
   });
 }
 
+/** One subject's state in admit.lua's answer. */
+interface SubjectReply extends QuotaState {
+  wait: number;
+}
+
 interface AdmitReply {
   status: number;
+  /** Which subject refused: 1 the organization, 2 the key. */
+  refused: number;
   now: number;
-  windowUsed: number;
-  reserved: number;
-  reservation: number;
-  untilEmpty: number;
-  wait: number;
-  monthUsed: number;
-  inFlight: number;
   /** Which rebuild of the state this answer came from (see settle.lua). */
   generation: string;
+  reservation: number;
+  subjects: SubjectReply[];
 }
 
 function readReply(reply: RedisReply): AdmitReply {
   const values = reply as (number | string)[];
-  const [status = 9, now = 0, windowUsed = 0, reserved = 0, reservation = 0, untilEmpty = 0, wait = 0, monthUsed = 0, inFlight = 0] = values.slice(0, 9).map(Number);
-  return { status, now, windowUsed, reserved, reservation, untilEmpty, wait, monthUsed, inFlight, generation: String(values[9] ?? "") };
+  const [status = 9, refused = 0, now = 0] = values.slice(0, 3).map(Number);
+  const subjects: SubjectReply[] = [];
+  for (let index = 5; index + 6 <= values.length; index += 6) {
+    const [windowUsed = 0, reserved = 0, untilEmpty = 0, wait = 0, monthUsed = 0, inFlight = 0] = values.slice(index, index + 6).map(Number);
+    subjects.push({ now, windowUsed, reserved, untilEmpty, wait, monthUsed, inFlight });
+  }
+  return { status, refused, now, generation: String(values[3] ?? ""), reservation: Number(values[4] ?? 0), subjects };
 }
 
 interface PendingSettle {
@@ -74,6 +88,8 @@ export class RedisAdmissionStore implements AdmissionStore {
   constructor(
     private readonly redis: RedisConnection,
     private readonly usage: UsageRepository,
+    /** The keys with caps of their own, rebuilt with their organizations. */
+    private readonly keys: KeyRepository,
     /** Renews this instance's leases; the CLI, which holds none, passes none. */
     private readonly keeper?: LeaseKeeper,
   ) {
@@ -84,23 +100,32 @@ export class RedisAdmissionStore implements AdmissionStore {
   async admit(request: AdmissionRequest, _now: number): Promise<Lease> {
     const plan = request.plan;
     const leaseId = crypto.randomUUID();
-    const keys = organizationKeys(request.organizationId);
-    const wanted = plan.tokensPer5h === undefined && plan.tokensPerMonth === undefined ? 0 : request.promptTokens + this.estimate.expected(request.modelId, request.maxTokens);
-    const args = ["admit", request.promptTokens + 1, plan.tokensPer5h ?? -1, plan.tokensPerMonth ?? -1, plan.maxConcurrency ?? -1, wanted, leaseId, leaseMs];
+    const key = request.key;
+    const keys = [...subjectKeys(request.organizationId), ...(key ? subjectKeys(request.organizationId, key.id) : [])];
+    const hasQuota = (limits: Limits) => limits.tokensPer5h !== undefined || limits.tokensPerMonth !== undefined;
+    const wanted = hasQuota(plan) || (key && hasQuota(key.limits)) ? request.promptTokens + this.estimate.expected(request.modelId, request.maxTokens) : 0;
+    const args = ["admit", request.promptTokens + 1, wanted, leaseId, leaseMs, ...limitArgs(plan), ...(key ? limitArgs(key.limits) : [])];
     const reply = await this.runRebuilt(keys, args);
     if (reply.status !== 0) {
-      throw quotaRejection(reply.status === 1 ? "month" : reply.status === 2 ? "five_hour" : "concurrency", plan, {
-        fiveHourWaitMs: reply.wait,
-        monthResetMs: startOfNextMonth(reply.now) - reply.now,
-      });
+      const byKey = reply.refused === 2 && key !== undefined;
+      const refusing = reply.subjects[reply.refused - 1];
+      throw quotaRejection(
+        reply.status === 1 ? "month" : reply.status === 2 ? "five_hour" : "concurrency",
+        byKey ? key.limits : plan,
+        { fiveHourWaitMs: refusing?.wait, monthResetMs: startOfNextMonth(reply.now) - reply.now },
+        byKey ? "key" : "organization",
+      );
     }
-    this.keeper?.hold(keys[3] as string, leaseId);
+    this.keeper?.hold(key ? [keys[3] as string, keys[8] as string] : [keys[3] as string], leaseId);
     this.localInFlight++;
     this.localReserved += reply.reservation;
     let settled = false;
     return {
       reservedTokens: reply.reservation,
-      headers: rateLimitHeaders(plan, reply),
+      headers: rateLimitHeaders(
+        { limits: plan, state: reply.subjects[0] as QuotaState },
+        key ? { limits: key.limits, state: reply.subjects[1] as QuotaState } : undefined,
+      ),
       settle: (spent: SpentTokens | null) => {
         if (settled) return;
         settled = true;
@@ -109,18 +134,21 @@ export class RedisAdmissionStore implements AdmissionStore {
         this.localReserved -= reply.reservation;
         if (spent) this.estimate.observe(request.modelId, spent.completionTokens);
         const tokens = spent ? spent.promptTokens + spent.completionTokens : -1;
-        this.settleInRedis([...keys, `${keyPrefix}settled:${leaseId}`, readyKey], [leaseId, tokens, reply.generation]);
+        this.settleInRedis([`${keyPrefix}settled:${leaseId}`, readyKey, ...keys], [leaseId, tokens, reply.generation]);
       },
     };
   }
 
   async snapshot(organizationId: string, plan: PlanConfig, _now: number): Promise<UsageSnapshot> {
-    const keys = organizationKeys(organizationId);
-    return usageSnapshot(plan, await this.runRebuilt(keys, ["peek", 0, -1, -1, -1, 0, "", 0]));
+    return usageSnapshot(plan, await this.peek(subjectKeys(organizationId)));
   }
 
-  async restore(organizationId: string, buckets: LedgerBucket[], monthTokens: number, monthStart: number): Promise<void> {
-    const keys = organizationKeys(organizationId).slice(0, 3);
+  async keySnapshot(organizationId: string, key: KeyAdmission, _now: number): Promise<UsageSnapshot> {
+    return usageSnapshot(key.limits, await this.peek(subjectKeys(organizationId, key.id)));
+  }
+
+  async restore(organizationId: string, buckets: LedgerBucket[], monthTokens: number, monthStart: number, keyId?: string): Promise<void> {
+    const keys = subjectKeys(organizationId, keyId).slice(0, 3);
     const args: (string | number)[] = [monthOf(monthStart), monthTokens];
     for (const bucket of buckets) args.push(Math.floor(bucket.lastTime / bucketMs), bucket.tokens, bucket.lastTime);
     await this.redis.script("restore", keys, args);
@@ -149,6 +177,10 @@ export class RedisAdmissionStore implements AdmissionStore {
     }
   }
 
+  private async peek(keys: string[]): Promise<QuotaState> {
+    return (await this.runRebuilt(keys, ["peek", 0, 0, "", 0, -1, -1, -1])).subjects[0] as QuotaState;
+  }
+
   /** Runs admit.lua; if Redis lost its data, rebuilds the state from the ledger first (503 if that fails). */
   private async runRebuilt(keys: string[], args: (string | number)[]): Promise<AdmitReply> {
     let reply = await this.run(keys, args);
@@ -162,7 +194,7 @@ export class RedisAdmissionStore implements AdmissionStore {
 
   private async run(keys: string[], args: (string | number)[]): Promise<AdmitReply> {
     try {
-      return readReply(await this.redis.script("admit", [...keys, readyKey], args));
+      return readReply(await this.redis.script("admit", [readyKey, ...keys], args));
     } catch (error) {
       throw admissionUnavailable(error);
     }
@@ -208,6 +240,7 @@ export class RedisAdmissionStore implements AdmissionStore {
       const now = Number(((await this.redis.call("TIME", [])) as string[])[0]) * 1000;
       const usage = await this.usage.read(now);
       await Promise.all([...usage].map(([organizationId, entry]) => this.restore(organizationId, entry.buckets, entry.monthTokens, now)));
+      await restoreLimitedKeys(this, this.keys, this.usage, now);
       // A new generation: leases of the lost one settle without recording anything (see settle.lua).
       await this.redis.call("SET", [readyKey, `${now}-${owner}`]);
     } finally {

@@ -1,6 +1,6 @@
-import type { LedgerStore, Storage } from "../../storage/types";
+import type { LedgerStore, Storage, UsageRepository } from "../../storage/types";
 import type { AuditActor, AuditLog } from "../audit/service";
-import { restoreFromLedger } from "./ledger-usage";
+import { restoreFromLedger, restoreKeyFromLedger, restoreLimitedKeys } from "./ledger-usage";
 import type { AdmissionStore } from "./store";
 
 const pruneEveryMs = 3_600_000;
@@ -15,16 +15,22 @@ export async function syncAdmissionWithLedger(store: AdmissionStore, storage: St
   setInterval(() => void storage.usage.prune(clock()).catch(() => {}), pruneEveryMs).unref();
   if (storage.kind !== "sqlite") return;
   await restoreFromLedger(store, storage.usage, clock());
+  let limitedKeys = await restoreLimitedKeys(store, storage.keys, storage.usage, clock());
   let resets = await storage.usage.resets();
   storage.changes.onChange(async () => {
     const latest = await storage.usage.resets();
+    const resetNow = new Set<string>();
     for (const [organizationId, resetAt] of latest) {
       if (resets.get(organizationId) === resetAt) continue;
       // Rows settled in memory but not yet committed must be in the database before it is read back.
       await ledger.flush();
       await restoreFromLedger(store, storage.usage, clock(), organizationId);
+      resetNow.add(organizationId);
     }
     resets = latest;
+    // Keys given caps (or new caps) by another process start from what their ledger rows say.
+    await ledger.flush();
+    limitedKeys = await restoreLimitedKeys(store, storage.keys, storage.usage, clock(), limitedKeys, resetNow);
   });
 }
 
@@ -40,7 +46,21 @@ export async function resetUsage(
   sharedStore?: AdmissionStore,
 ): Promise<void> {
   await storage.usage.reset(organization.id, now);
-  if (sharedStore) await restoreFromLedger(sharedStore, storage.usage, now, organization.id);
+  if (sharedStore) {
+    await restoreFromLedger(sharedStore, storage.usage, now, organization.id);
+    for (const key of await storage.keys.limited()) {
+      if (key.organizationId === organization.id) await restoreKeyFromLedger(sharedStore, storage.usage, key, now);
+    }
+  }
   await storage.changes.announce();
   await audit.log.record(audit.actor, "usage.reset", organization.name, { organizationId: organization.id, changes: { resetAt: [null, now] } });
+}
+
+/**
+ * After a key's caps changed (CLI or console): its usage so far, from its ledger rows, into the admission state that
+ * enforces them: Redis for every instance in shared mode, or this process's store. A server in another process on
+ * the same SQLite file picks the change up itself (see syncAdmissionWithLedger).
+ */
+export async function applyKeyLimits(store: AdmissionStore, usage: UsageRepository, key: { id: string; organizationId: string }, now: number): Promise<void> {
+  await restoreKeyFromLedger(store, usage, key, now);
 }

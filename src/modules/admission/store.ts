@@ -15,10 +15,24 @@ export class AdmissionRejected extends SluiceError {
   }
 }
 
+/** The caps of one subject of admission: an organization (its plan's) or a key (its own). Undefined: none. */
+export type Limits = Pick<PlanConfig, "tokensPer5h" | "tokensPerMonth" | "maxConcurrency">;
+
+/** Whose limit said no: the organization's plan, or the key's own caps. */
+export type Subject = "organization" | "key";
+
+/** A key's own caps, when it has any. */
+export interface KeyAdmission {
+  id: string;
+  limits: Limits;
+}
+
 /** What admission needs to know about a request. */
 export interface AdmissionRequest {
   organizationId: string;
   plan: PlanConfig;
+  /** Set when the key has caps of its own: the request must fit those and the plan's, in the same atomic step. */
+  key?: KeyAdmission;
   modelId: string;
   /** The prompt as Sluice counts it; only needed when the plan has a token quota. */
   promptTokens: number;
@@ -68,8 +82,10 @@ export interface AdmissionStore {
   /** Throws SluiceError 429 (rate_limit_exceeded or insufficient_quota), or 503 if it cannot decide; returns the lease. */
   admit(request: AdmissionRequest, now: number): Lease | Promise<Lease>;
   snapshot(organizationId: string, plan: PlanConfig, now: number): UsageSnapshot | Promise<UsageSnapshot>;
-  /** Replaces an organization's recorded usage with what the ledger holds (start-up, resets). */
-  restore(organizationId: string, buckets: LedgerBucket[], monthTokens: number, monthStart: number): void | Promise<void>;
+  /** A key's use against its own caps. */
+  keySnapshot(organizationId: string, key: KeyAdmission, now: number): UsageSnapshot | Promise<UsageSnapshot>;
+  /** Replaces an organization's (or, with `keyId`, one of its keys') recorded usage with what the ledger holds. */
+  restore(organizationId: string, buckets: LedgerBucket[], monthTokens: number, monthStart: number, keyId?: string): void | Promise<void>;
   /** Requests this process admitted and has not yet settled, over all organizations. */
   inFlight(): number;
   /** Tokens this process reserved and has not yet settled, over all organizations. */

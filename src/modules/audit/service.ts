@@ -8,6 +8,7 @@ export type AuditAction =
   | "organization.created"
   | "organization.updated"
   | "key.created"
+  | "key.updated"
   | "key.revoked"
   | "usage.reset"
   | "account.created"
@@ -18,6 +19,7 @@ export const auditActions: readonly AuditAction[] = [
   "organization.created",
   "organization.updated",
   "key.created",
+  "key.updated",
   "key.revoked",
   "usage.reset",
   "account.created",

@@ -1,6 +1,7 @@
 import type { PlanConfig } from "../../config/schema";
 import { SluiceError } from "../../errors";
-import type { ChangeFeed, KeyCredentials, KeyRepository } from "../../storage/types";
+import type { ChangeFeed, KeyCredentials, KeyLimits, KeyRepository } from "../../storage/types";
+import type { Limits } from "../admission/store";
 import { hashesEqual, hashKeySecret, keyPrefix } from "../keys/secret";
 
 /** Who is asking: the key, its organization and the organization's plan. */
@@ -9,6 +10,14 @@ export interface Caller {
   organizationId: string;
   organizationName: string;
   plan: PlanConfig;
+  /** The key's own caps, when it has any. */
+  keyLimits?: Limits;
+}
+
+/** A key's caps as admission reads them; undefined when it has none (most keys: no object is made for them). */
+export function keyLimitsOf(limits: KeyLimits): Limits | undefined {
+  if (limits.maxConcurrency === null && limits.tokensPer5h === null && limits.tokensPerMonth === null) return undefined;
+  return { maxConcurrency: limits.maxConcurrency ?? undefined, tokensPer5h: limits.tokensPer5h ?? undefined, tokensPerMonth: limits.tokensPerMonth ?? undefined };
 }
 
 const maxCachedKeys = 100_000;
@@ -99,7 +108,7 @@ export class AuthService {
     const plan = this.plans.get(record.planId);
     if (!plan) throw new SluiceError("organization_inactive", `Your organization's plan "${record.planId}" is not configured; contact the operator.`);
     this.lastUsed.set(record.keyId, now);
-    return { keyId: record.keyId, organizationId: record.organizationId, organizationName: record.organizationName, plan };
+    return { keyId: record.keyId, organizationId: record.organizationId, organizationName: record.organizationName, plan, keyLimits: keyLimitsOf(record) };
   }
 
   /** Forgets cached keys; for writes made through this process's own connection. */

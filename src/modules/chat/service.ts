@@ -132,7 +132,14 @@ export class ChatService {
     let lease: Lease;
     try {
       const admitted = admission.admit(
-        { organizationId: context.caller.organizationId, plan, modelId: prepared.modelId, promptTokens: promptEstimate, maxTokens: prepared.maxTokens },
+        {
+          organizationId: context.caller.organizationId,
+          plan,
+          key: context.caller.keyLimits && { id: context.caller.keyId, limits: context.caller.keyLimits },
+          modelId: prepared.modelId,
+          promptTokens: promptEstimate,
+          maxTokens: prepared.maxTokens,
+        },
         clock(),
       );
       lease = admitted instanceof Promise ? await admitted : admitted;

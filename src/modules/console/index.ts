@@ -1,7 +1,7 @@
 import { Elysia } from "elysia";
 import { SluiceError } from "../../errors";
 import type { AccountService, Actor } from "./accounts";
-import { AuditQuery, CreateKeyBody, readConsoleBody, readConsoleQuery, RequestLogQuery, SignInBody, SignUpBody, UpdateOrganizationBody } from "./model";
+import { AuditQuery, CreateKeyBody, KeyLimitsBody, readConsoleBody, readConsoleQuery, RequestLogQuery, SignInBody, SignUpBody, UpdateOrganizationBody } from "./model";
 import { consoleAssets } from "./page";
 import type { ConsoleService } from "./service";
 
@@ -59,6 +59,7 @@ export const consoleRoutes = (service: ConsoleService, accounts: AccountService)
           return service.createKey(actor, body);
         })
         .post("/keys/:id/revoke", ({ actor, params }) => service.revokeKey(actor, params.id))
+        .post("/keys/:id/limits", async ({ actor, params, request }) => service.setKeyLimits(actor, params.id, await readConsoleBody(request, KeyLimitsBody)))
         .get("/usage", ({ actor }) => service.usage(actor))
         .get("/requests", ({ actor, query }) => service.requests(actor, readConsoleQuery(query, RequestLogQuery)))
         .get("/requests.csv", async ({ actor, query }) => {

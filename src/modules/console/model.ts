@@ -19,11 +19,23 @@ export const SignInBody = Type.Object({
   password: Type.String({ maxLength: 1024 }),
 });
 
-export const CreateKeyBody = Type.Object({
-  name: Type.String({ maxLength: 100 }),
-  /** 90s, 30m, 12h or 30d; absent, null or empty for a key that never expires. */
-  expires_in: Type.Optional(Type.Union([Type.String({ maxLength: 20 }), Type.Null()], { expected: "a string such as 30d, or null" })),
+const cap = Type.Optional(Type.Union([Type.Integer({ minimum: 1, maximum: 1e15 }), Type.Null()], { expected: "a whole number of at least 1, or null for none" }));
+
+/** A key's own caps inside its organization's plan; absent or null: none. */
+export const KeyLimitsBody = Type.Object({
+  max_concurrency: cap,
+  tokens_per_5h: cap,
+  tokens_per_month: cap,
 });
+
+export const CreateKeyBody = Type.Composite([
+  Type.Object({
+    name: Type.String({ maxLength: 100 }),
+    /** 90s, 30m, 12h or 30d; absent, null or empty for a key that never expires. */
+    expires_in: Type.Optional(Type.Union([Type.String({ maxLength: 20 }), Type.Null()], { expected: "a string such as 30d, or null" })),
+  }),
+  KeyLimitsBody,
+]);
 
 export const UpdateOrganizationBody = Type.Object({
   status: Type.Optional(Type.String({ maxLength: 20 })),
@@ -61,6 +73,7 @@ export type RequestLogQueryInput = Static<typeof RequestLogQuery>;
 export type AuditQueryInput = Static<typeof AuditQuery>;
 export type SignIn = Static<typeof SignInBody>;
 export type CreateKey = Static<typeof CreateKeyBody>;
+export type KeyLimitsInput = Static<typeof KeyLimitsBody>;
 export type UpdateOrganization = Static<typeof UpdateOrganizationBody>;
 
 const compiled = new WeakMap<TSchema, TypeCheck<TSchema>>();

@@ -11,7 +11,11 @@ import type { Queue } from "../queue/model-queue";
 import type { AuditEntry, RequestLogFilter, UsageRepository } from "../../storage/types";
 import { auditActions, type AuditActor, type AuditLog } from "../audit/service";
 import { AccountService, type Actor } from "./accounts";
-import type { AuditQueryInput, CreateKey, RequestLogQueryInput, SignUp, UpdateOrganization } from "./model";
+import type { AuditQueryInput, CreateKey, KeyLimitsInput, RequestLogQueryInput, SignUp, UpdateOrganization } from "./model";
+import { applyKeyLimits } from "../admission/service";
+import type { UsageSnapshot } from "../admission/store";
+import { keyLimitsOf } from "../auth/service";
+import type { KeyLimits } from "../../storage/types";
 
 export interface ConsoleDependencies {
   accounts: AccountService;
@@ -36,6 +40,10 @@ export interface UsageSeries {
 }
 
 const hourMs = 3_600_000;
+
+function limitsOf(input: KeyLimitsInput): KeyLimits {
+  return { maxConcurrency: input.max_concurrency ?? null, tokensPer5h: input.tokens_per_5h ?? null, tokensPerMonth: input.tokens_per_month ?? null };
+}
 
 function pageSize(limit: string | undefined): number {
   const size = limit === undefined ? defaultPageSize : Number(limit);
@@ -97,7 +105,18 @@ export class ConsoleService {
       expiresInMs = parseDuration(input.expires_in);
       if (expiresInMs === undefined) throw invalidRequest("The expiry must look like 90s, 30m, 12h or 30d.", "expires_in");
     }
-    return await this.deps.keys.create({ organizationId: organization.id, name, expiresInMs }, auditActor(actor));
+    return await this.deps.keys.create({ organizationId: organization.id, name, expiresInMs, limits: limitsOf(input) }, auditActor(actor));
+  }
+
+  /** Sets a key's own caps (all three: absent or null is none); the next request is held to them. */
+  async setKeyLimits(actor: Actor, keyId: string, input: KeyLimitsInput): Promise<ApiKeyInfo> {
+    const organization = await this.memberOrganization(actor);
+    const key = await this.deps.keys.find(keyId);
+    if (!key || key.organizationId !== organization.id) throw new SluiceError("not_found", "No such key.");
+    const updated = await this.deps.keys.setLimits(keyId, limitsOf(input), auditActor(actor));
+    this.deps.auth.invalidate();
+    await applyKeyLimits(this.deps.admission, this.deps.usage, updated, this.deps.clock());
+    return updated;
   }
 
   async revokeKey(actor: Actor, keyId: string): Promise<ApiKeyInfo> {
@@ -113,8 +132,17 @@ export class ConsoleService {
   async usage(actor: Actor) {
     const organization = await this.memberOrganization(actor);
     const plan = this.deps.config.plans.find((candidate) => candidate.id === organization.plan);
-    const snapshot = plan ? await this.deps.admission.snapshot(organization.id, plan, this.deps.clock()) : undefined;
-    return { plan: organization.plan, snapshot, series: await this.series(organization.id) };
+    const now = this.deps.clock();
+    const snapshot = plan ? await this.deps.admission.snapshot(organization.id, plan, now) : undefined;
+    // Each key with caps of its own, against them.
+    const keys: { id: string; name: string; limits: KeyLimits; snapshot: UsageSnapshot }[] = [];
+    for (const key of await this.deps.keys.listForOrganization(organization.id)) {
+      const limits = keyLimitsOf(key);
+      if (!limits || key.revokedAt !== null) continue;
+      const limitsShown: KeyLimits = { maxConcurrency: key.maxConcurrency, tokensPer5h: key.tokensPer5h, tokensPerMonth: key.tokensPerMonth };
+      keys.push({ id: key.id, name: key.name, limits: limitsShown, snapshot: await this.deps.admission.keySnapshot(organization.id, { id: key.id, limits }, now) });
+    }
+    return { plan: organization.plan, snapshot, keys, series: await this.series(organization.id) };
   }
 
   async listOrganizations(actor: Actor) {

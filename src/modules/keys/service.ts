@@ -1,9 +1,25 @@
 import { randomId } from "../../ids";
-import type { ApiKey, ApiKeyInfo, ChangeFeed, KeyRepository } from "../../storage/types";
-import type { AuditActor, AuditLog } from "../audit/service";
+import type { ApiKey, ApiKeyInfo, ChangeFeed, KeyLimits, KeyRepository } from "../../storage/types";
+import { changedFields, type AuditActor, type AuditLog } from "../audit/service";
 import { generateKeySecret, hashKeySecret, shownPrefix } from "./secret";
 
-export type { ApiKey, ApiKeyInfo };
+export type { ApiKey, ApiKeyInfo, KeyLimits };
+
+export const noLimits: KeyLimits = { maxConcurrency: null, tokensPer5h: null, tokensPerMonth: null };
+
+/** Whether a key has any cap of its own. */
+export function hasLimits(limits: KeyLimits): boolean {
+  return limits.maxConcurrency !== null || limits.tokensPer5h !== null || limits.tokensPerMonth !== null;
+}
+
+/** Checks caps: each a whole number from 1 up, or null for none; the name of the first wrong one otherwise. */
+export function checkLimits(limits: KeyLimits): { field: keyof KeyLimits; message: string } | undefined {
+  for (const field of ["maxConcurrency", "tokensPer5h", "tokensPerMonth"] as const) {
+    const value = limits[field];
+    if (value !== null && !(Number.isSafeInteger(value) && value >= 1)) return { field, message: `${field} must be a whole number of at least 1, or none` };
+  }
+  return undefined;
+}
 
 export class KeyError extends Error {
   override name = "KeyError";
@@ -18,8 +34,14 @@ export class KeyService {
     private readonly changes?: ChangeFeed,
   ) {}
 
-  async create(input: { organizationId: string; name?: string; expiresInMs?: number; now?: number }, actor: AuditActor): Promise<{ key: ApiKeyInfo; secret: string }> {
+  async create(
+    input: { organizationId: string; name?: string; expiresInMs?: number; limits?: KeyLimits; now?: number },
+    actor: AuditActor,
+  ): Promise<{ key: ApiKeyInfo; secret: string }> {
     const now = input.now ?? Date.now();
+    const limits = input.limits ?? noLimits;
+    const wrong = checkLimits(limits);
+    if (wrong) throw new KeyError(wrong.message);
     const secret = generateKeySecret();
     const row: ApiKey = {
       id: randomId("key_", 12),
@@ -31,12 +53,18 @@ export class KeyService {
       lastUsedAt: null,
       expiresAt: input.expiresInMs === undefined ? null : now + input.expiresInMs,
       revokedAt: null,
+      ...limits,
     };
     await this.repository.insert(row);
     const { hash: _hash, ...key } = row;
     await this.audit.record(actor, "key.created", key.id, {
       organizationId: key.organizationId,
-      changes: { name: [null, key.name], prefix: [null, key.prefix], expiresAt: [null, key.expiresAt] },
+      changes: {
+        name: [null, key.name],
+        prefix: [null, key.prefix],
+        expiresAt: [null, key.expiresAt],
+        ...(hasLimits(limits) ? { maxConcurrency: [null, limits.maxConcurrency], tokensPer5h: [null, limits.tokensPer5h], tokensPerMonth: [null, limits.tokensPerMonth] } : {}),
+      },
     });
     return { key, secret };
   }
@@ -47,6 +75,25 @@ export class KeyService {
 
   find(keyId: string): Promise<ApiKeyInfo | undefined> {
     return this.repository.find(keyId);
+  }
+
+  /** Changes a key's caps (null removes one); every instance applies them from its next request. */
+  async setLimits(keyId: string, limits: KeyLimits, actor: AuditActor): Promise<ApiKeyInfo> {
+    const existing = await this.find(keyId);
+    if (!existing) throw new KeyError(`no key with id "${keyId}"`);
+    const wrong = checkLimits(limits);
+    if (wrong) throw new KeyError(wrong.message);
+    const updated = { ...existing, ...limits };
+    const changed = changedFields(existing, updated, ["maxConcurrency", "tokensPer5h", "tokensPerMonth"]);
+    if (!changed) return updated;
+    await this.repository.setLimits(keyId, limits);
+    await this.changes?.announce();
+    await this.audit.record(actor, "key.updated", keyId, { organizationId: existing.organizationId, changes: changed });
+    return updated;
+  }
+
+  limited() {
+    return this.repository.limited();
   }
 
   /** Revokes a key; revoking twice keeps the first revocation time. */
