@@ -237,6 +237,52 @@ describe("changes reach every instance at once", () => {
   }, 60_000);
 });
 
+describe("a key's own caps, across instances", () => {
+  test("500 requests over 3 instances on a key capped at 2 (plan: 10): the upstream never sees more than 2; nothing left held", async () => {
+    await withCluster(toml("max_concurrency = 10", { upstream: "usage-10-20-40" }), async (cluster) => {
+      cluster.addOrganization("acme");
+      const created = cluster.cli("key", "create", "--org", "acme", "--max-concurrency", "2");
+      expect(created.code).toBe(0);
+      const key = created.stdout.trim();
+      upstream.reset();
+      const responses = await Promise.all(Array.from({ length: 500 }, (_, index) => cluster.chat(index, key, { model: "m", messages })));
+      const succeeded = responses.filter((response) => response.status === 200);
+      expect(succeeded.length + responses.filter((response) => response.status === 429).length).toBe(500);
+      expect(succeeded.length).toBeGreaterThanOrEqual(2);
+      expect(upstream.maxInFlight).toBeLessThanOrEqual(2);
+      for (const response of responses) await response.arrayBuffer();
+      expect(await leasesHeld()).toBe(0);
+    });
+  }, 60_000);
+
+  test("sluice key update in shared mode puts the key's usage so far into Redis; a Redis that lost its data rebuilds it from the ledger", async () => {
+    await withCluster(toml(""), async (cluster) => {
+      cluster.addOrganization("acme");
+      const created = cluster.cli("key", "create", "--org", "acme", "--name", "ci");
+      const key = created.stdout.trim();
+      const keyId = /created key (key_\S+)/.exec(created.stderr)?.[1] as string;
+      // 3 answers of 30 tokens before any cap.
+      for (let index = 0; index < 3; index++) expect((await cluster.chat(index, key, { model: "m", messages })).status).toBe(200);
+      expect(cluster.cli("key", "update", keyId, "--tokens-per-5h", "95").code).toBe(0);
+      for (let index = 0; index < 3; index++) {
+        const refused = await cluster.chat(index, key, { model: "m", messages });
+        expect(refused.status).toBe(429);
+        expect(((await refused.json()) as { error: { message: string } }).error.message).toContain("This API key has used its 5-hour quota of 95 tokens");
+      }
+      // The organization's other key is not held to this key's cap.
+      const other = cluster.cli("key", "create", "--org", "acme").stdout.trim();
+      expect((await cluster.chat(0, other, { model: "m", messages })).status).toBe(200);
+      const flush = new Bun.RedisClient(redis.url);
+      await flush.send("FLUSHALL", []);
+      flush.close();
+      const afterLoss = await sendWhileUnavailable(() => cluster.chat(1, key, { model: "m", messages }));
+      expect(afterLoss.status).toBe(429);
+      expect(cluster.cli("key", "update", keyId, "--tokens-per-5h", "none").code).toBe(0);
+      expect((await cluster.chat(2, key, { model: "m", messages })).status).toBe(200);
+    });
+  }, 60_000);
+});
+
 describe("what operators see, on PostgreSQL", () => {
   test("the request log (console and CLI) and the audit trail across instances", async () => {
     await withCluster(toml(""), async (cluster) => {

@@ -144,6 +144,41 @@ describe("keys", () => {
     expect(bad.body.error.param).toBe("expires_in");
   });
 
+  test("a key's own caps: set at creation, changed later, shown with its use on the usage page, enforced from the next request", async () => {
+    const client = await member("caps@example.com", "Caps Co");
+    const created = await client.json<{ secret: string; key: { id: string; maxConcurrency: number | null; tokensPer5h: number | null; tokensPerMonth: number | null } }>("POST", "/keys", {
+      name: "ci",
+      max_concurrency: 2,
+      tokens_per_5h: 35,
+    });
+    expect(created.status).toBe(201);
+    expect(created.body.key).toMatchObject({ maxConcurrency: 2, tokensPer5h: 35, tokensPerMonth: null });
+    const call = () => sluice.post("/v1/chat/completions", { model: "m", messages: [{ role: "user", content: "hi" }] }, { authorization: `Bearer ${created.body.secret}` });
+    for (let index = 0; index < 2; index++) expect((await call()).status).toBe(200);
+    // 15 tokens an answer: 30 of 35 used, no room for another prompt.
+    expect((await call()).status).toBe(429);
+    const usage = (await client.json<{ keys: { id: string; name: string; limits: Record<string, number | null>; snapshot: { fiveHours: { used: number; limit: number }; inFlight: number } }[] }>("GET", "/usage")).body;
+    expect(usage.keys).toEqual([
+      { id: created.body.key.id, name: "ci", limits: { maxConcurrency: 2, tokensPer5h: 35, tokensPerMonth: null }, snapshot: expect.objectContaining({ inFlight: 0, fiveHours: expect.objectContaining({ used: 30, limit: 35 }) }) },
+    ]);
+    const raised = await client.json<{ tokensPer5h: number }>("POST", `/keys/${created.body.key.id}/limits`, { max_concurrency: 2, tokens_per_5h: 1000 });
+    expect(raised.body.tokensPer5h).toBe(1000);
+    expect((await call()).status).toBe(200);
+    const cleared = await client.json<{ maxConcurrency: number | null }>("POST", `/keys/${created.body.key.id}/limits`, {});
+    expect(cleared.body.maxConcurrency).toBeNull();
+    expect((await client.json<{ keys: unknown[] }>("GET", "/usage")).body.keys).toEqual([]);
+    for (const [body, param] of [
+      [{ max_concurrency: 0 }, "max_concurrency"],
+      [{ tokens_per_5h: "lots" }, "tokens_per_5h"],
+      [{ tokens_per_month: 1.5 }, "tokens_per_month"],
+    ] as [Record<string, unknown>, string][]) {
+      const refused = await client.json<{ error: { param: string } }>("POST", `/keys/${created.body.key.id}/limits`, body);
+      expect({ status: refused.status, param: refused.body.error.param }).toEqual({ status: 400, param });
+    }
+    const stranger = await member("stranger@example.com", "Stranger Co");
+    expect((await stranger.request("POST", `/keys/${created.body.key.id}/limits`, { max_concurrency: 1 })).status).toBe(404);
+  });
+
   test("CSRF: a change without the session's token is refused", async () => {
     const client = await member("csrf@example.com", "Csrf Co");
     for (const csrf of [null, "forged"]) {

@@ -82,6 +82,7 @@ test("sign up, waitlist, operator activates, sign in, create a key, use it, usag
 
   await member.reload();
   await member.getByLabel("Label").fill("notebook");
+  await member.getByLabel("Max concurrent requests (optional, inside your plan)").fill("4");
   await member.getByRole("button", { name: "Create key" }).click();
   const secret = (await member.getByTestId("new-key").textContent())?.trim() as string;
   expect(secret).toMatch(/^sk-sluice-/);
@@ -89,6 +90,12 @@ test("sign up, waitlist, operator activates, sign in, create a key, use it, usag
   await shot(member, "04-key-created");
   await member.getByRole("button", { name: "I have stored it" }).click();
   expect(await member.content()).not.toContain(secret);
+  await showsText(member.getByTestId("caps-notebook"), "4 at once");
+  await member.getByRole("button", { name: "Change caps of notebook" }).click();
+  const caps = member.getByRole("form", { name: "Caps of notebook" });
+  await caps.getByLabel("Tokens per 5 hours").fill("100000");
+  await caps.getByRole("button", { name: "Save caps" }).click();
+  await showsText(member.getByTestId("caps-notebook"), "100,000 / 5 h");
 
   const client = new OpenAI({ baseURL: sluice.baseURL, apiKey: secret, maxRetries: 0 });
   const { data: completion, response } = await client.chat.completions.create({ model: "qwen3", messages: [{ role: "user", content: "hello" }] }).withResponse();
@@ -98,6 +105,7 @@ test("sign up, waitlist, operator activates, sign in, create a key, use it, usag
   await member.getByRole("button", { name: "Usage" }).click();
   await showsText(member.getByTestId("usage-5 hours"), "42 tokens used");
   await visible(member.locator(".uplot").first());
+  await showsText(member.getByTestId("key-usage"), "42 of 100,000 tokens");
   await shot(member, "05-usage");
 
   await member.getByRole("button", { name: "Requests" }).click();

@@ -4,6 +4,7 @@ import { useEffect, useRef, useState } from "preact/hooks";
 import uPlot from "uplot";
 import "uplot/dist/uPlot.min.css";
 import { api, setCsrfToken } from "./api";
+import { capsBody, CapsFields, capsSummary, EditCaps, type Caps } from "./key-caps";
 import { AuditPage, RequestsPage } from "./logs";
 
 interface Me {
@@ -12,7 +13,7 @@ interface Me {
   csrfToken: string;
   organization: { id: string; name: string; status: string; plan: string } | null;
 }
-interface Key {
+interface Key extends Caps {
   id: string;
   name: string;
   prefix: string;
@@ -30,6 +31,7 @@ interface Window {
 interface Usage {
   plan: string;
   snapshot?: { fiveHours: Window; month: Window };
+  keys: { id: string; name: string; limits: Caps; snapshot: { fiveHours: Window; month: Window; inFlight: number } }[];
   series: { hours: number[]; byModel: Record<string, number[]>; byKey: Record<string, number[]> };
 }
 
@@ -99,6 +101,7 @@ function Keys({ me }: { me: Me }) {
   const [created, setCreated] = useState<{ secret: string; name: string } | null>(null);
   const [copied, setCopied] = useState(false);
   const [error, setError] = useState("");
+  const [editing, setEditing] = useState<string | null>(null);
   const load = () => api<Key[]>("/keys").then(setKeys, (caught: Error) => setError(caught.message));
   useEffect(() => void load(), []);
   const create = async (event: Event) => {
@@ -106,7 +109,7 @@ function Keys({ me }: { me: Me }) {
     const form = new FormData(event.target as HTMLFormElement);
     setError("");
     try {
-      const result = await api<{ key: Key; secret: string }>("/keys", { name: form.get("name"), expires_in: form.get("expires_in") || undefined });
+      const result = await api<{ key: Key; secret: string }>("/keys", { name: form.get("name"), expires_in: form.get("expires_in") || undefined, ...capsBody(form) });
       setCreated({ secret: result.secret, name: result.key.name });
       setCopied(false);
       (event.target as HTMLFormElement).reset();
@@ -166,6 +169,7 @@ function Keys({ me }: { me: Me }) {
               <option value="90d">90 days</option>
             </select>
           </label>
+          <CapsFields label="inside your plan" />
           <button class="primary" type="submit">
             Create key
           </button>
@@ -183,11 +187,12 @@ function Keys({ me }: { me: Me }) {
               <th scope="col">Last used</th>
               <th scope="col">Expires</th>
               <th scope="col">Status</th>
+              <th scope="col">Caps</th>
               <th scope="col" />
             </tr>
           </thead>
           <tbody>
-            {keys.map((key) => (
+            {keys.map((key) => [
               <tr key={key.id}>
                 <td>{key.name}</td>
                 <td>
@@ -197,15 +202,36 @@ function Keys({ me }: { me: Me }) {
                 <td>{time(key.lastUsedAt)}</td>
                 <td>{time(key.expiresAt)}</td>
                 <td>{key.revokedAt ? "revoked" : key.expiresAt && key.expiresAt < Date.now() ? "expired" : "active"}</td>
+                <td data-testid={`caps-${key.name}`}>{capsSummary(key)}</td>
                 <td>
                   {!key.revokedAt && (
-                    <button type="button" onClick={() => revoke(key)} aria-label={`Revoke ${key.name}`}>
-                      Revoke
-                    </button>
+                    <>
+                      <button type="button" onClick={() => setEditing(editing === key.id ? null : key.id)} aria-label={`Change caps of ${key.name}`}>
+                        Caps
+                      </button>{" "}
+                      <button type="button" onClick={() => revoke(key)} aria-label={`Revoke ${key.name}`}>
+                        Revoke
+                      </button>
+                    </>
                   )}
                 </td>
-              </tr>
-            ))}
+              </tr>,
+              editing === key.id && (
+                <tr key={`${key.id}-caps`}>
+                  <td colSpan={8}>
+                    <EditCaps
+                      keyId={key.id}
+                      name={key.name}
+                      caps={key}
+                      onDone={() => {
+                        setEditing(null);
+                        void load();
+                      }}
+                    />
+                  </td>
+                </tr>
+              ),
+            ])}
           </tbody>
         </table>
       </div>
@@ -257,6 +283,31 @@ function UsagePage() {
         {figure("5 hours", usage.snapshot?.fiveHours)}
         {figure("month", usage.snapshot?.month)}
       </div>
+      {usage.keys.length > 0 && (
+        <div class="table-wrap">
+          <table data-testid="key-usage">
+            <caption>Keys with caps of their own</caption>
+            <thead>
+              <tr>
+                <th scope="col">Key</th>
+                <th scope="col">In flight</th>
+                <th scope="col">5 hours</th>
+                <th scope="col">Month</th>
+              </tr>
+            </thead>
+            <tbody>
+              {usage.keys.map((key) => (
+                <tr key={key.id}>
+                  <td>{key.name}</td>
+                  <td>{key.limits.maxConcurrency === null ? `${key.snapshot.inFlight}` : `${key.snapshot.inFlight} of ${key.limits.maxConcurrency}`}</td>
+                  <td>{key.limits.tokensPer5h === null ? `${key.snapshot.fiveHours.used.toLocaleString()} tokens` : `${key.snapshot.fiveHours.used.toLocaleString()} of ${key.limits.tokensPer5h.toLocaleString()} tokens`}</td>
+                  <td>{key.limits.tokensPerMonth === null ? `${key.snapshot.month.used.toLocaleString()} tokens` : `${key.snapshot.month.used.toLocaleString()} of ${key.limits.tokensPerMonth.toLocaleString()} tokens`}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+      )}
       <Chart title="Tokens per hour by model (last 24 h)" hours={usage.series.hours} series={usage.series.byModel} />
       <Chart title="Tokens per hour by key (last 24 h)" hours={usage.series.hours} series={usage.series.byKey} />
     </section>
