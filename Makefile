@@ -3,12 +3,17 @@ BUN_VERSION := 1.4.5
 BUN := node_modules/.bin/bun
 STAMP := node_modules/.sluice-installed
 
-.PHONY: run test build bench soak install clean chromium shared-services agents
+.PHONY: run test build bench soak install clean chromium shared-services agents format
+
+# Formats every file and applies the linter's safe fixes (make test fails on what is left).
+format: $(STAMP)
+	node_modules/.bin/biome check --write .
 
 run: $(STAMP)
 	$(BUN) src/main.ts serve
 
 test: $(STAMP) chromium shared-services
+	node_modules/.bin/biome check .
 	node_modules/.bin/tsc --noEmit -p .
 	node_modules/.bin/tsc --noEmit -p src/modules/console/ui
 	$(BUN) test --timeout 20000

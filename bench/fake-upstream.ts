@@ -10,7 +10,14 @@ const whole = JSON.stringify({
   object: "chat.completion",
   created: 1763800000,
   model: "bench-upstream",
-  choices: [{ index: 0, message: { role: "assistant", content: "The answer is 4.", reasoning_content: "Two plus two is four." }, logprobs: null, finish_reason: "stop" }],
+  choices: [
+    {
+      index: 0,
+      message: { role: "assistant", content: "The answer is 4.", reasoning_content: "Two plus two is four." },
+      logprobs: null,
+      finish_reason: "stop",
+    },
+  ],
   usage: { prompt_tokens: 12, completion_tokens: 11, total_tokens: 23, completion_tokens_details: { reasoning_tokens: 6 } },
 });
 const wholeHeaders = { "content-type": "application/json" };
@@ -24,7 +31,12 @@ const roleFrame = frame({ role: "assistant", content: "" });
 const reasoningFrame = frame({ reasoning_content: "think " });
 const contentFrame = frame({ content: "tok " });
 const finishFrame = frame({}, "stop");
-const usageFrame = frame({}, "usage", { prompt_tokens: 12, completion_tokens: streamTokens, total_tokens: 12 + streamTokens, completion_tokens_details: { reasoning_tokens: 20 } });
+const usageFrame = frame({}, "usage", {
+  prompt_tokens: 12,
+  completion_tokens: streamTokens,
+  total_tokens: 12 + streamTokens,
+  completion_tokens_details: { reasoning_tokens: 20 },
+});
 const done = encoder.encode("data: [DONE]\n\n");
 
 function stream(): ReadableStream<Uint8Array> {

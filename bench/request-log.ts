@@ -144,7 +144,9 @@ try {
 } finally {
   rmSync(work, { recursive: true, force: true });
 }
-const pages = [report.sqlite, report.postgres].flatMap((backend) => Object.entries((backend ?? {}) as Record<string, { median_ms: number }>).filter(([name]) => !name.startsWith("CSV")));
+const pages = [report.sqlite, report.postgres].flatMap((backend) =>
+  Object.entries((backend ?? {}) as Record<string, { median_ms: number }>).filter(([name]) => !name.startsWith("CSV")),
+);
 const worst = Math.max(...pages.map(([, result]) => result.median_ms));
 report.worst_page_ms = worst;
 await Bun.write(join(import.meta.dir, "results/request-log.json"), `${JSON.stringify(report, null, 2)}\n`);

@@ -10,15 +10,42 @@ import { hashKeySecret } from "../src/modules/keys/secret";
 
 const smoke = process.argv.includes("--smoke");
 /** `--only=streams,binary` runs some phases (results go to partial.json): nonstream, latency, streams, scale, binary, safety. */
-const only = process.argv.find((argument) => argument.startsWith("--only="))?.slice(7).split(",");
+const only = process.argv
+  .find((argument) => argument.startsWith("--only="))
+  ?.slice(7)
+  .split(",");
 const phase = (name: string) => !only || only.includes(name);
 const root = join(import.meta.dir, "..");
 const bun = process.execPath;
 const sluiceBinary = join(root, "dist/sluice");
 const work = mkdtempSync(join(tmpdir(), "sluice-bench-"));
 const settings = smoke
-  ? { rounds: 1, seconds: 1, warmupSeconds: 0.5, connections: 8, rate: 100, latencySeconds: 1, streams: 20, streamTokens: 20, paceMs: 5, scaleRows: 2000, portkey: false }
-  : { rounds: 3, seconds: 8, warmupSeconds: 3, connections: 64, rate: 1000, latencySeconds: 10, streams: 2000, streamTokens: 200, paceMs: 20, scaleRows: 1_000_000, portkey: true };
+  ? {
+      rounds: 1,
+      seconds: 1,
+      warmupSeconds: 0.5,
+      connections: 8,
+      rate: 100,
+      latencySeconds: 1,
+      streams: 20,
+      streamTokens: 20,
+      paceMs: 5,
+      scaleRows: 2000,
+      portkey: false,
+    }
+  : {
+      rounds: 3,
+      seconds: 8,
+      warmupSeconds: 3,
+      connections: 64,
+      rate: 1000,
+      latencySeconds: 10,
+      streams: 2000,
+      streamTokens: 200,
+      paceMs: 20,
+      scaleRows: 1_000_000,
+      portkey: true,
+    };
 const lifted = { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" };
 const children: Bun.Subprocess[] = [];
 
@@ -84,10 +111,22 @@ async function closedLoop(target: Target, seconds: number): Promise<number> {
 }
 
 async function runLoad(mode: "open" | "closed", target: Target, amount: number, seconds: number) {
-  const child = Bun.spawn([bun, join(import.meta.dir, "load.ts"), mode, target.url, target.bodyFile, JSON.stringify({ ...target.headers, "content-type": "application/json" }), String(amount), String(seconds)], {
-    env: lifted,
-    stdout: "pipe",
-  });
+  const child = Bun.spawn(
+    [
+      bun,
+      join(import.meta.dir, "load.ts"),
+      mode,
+      target.url,
+      target.bodyFile,
+      JSON.stringify({ ...target.headers, "content-type": "application/json" }),
+      String(amount),
+      String(seconds),
+    ],
+    {
+      env: lifted,
+      stdout: "pipe",
+    },
+  );
   const output = await new Response(child.stdout).text();
   await child.exited;
   return JSON.parse(output) as { requests: number; errors: number; rps: number; p50_ms: number; p99_ms: number };
@@ -103,7 +142,11 @@ async function prepareSluice(directory: string, upstreamPort: number): Promise<{
   );
   const environment = { PATH: process.env.PATH, HOME: process.env.HOME, SLUICE_DB: join(directory, "sluice.db"), SLUICE_CONFIG: config };
   Bun.spawnSync([sluiceBinary, "org", "create", "bench"], { env: environment });
-  const key = Bun.spawnSync([sluiceBinary, "key", "create", "--org", "bench"], { env: environment, stdout: "pipe", stderr: "ignore" }).stdout.toString().trim().split("\n").at(-1) as string;
+  const key = Bun.spawnSync([sluiceBinary, "key", "create", "--org", "bench"], { env: environment, stdout: "pipe", stderr: "ignore" })
+    .stdout.toString()
+    .trim()
+    .split("\n")
+    .at(-1) as string;
   return { environment, key };
 }
 
@@ -119,7 +162,9 @@ function fillDatabase(path: string, rows: number): void {
   const database = new Database(path, { strict: true });
   database.run("PRAGMA journal_mode = WAL");
   const organizationId = (database.query("SELECT id FROM organizations LIMIT 1").get() as { id: string }).id;
-  const insertKey = database.query("INSERT INTO api_keys (id, organization_id, name, prefix, hash, created_at) VALUES (?, ?, 'filler', 'sk-sluice-xxxx', ?, ?)");
+  const insertKey = database.query(
+    "INSERT INTO api_keys (id, organization_id, name, prefix, hash, created_at) VALUES (?, ?, 'filler', 'sk-sluice-xxxx', ?, ?)",
+  );
   const insertRow = database.query(
     `INSERT INTO usage_ledger (request_id, organization_id, key_id, model, prompt_tokens, completion_tokens, reasoning_tokens, outcome, usage_source, started_at, ended_at)
      VALUES (?, ?, 'key_filler', 'bench', 12, 11, 6, 'completed', 'upstream', ?, ?)`,
@@ -151,9 +196,19 @@ async function main(): Promise<void> {
   const { environment, key } = await prepareSluice(sluiceDirectory, upstreamPort);
   let sluice = await startSluice(environment);
 
-  const direct: Target = { name: "direct", url: `http://127.0.0.1:${upstreamPort}/v1/chat/completions`, headers: {}, bodyFile: await writeBody("direct", "bench-upstream", false) };
+  const direct: Target = {
+    name: "direct",
+    url: `http://127.0.0.1:${upstreamPort}/v1/chat/completions`,
+    headers: {},
+    bodyFile: await writeBody("direct", "bench-upstream", false),
+  };
   const bareTarget: Target = { name: "bare", url: `http://127.0.0.1:${barePort}/v1/chat/completions`, headers: {}, bodyFile: direct.bodyFile };
-  const sluiceTarget = (port: number): Target => ({ name: "sluice", url: `http://127.0.0.1:${port}/v1/chat/completions`, headers: { Authorization: `Bearer ${key}` }, bodyFile: join(work, "sluice.json") });
+  const sluiceTarget = (port: number): Target => ({
+    name: "sluice",
+    url: `http://127.0.0.1:${port}/v1/chat/completions`,
+    headers: { Authorization: `Bearer ${key}` },
+    bodyFile: join(work, "sluice.json"),
+  });
   await writeBody("sluice", "bench", false);
   const targets: Target[] = [direct, bareTarget, sluiceTarget(sluice.port)];
 
@@ -162,10 +217,27 @@ async function main(): Promise<void> {
     const portkeyDirectory = join(import.meta.dir, ".portkey");
     if (!existsSync(join(portkeyDirectory, "node_modules/@portkey-ai/gateway"))) {
       log("installing @portkey-ai/gateway into bench/.portkey");
-      Bun.spawnSync(["npm", "install", "--prefix", portkeyDirectory, "--no-save", "--no-package-lock", "--no-audit", "--no-fund", "--loglevel=error", "@portkey-ai/gateway@1.15.2"], { stdout: "inherit", stderr: "inherit" });
+      Bun.spawnSync(
+        [
+          "npm",
+          "install",
+          "--prefix",
+          portkeyDirectory,
+          "--no-save",
+          "--no-package-lock",
+          "--no-audit",
+          "--no-fund",
+          "--loglevel=error",
+          "@portkey-ai/gateway@1.15.2",
+        ],
+        { stdout: "inherit", stderr: "inherit" },
+      );
     }
     const portkeyPort = freePort();
-    start([bun, join(portkeyDirectory, "node_modules/@portkey-ai/gateway/build/start-server.js"), `--port=${portkeyPort}`, "--headless"], { ...lifted, NODE_ENV: "production" });
+    start([bun, join(portkeyDirectory, "node_modules/@portkey-ai/gateway/build/start-server.js"), `--port=${portkeyPort}`, "--headless"], {
+      ...lifted,
+      NODE_ENV: "production",
+    });
     await waitForPort(portkeyPort, 30_000);
     portkeyTarget = {
       name: "portkey",
@@ -181,7 +253,11 @@ async function main(): Promise<void> {
   if (phase("nonstream")) for (const target of targets) await closedLoop(target, settings.warmupSeconds);
   for (let round = 0; phase("nonstream") && round < settings.rounds; round++) {
     // Interleaved, so that drift in the machine affects every target alike.
-    for (const target of targets) (rps[target.name] ??= []).push(await closedLoop(target, settings.seconds));
+    for (const target of targets) {
+      const rounds = rps[target.name] ?? [];
+      rps[target.name] = rounds;
+      rounds.push(await closedLoop(target, settings.seconds));
+    }
   }
   const nonstreamMedian = (name: string) => (rps[name] ? median(rps[name]) : null);
   const sluiceRps = nonstreamMedian("sluice") ?? Number.NaN;
@@ -192,7 +268,8 @@ async function main(): Promise<void> {
   for (let round = 0; phase("latency") && round < settings.rounds; round++) {
     for (const target of targets.slice(0, 3)) {
       const result = await runLoad("open", target, settings.rate, settings.latencySeconds);
-      const entry = (latency[target.name] ??= { p50: [], p99: [] });
+      const entry = latency[target.name] ?? { p50: [], p99: [] };
+      latency[target.name] = entry;
       entry.p50.push(result.p50_ms);
       entry.p99.push(result.p99_ms);
     }
@@ -203,7 +280,15 @@ async function main(): Promise<void> {
   const sluiceStreamBody = await writeBody("sluice-stream", "bench", true);
   const streamRun = async (url: string, bodyFile: string, headers: Record<string, string>, count: number) => {
     const child = Bun.spawn(
-      [bun, join(import.meta.dir, "streams.ts"), url, bodyFile, JSON.stringify({ ...headers, "content-type": "application/json" }), String(count), String(settings.streamTokens)],
+      [
+        bun,
+        join(import.meta.dir, "streams.ts"),
+        url,
+        bodyFile,
+        JSON.stringify({ ...headers, "content-type": "application/json" }),
+        String(count),
+        String(settings.streamTokens),
+      ],
       { env: lifted, stdout: "pipe" },
     );
     const output = await new Response(child.stdout).text();
@@ -228,7 +313,9 @@ async function main(): Promise<void> {
     streamRounds.bare.push(await streamRound(bare.pid as number, bareTarget.url, streamBody, {}));
     await stop(sluice.child);
     sluice = await startSluice(environment);
-    streamRounds.sluice.push(await streamRound(sluice.child.pid as number, sluiceTarget(sluice.port).url, sluiceStreamBody, { Authorization: `Bearer ${key}` }));
+    streamRounds.sluice.push(
+      await streamRound(sluice.child.pid as number, sluiceTarget(sluice.port).url, sluiceStreamBody, { Authorization: `Bearer ${key}` }),
+    );
   }
   /** Medians over the rounds; `completed` is the worst round's, since every stream of every round must arrive. */
   const streamSummary = (runs: StreamRound[]) => ({
@@ -294,7 +381,11 @@ async function main(): Promise<void> {
     await stop(child);
   }
 
-  const safetyRun = phase("safety") ? Bun.spawnSync([bun, join(import.meta.dir, "safety.ts")], { stdout: "pipe" }).stdout.toString().trim() : "{}";
+  const safetyRun = phase("safety")
+    ? Bun.spawnSync([bun, join(import.meta.dir, "safety.ts")], { stdout: "pipe" })
+        .stdout.toString()
+        .trim()
+    : "{}";
   const safety = JSON.parse(safetyRun || "{}") as { input_check_us?: number; output_chunk_us?: number; prompt_chars?: number };
 
   const bareRps = nonstreamMedian("bare") ?? Number.NaN;

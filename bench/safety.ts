@@ -28,4 +28,10 @@ function timeOutput(chunks: number): number {
 
 await timeInput(2000);
 timeOutput(20_000);
-console.log(JSON.stringify({ prompt_chars: messages.reduce((sum, message) => sum + message.text.length, 0), input_check_us: await timeInput(20_000), output_chunk_us: timeOutput(200_000) }));
+console.log(
+  JSON.stringify({
+    prompt_chars: messages.reduce((sum, message) => sum + message.text.length, 0),
+    input_check_us: await timeInput(20_000),
+    output_chunk_us: timeOutput(200_000),
+  }),
+);

@@ -40,7 +40,10 @@ function start(command: string[], environment: Record<string, string | undefined
 async function wrkScript(name: string, key: string): Promise<string> {
   const script = join(work, `${name}.lua`);
   const body = JSON.stringify({ model: "bench", messages: [{ role: "user", content: "What is 2+2? Answer briefly." }] });
-  await Bun.write(script, `wrk.method = "POST"\nwrk.body = ${JSON.stringify(body)}\nwrk.headers["Content-Type"] = "application/json"\nwrk.headers["Authorization"] = "Bearer ${key}"\n`);
+  await Bun.write(
+    script,
+    `wrk.method = "POST"\nwrk.body = ${JSON.stringify(body)}\nwrk.headers["Content-Type"] = "application/json"\nwrk.headers["Authorization"] = "Bearer ${key}"\n`,
+  );
   return script;
 }
 
@@ -55,10 +58,22 @@ async function wrk(url: string, script: string, threads: number, connectionCount
 async function openLoop(url: string, key: string, duration: number): Promise<{ p50_ms: number; p99_ms: number; errors: number }> {
   const bodyFile = join(work, "open.json");
   await Bun.write(bodyFile, JSON.stringify({ model: "bench", messages: [{ role: "user", content: "What is 2+2? Answer briefly." }] }));
-  const child = Bun.spawn([bun, join(import.meta.dir, "load.ts"), "open", url, bodyFile, JSON.stringify({ authorization: `Bearer ${key}`, "content-type": "application/json" }), String(rate), String(duration)], {
-    env: { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" },
-    stdout: "pipe",
-  });
+  const child = Bun.spawn(
+    [
+      bun,
+      join(import.meta.dir, "load.ts"),
+      "open",
+      url,
+      bodyFile,
+      JSON.stringify({ authorization: `Bearer ${key}`, "content-type": "application/json" }),
+      String(rate),
+      String(duration),
+    ],
+    {
+      env: { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" },
+      stdout: "pipe",
+    },
+  );
   const output = await new Response(child.stdout).text();
   await child.exited;
   return JSON.parse(output) as { p50_ms: number; p99_ms: number; errors: number };
@@ -69,7 +84,9 @@ function configFile(upstreamPort: number, plan: string): string {
 }
 
 function cli(environment: Record<string, string | undefined>, ...args: string[]): string {
-  return Bun.spawnSync([sluiceBinary, ...args], { env: environment, stdout: "pipe", stderr: "ignore" }).stdout.toString().trim();
+  return Bun.spawnSync([sluiceBinary, ...args], { env: environment, stdout: "pipe", stderr: "ignore" })
+    .stdout.toString()
+    .trim();
 }
 
 async function startInstance(environment: Record<string, string | undefined>): Promise<{ url: string; child: Bun.Subprocess }> {
@@ -95,7 +112,10 @@ async function main(): Promise<void> {
     const sqliteEnvironment = { ...base, SLUICE_DB: join(work, "sqlite", "sluice.db") };
     const sharedEnvironment = { ...base, SLUICE_DB: await postgres.createDatabase("bench"), SLUICE_REDIS_URL: redis.url };
     const keys: Record<string, string> = {};
-    for (const [name, environment] of [["sqlite", sqliteEnvironment], ["shared", sharedEnvironment]] as const) {
+    for (const [name, environment] of [
+      ["sqlite", sqliteEnvironment],
+      ["shared", sharedEnvironment],
+    ] as const) {
       cli(environment, "org", "create", "bench");
       keys[name] = cli(environment, "key", "create", "--org", "bench").split("\n").at(-1) as string;
     }
@@ -167,7 +187,7 @@ async function main(): Promise<void> {
     // Settles reach Redis just after each answer's last byte.
     await Bun.sleep(200);
     const leases = new Bun.RedisClient(redis.url);
-    const held = Number(await leases.send("ZCARD", ["sluice:org:{" + cli(sharedEnvironment, "org", "list").split("\t")[0] + "}:leases"]));
+    const held = Number(await leases.send("ZCARD", [`sluice:org:{${cli(sharedEnvironment, "org", "list").split("\t")[0]}}:leases`]));
     leases.close();
 
     const sqliteRps = median(rps.sqlite ?? []);
@@ -184,9 +204,18 @@ async function main(): Promise<void> {
         shared_p50_ms: median(latency.shared?.p50 ?? []),
         shared_p99_ms: median(latency.shared?.p99 ?? []),
       },
-      admission_script_round_trip_us: { p50: sortedAdmission[Math.floor(sortedAdmission.length / 2)], p99: sortedAdmission[Math.floor(sortedAdmission.length * 0.99)] },
+      admission_script_round_trip_us: {
+        p50: sortedAdmission[Math.floor(sortedAdmission.length / 2)],
+        p99: sortedAdmission[Math.floor(sortedAdmission.length * 0.99)],
+      },
       three_instances: { rps: median(threeRounds), vs_one_shared: median(threeRounds) / sharedRps },
-      burst_max_concurrency_3: { requests: 500, ok: burst.filter((status) => status === 200).length, rejected_429: burst.filter((status) => status === 429).length, other: burst.filter((status) => status !== 200 && status !== 429).length, leases_held_after: held },
+      burst_max_concurrency_3: {
+        requests: 500,
+        ok: burst.filter((status) => status === 200).length,
+        rejected_429: burst.filter((status) => status === 429).length,
+        other: burst.filter((status) => status !== 200 && status !== 429).length,
+        leases_held_after: held,
+      },
       rounds_detail: { nonstream_rps: rps, latency_ms: latency, three_instances_rps: threeRounds },
     };
     const resultsPath = join(import.meta.dir, "results", "latest.json");

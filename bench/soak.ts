@@ -17,7 +17,9 @@ const children: Bun.Subprocess[] = [];
 async function main(): Promise<number> {
   if (Bun.spawnSync(["make", "-s", "build"], { cwd: root, stdout: "inherit", stderr: "inherit" }).exitCode !== 0) throw new Error("make build failed");
   const upstreamPort = freePort();
-  children.push(Bun.spawn([process.execPath, join(import.meta.dir, "fake-upstream.ts"), String(upstreamPort), "50", "5"], { stdout: "ignore", stderr: "ignore" }));
+  children.push(
+    Bun.spawn([process.execPath, join(import.meta.dir, "fake-upstream.ts"), String(upstreamPort), "50", "5"], { stdout: "ignore", stderr: "ignore" }),
+  );
   await waitForPort(upstreamPort);
   const config = join(work, "sluice.toml");
   await Bun.write(
@@ -29,7 +31,11 @@ async function main(): Promise<number> {
   const port = freePort();
   const environment = { PATH: process.env.PATH, SLUICE_DB: join(work, "soak.db"), SLUICE_CONFIG: config, SLUICE_PORT: String(port), SLUICE_LOG_LEVEL: "warn" };
   Bun.spawnSync([binary, "org", "create", "soak"], { env: environment });
-  const key = Bun.spawnSync([binary, "key", "create", "--org", "soak"], { env: environment, stdout: "pipe", stderr: "ignore" }).stdout.toString().trim().split("\n").at(-1) as string;
+  const key = Bun.spawnSync([binary, "key", "create", "--org", "soak"], { env: environment, stdout: "pipe", stderr: "ignore" })
+    .stdout.toString()
+    .trim()
+    .split("\n")
+    .at(-1) as string;
   const server = Bun.spawn([binary, "serve"], { env: environment, stdout: "ignore", stderr: "ignore" });
   children.push(server);
   await waitForPort(port);
@@ -74,7 +80,13 @@ async function main(): Promise<number> {
   const started = Date.now();
   while (Date.now() - started < seconds * 1000) {
     await Bun.sleep(sampleEveryMs);
-    samples.push({ second: Math.round((Date.now() - started) / 1000), rss_mb: Math.round(memory()), in_flight: await inFlight(), open_files: files(), requests });
+    samples.push({
+      second: Math.round((Date.now() - started) / 1000),
+      rss_mb: Math.round(memory()),
+      in_flight: await inFlight(),
+      open_files: files(),
+      requests,
+    });
     const last = samples.at(-1);
     process.stderr.write(`[soak] ${JSON.stringify(last)}\n`);
   }

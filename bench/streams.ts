@@ -34,4 +34,12 @@ async function one(): Promise<void> {
 await Promise.all(Array.from({ length: Number(count) }, one));
 ttfts.sort((left, right) => left - right);
 const quantile = (q: number) => ttfts[Math.min(ttfts.length - 1, Math.floor(q * ttfts.length))] ?? Number.NaN;
-console.log(JSON.stringify({ concurrent: Number(count), completed, ttft_p50_ms: quantile(0.5), ttft_p99_ms: quantile(0.99), seconds: (performance.now() - start) / 1000 }));
+console.log(
+  JSON.stringify({
+    concurrent: Number(count),
+    completed,
+    ttft_p50_ms: quantile(0.5),
+    ttft_p99_ms: quantile(0.99),
+    seconds: (performance.now() - start) / 1000,
+  }),
+);

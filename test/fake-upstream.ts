@@ -57,7 +57,9 @@ function slowStream(model: string, count: number, delayMs: number, signal: Abort
         sent++;
         return;
       }
-      controller.enqueue(encoder.encode(chunk(model, {}, "stop", withUsage ? { prompt_tokens: 10, completion_tokens: count, total_tokens: 10 + count } : undefined)));
+      controller.enqueue(
+        encoder.encode(chunk(model, {}, "stop", withUsage ? { prompt_tokens: 10, completion_tokens: count, total_tokens: 10 + count } : undefined)),
+      );
       controller.enqueue(encoder.encode("data: [DONE]\n\n"));
       controller.close();
     },
@@ -155,12 +157,16 @@ export function startFakeUpstream(): FakeUpstream {
       const stopped = { index: 0, message: { role: "assistant", content: "one two" }, logprobs: null, finish_reason: "stop", stop_reason: "###" };
       if (!stream) return Response.json({ ...whole(model, "one two", null, usage), choices: [stopped] });
       const finish = `data: ${JSON.stringify({ id: "chatcmpl-fake", object: "chat.completion.chunk", created: 1763800000, model, choices: [{ index: 0, delta: {}, logprobs: null, finish_reason: "stop", stop_reason: "###" }], usage })}\n\n`;
-      return sse(chunk(model, { role: "assistant", content: "one two" }) + finish + "data: [DONE]\n\n");
+      return sse(`${chunk(model, { role: "assistant", content: "one two" }) + finish}data: [DONE]\n\n`);
     }
     if (model === "namespaced-call") {
       const call = { id: "call_ns_1", type: "function", function: { name: "weather__get_weather", arguments: '{"city":"Oslo"}' } };
-      if (!stream) return Response.json({ ...whole(model, "", null, usage), choices: [{ index: 0, message: { role: "assistant", content: null, tool_calls: [call] }, logprobs: null, finish_reason: "tool_calls" }] });
-      return sse(chunk(model, { role: "assistant", tool_calls: [{ index: 0, ...call }] }) + chunk(model, {}, "tool_calls", usage) + "data: [DONE]\n\n");
+      if (!stream)
+        return Response.json({
+          ...whole(model, "", null, usage),
+          choices: [{ index: 0, message: { role: "assistant", content: null, tool_calls: [call] }, logprobs: null, finish_reason: "tool_calls" }],
+        });
+      return sse(`${chunk(model, { role: "assistant", tool_calls: [{ index: 0, ...call }] }) + chunk(model, {}, "tool_calls", usage)}data: [DONE]\n\n`);
     }
     if (model === "agent-tools") {
       // A two-step agent turn: call get_weather first; once its result is in the conversation, answer with it.
@@ -168,27 +174,36 @@ export function startFakeUpstream(): FakeUpstream {
       const last = messages.at(-1);
       if (last?.role === "tool") {
         const text = `The weather: ${String(last.content)}`;
-        return stream ? sse(chunk(model, { role: "assistant", content: text }) + chunk(model, {}, "stop", usage) + "data: [DONE]\n\n") : Response.json(whole(model, text, null, usage));
+        return stream
+          ? sse(`${chunk(model, { role: "assistant", content: text }) + chunk(model, {}, "stop", usage)}data: [DONE]\n\n`)
+          : Response.json(whole(model, text, null, usage));
       }
       const call = { id: "call_weather_1", type: "function", function: { name: "get_weather", arguments: '{"city":"Paris"}' } };
       if (!stream) {
-        return Response.json({ ...whole(model, "", null, usage), choices: [{ index: 0, message: { role: "assistant", content: null, tool_calls: [call] }, logprobs: null, finish_reason: "tool_calls" }] });
+        return Response.json({
+          ...whole(model, "", null, usage),
+          choices: [{ index: 0, message: { role: "assistant", content: null, tool_calls: [call] }, logprobs: null, finish_reason: "tool_calls" }],
+        });
       }
-      return sse(chunk(model, { role: "assistant", tool_calls: [{ index: 0, ...call }] }) + chunk(model, {}, "tool_calls", usage) + "data: [DONE]\n\n");
+      return sse(`${chunk(model, { role: "assistant", tool_calls: [{ index: 0, ...call }] }) + chunk(model, {}, "tool_calls", usage)}data: [DONE]\n\n`);
     }
     if (model === "deepseek") return stream ? sse(fixture("deepseek-stream.sse")) : Response.json(JSON.parse(fixture("deepseek-whole.json")));
     if (model === "echo") {
       const text = JSON.stringify(body);
       return stream
-        ? sse(chunk(model, { role: "assistant", content: text }) + chunk(model, {}, "stop", usage) + "data: [DONE]\n\n")
+        ? sse(`${chunk(model, { role: "assistant", content: text }) + chunk(model, {}, "stop", usage)}data: [DONE]\n\n`)
         : Response.json(whole(model, text, null, usage));
     }
     const fixedUsage = /^usage-(\d+)-(\d+)(?:-(\d+))?$/.exec(model);
     if (fixedUsage) {
-      const reported = { prompt_tokens: Number(fixedUsage[1]), completion_tokens: Number(fixedUsage[2]), total_tokens: Number(fixedUsage[1]) + Number(fixedUsage[2]) };
+      const reported = {
+        prompt_tokens: Number(fixedUsage[1]),
+        completion_tokens: Number(fixedUsage[2]),
+        total_tokens: Number(fixedUsage[1]) + Number(fixedUsage[2]),
+      };
       if (fixedUsage[3]) await Bun.sleep(Number(fixedUsage[3]));
       return stream
-        ? sse(chunk(model, { role: "assistant", content: "fixed" }) + chunk(model, {}, "stop", reported) + "data: [DONE]\n\n")
+        ? sse(`${chunk(model, { role: "assistant", content: "fixed" }) + chunk(model, {}, "stop", reported)}data: [DONE]\n\n`)
         : Response.json(whole(model, "fixed", null, reported));
     }
     const slow = /^slow-(\d+)-(\d+)$/.exec(model);
@@ -209,14 +224,20 @@ export function startFakeUpstream(): FakeUpstream {
         return new Response("gone", { status: 499 });
       case "context-400":
         return Response.json(
-          { object: "error", message: "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens.", type: "BadRequestError", param: null, code: 400 },
+          {
+            object: "error",
+            message: "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens.",
+            type: "BadRequestError",
+            param: null,
+            code: 400,
+          },
           { status: 400 },
         );
       case "bad-400":
         return Response.json({ error: { message: "response_format json_schema is invalid" } }, { status: 400 });
       case "no-usage":
         return stream
-          ? sse(chunk(model, { role: "assistant", reasoning_content: "thinking hard" }) + chunk(model, { content: "hello there" }, "stop") + "data: [DONE]\n\n")
+          ? sse(`${chunk(model, { role: "assistant", reasoning_content: "thinking hard" }) + chunk(model, { content: "hello there" }, "stop")}data: [DONE]\n\n`)
           : Response.json(whole(model, "hello there", "thinking hard", null));
       case "split-phrase": {
         // "nerve agent" and "synthesis" arrive split across three chunks.
@@ -226,7 +247,9 @@ export function startFakeUpstream(): FakeUpstream {
       }
       case "split-reasoning": {
         if (!stream) return Response.json(whole(model, "fine", "Thinking about nerve agent synthesis routes", usage));
-        return sse(chunk(model, { role: "assistant", reasoning_content: "Thinking about nerve ag" }) + chunk(model, { reasoning_content: "ent synthesis routes" }) + chunk(model, { content: "x" }, "stop", usage) + "data: [DONE]\n\n");
+        return sse(
+          `${chunk(model, { role: "assistant", reasoning_content: "Thinking about nerve ag" }) + chunk(model, { reasoning_content: "ent synthesis routes" }) + chunk(model, { content: "x" }, "stop", usage)}data: [DONE]\n\n`,
+        );
       }
       case "reset-midstream": {
         // Two chunks, then the connection breaks.
@@ -248,9 +271,11 @@ export function startFakeUpstream(): FakeUpstream {
       case "html-200":
         return new Response("<html><body>Bad gateway</body></html>", { headers: { "content-type": "text/html" } });
       case "midstream-error":
-        return sse(chunk(model, { role: "assistant", content: "partial " }) + chunk(model, { content: "answer" }) + `data: ${JSON.stringify({ error: { message: "engine died" } })}\n\n`);
+        return sse(
+          `${chunk(model, { role: "assistant", content: "partial " }) + chunk(model, { content: "answer" })}data: ${JSON.stringify({ error: { message: "engine died" } })}\n\n`,
+        );
       case "malformed-stream":
-        return sse(chunk(model, { content: "ok " }) + "data: {not json\n\n");
+        return sse(`${chunk(model, { content: "ok " })}data: {not json\n\n`);
       case "no-done":
         return sse(chunk(model, { content: "cut " }) + chunk(model, { content: "short" }));
       default:

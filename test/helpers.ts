@@ -156,7 +156,12 @@ export async function startSluice(
     client: (clientOptions = {}) => new OpenAI({ baseURL, apiKey: clientOptions.apiKey ?? first.key, maxRetries: clientOptions.maxRetries ?? 0 }),
     addOrganization,
     post: (path, body, headers = {}, signal) =>
-      httpPost(`${server.url}${path}`, typeof body === "string" ? body : JSON.stringify(body), { authorization: `Bearer ${first.key}`, "content-type": "application/json", ...headers }, signal),
+      httpPost(
+        `${server.url}${path}`,
+        typeof body === "string" ? body : JSON.stringify(body),
+        { authorization: `Bearer ${first.key}`, "content-type": "application/json", ...headers },
+        signal,
+      ),
     ledgerRows: () => database.sqlite.query<LedgerRowView, []>("SELECT * FROM usage_ledger ORDER BY started_at").all(),
     server,
     async stop() {
@@ -168,7 +173,11 @@ export async function startSluice(
 }
 
 /** Runs a test body against a fresh server and always stops it. */
-export async function withSluice(configFile: ConfigFile, run: (sluice: TestSluice) => Promise<void>, options: Parameters<typeof startSluice>[1] = {}): Promise<void> {
+export async function withSluice(
+  configFile: ConfigFile,
+  run: (sluice: TestSluice) => Promise<void>,
+  options: Parameters<typeof startSluice>[1] = {},
+): Promise<void> {
   const sluice = await startSluice(configFile, options);
   try {
     await run(sluice);
@@ -183,7 +192,10 @@ ajv.addFormat("unixtime", { type: "number", validate: (value: number) => Number.
 ajv.addSchema(schemas, "openai");
 
 /** Validates a body against one of OpenAI's official schemas in ../shared/reference; returns the errors. */
-export function schemaErrors(name: "CreateChatCompletionResponse" | "CreateChatCompletionStreamResponse" | "ListModelsResponse" | "Model" | "ErrorResponse", body: unknown): string[] {
+export function schemaErrors(
+  name: "CreateChatCompletionResponse" | "CreateChatCompletionStreamResponse" | "ListModelsResponse" | "Model" | "ErrorResponse",
+  body: unknown,
+): string[] {
   const validate = ajv.getSchema(`openai#/$defs/${name}`);
   if (!validate) throw new Error(`no schema ${name}`);
   return validate(body) ? [] : (validate.errors ?? []).map((error) => `${error.instancePath} ${error.message}`);
@@ -198,14 +210,18 @@ const agent = new http.Agent({ keepAlive: true, maxSockets: Number.POSITIVE_INFI
  */
 export function httpPost(url: string, body: string, headers: Record<string, string>, signal?: AbortSignal): Promise<Response> {
   return new Promise((resolve, reject) => {
-    const request = http.request(url, { method: "POST", headers: { ...headers, "content-length": String(Buffer.byteLength(body)) }, agent, signal }, (incoming) => {
-      const responseHeaders = new Headers();
-      for (const [name, value] of Object.entries(incoming.headers)) {
-        if (value !== undefined) responseHeaders.set(name, Array.isArray(value) ? value.join(", ") : value);
-      }
-      const stream = Readable.toWeb(incoming) as ReadableStream<Uint8Array>;
-      resolve(new Response(stream, { status: incoming.statusCode, headers: responseHeaders }));
-    });
+    const request = http.request(
+      url,
+      { method: "POST", headers: { ...headers, "content-length": String(Buffer.byteLength(body)) }, agent, signal },
+      (incoming) => {
+        const responseHeaders = new Headers();
+        for (const [name, value] of Object.entries(incoming.headers)) {
+          if (value !== undefined) responseHeaders.set(name, Array.isArray(value) ? value.join(", ") : value);
+        }
+        const stream = Readable.toWeb(incoming) as ReadableStream<Uint8Array>;
+        resolve(new Response(stream, { status: incoming.statusCode, headers: responseHeaders }));
+      },
+    );
     request.on("error", reject);
     request.end(body);
   });

@@ -7,8 +7,10 @@ import { UsageError, parseCommand } from "./usage";
 export async function runAudit(args: string[]): Promise<number> {
   const { values } = parseCommand(args, { since: { type: "string" }, action: { type: "string" }, org: { type: "string" }, limit: { type: "string" } }, 0);
   const since = parseTimeBound(values.since ?? "7d", Date.now());
-  if (since === undefined) throw new UsageError(`--since must be a time back from now (24h, 7d), an ISO 8601 time or epoch milliseconds, got "${values.since}"`);
-  if (values.action !== undefined && !(auditActions as readonly string[]).includes(values.action)) throw new UsageError(`--action must be one of ${auditActions.join(", ")}`);
+  if (since === undefined)
+    throw new UsageError(`--since must be a time back from now (24h, 7d), an ISO 8601 time or epoch milliseconds, got "${values.since}"`);
+  if (values.action !== undefined && !(auditActions as readonly string[]).includes(values.action))
+    throw new UsageError(`--action must be one of ${auditActions.join(", ")}`);
   const limit = values.limit === undefined ? 200 : Number(values.limit);
   if (!Number.isInteger(limit) || limit < 1 || limit > 10_000) throw new UsageError("--limit must be from 1 to 10000");
   await withCliContext(async (context) => {
@@ -16,7 +18,11 @@ export async function runAudit(args: string[]): Promise<number> {
     const entries = await context.audit.list({ since, action: values.action, organizationId: organization?.id, limit });
     console.log(["time", "actor", "action", "target", "changes"].join("\t"));
     for (const entry of entries) {
-      const changes = entry.changes ? Object.entries(entry.changes).map(([field, [before, after]]) => `${field}: ${JSON.stringify(before)} -> ${JSON.stringify(after)}`).join("; ") : "-";
+      const changes = entry.changes
+        ? Object.entries(entry.changes)
+            .map(([field, [before, after]]) => `${field}: ${JSON.stringify(before)} -> ${JSON.stringify(after)}`)
+            .join("; ")
+        : "-";
       console.log([formatTime(entry.at), `${entry.actor} (${entry.actorKind})`, entry.action, entry.target, changes].join("\t"));
     }
   });

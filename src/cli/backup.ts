@@ -11,7 +11,7 @@ export async function runBackup(args: string[]): Promise<number> {
   if (isPostgresUrl(process.env.SLUICE_DB)) {
     throw new UsageError(
       "sluice backup copies a SQLite file; this installation keeps its data in PostgreSQL. Back it up with PostgreSQL's own tools: " +
-        "`pg_dump --format=custom --file=sluice.dump \"$SLUICE_DB\"` for a consistent copy while Sluice runs (restore with pg_restore), " +
+        '`pg_dump --format=custom --file=sluice.dump "$SLUICE_DB"` for a consistent copy while Sluice runs (restore with pg_restore), ' +
         "or continuous archiving (pg_basebackup + WAL archiving) for point-in-time recovery. Redis needs no backup: Sluice rebuilds it from the ledger.",
     );
   }

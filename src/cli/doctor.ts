@@ -1,4 +1,4 @@
-import { ConfigError, loadConfig } from "../config/load";
+import { type ConfigError, loadConfig } from "../config/load";
 import type { Config } from "../config/schema";
 import { openDatabase } from "../db/client";
 import { postgresMigrations } from "../db/postgres/migrations/index";
@@ -16,7 +16,8 @@ async function checkUpstream(id: string, baseUrl: string, apiKey: string | undef
   try {
     const response = await fetch(`${baseUrl}/models`, { headers: apiKey ? { authorization: `Bearer ${apiKey}` } : {}, signal: AbortSignal.timeout(3000) });
     await response.arrayBuffer();
-    if (response.status === 401 || response.status === 403) return { ok: false, text: `model ${id}: ${baseUrl} answers but refuses the key (HTTP ${response.status}); check its api_key_env` };
+    if (response.status === 401 || response.status === 403)
+      return { ok: false, text: `model ${id}: ${baseUrl} answers but refuses the key (HTTP ${response.status}); check its api_key_env` };
     if (response.status >= 500) return { ok: false, text: `model ${id}: ${baseUrl} answers with HTTP ${response.status}` };
     return { ok: true, text: `model ${id}: ${baseUrl} reachable (HTTP ${response.status})` };
   } catch (error) {
@@ -28,8 +29,15 @@ async function checkUpstream(id: string, baseUrl: string, apiKey: string | undef
 function checkSqlite(config: Config | undefined, findings: Finding[]): void {
   try {
     const database = openDatabase();
-    const integrity = database.sqlite.query<{ integrity_check: string }, []>("PRAGMA integrity_check").all().map((row) => row.integrity_check);
-    findings.push(integrity.join() === "ok" ? { ok: true, text: "database: integrity ok" } : { ok: false, text: `database: integrity problems: ${integrity.slice(0, 5).join("; ")}` });
+    const integrity = database.sqlite
+      .query<{ integrity_check: string }, []>("PRAGMA integrity_check")
+      .all()
+      .map((row) => row.integrity_check);
+    findings.push(
+      integrity.join() === "ok"
+        ? { ok: true, text: "database: integrity ok" }
+        : { ok: false, text: `database: integrity problems: ${integrity.slice(0, 5).join("; ")}` },
+    );
     if (config) {
       const rows = database.sqlite.query<{ name: string; plan: string }, []>("SELECT name, plan FROM organizations").all();
       findings.push(...orphanFindings(config, rows));
@@ -58,12 +66,18 @@ async function checkPostgres(url: string, config: Config | undefined, findings: 
     const known = postgresMigrations.map((migration) => migration.tag);
     const missing = known.filter((tag) => !applied.includes(tag));
     const unknown = applied.filter((tag) => !known.includes(tag));
-    if (unknown.length > 0) findings.push({ ok: false, text: `PostgreSQL: migrated by a newer Sluice (${unknown.join(", ")}); this build refuses to start on it` });
-    else if (missing.length > 0) findings.push({ ok: false, text: `PostgreSQL: migrations not applied yet (${missing.join(", ")}); \`sluice serve\` applies them at start` });
+    if (unknown.length > 0)
+      findings.push({ ok: false, text: `PostgreSQL: migrated by a newer Sluice (${unknown.join(", ")}); this build refuses to start on it` });
+    else if (missing.length > 0)
+      findings.push({ ok: false, text: `PostgreSQL: migrations not applied yet (${missing.join(", ")}); \`sluice serve\` applies them at start` });
     else findings.push({ ok: true, text: `PostgreSQL: all ${known.length} migration(s) applied` });
-    if (config && missing.length === 0) findings.push(...orphanFindings(config, (await sql`SELECT name, plan FROM organizations`) as { name: string; plan: string }[]));
+    if (config && missing.length === 0)
+      findings.push(...orphanFindings(config, (await sql`SELECT name, plan FROM organizations`) as { name: string; plan: string }[]));
   } catch (error) {
-    findings.push({ ok: false, text: `PostgreSQL: cannot use ${redactUrl(url)} (${(error as Error).message}); is the server running and the database created?` });
+    findings.push({
+      ok: false,
+      text: `PostgreSQL: cannot use ${redactUrl(url)} (${(error as Error).message}); is the server running and the database created?`,
+    });
   } finally {
     await sql.close({ timeout: 1 }).catch(() => {});
   }
@@ -71,7 +85,10 @@ async function checkPostgres(url: string, config: Config | undefined, findings: 
 
 async function checkRedis(url: string | undefined, findings: Finding[]): Promise<void> {
   if (!url) {
-    findings.push({ ok: false, text: "Redis: SLUICE_REDIS_URL is not set; with PostgreSQL, Sluice needs Redis too (shared mode) and will not start without it" });
+    findings.push({
+      ok: false,
+      text: "Redis: SLUICE_REDIS_URL is not set; with PostgreSQL, Sluice needs Redis too (shared mode) and will not start without it",
+    });
     return;
   }
   const redis = new RedisConnection(url);
@@ -110,7 +127,8 @@ export async function runDoctor(): Promise<number> {
     await checkPostgres(database, config, findings);
     await checkRedis(process.env.SLUICE_REDIS_URL || undefined, findings);
   } else {
-    if (process.env.SLUICE_REDIS_URL) findings.push({ ok: false, text: "Redis: SLUICE_REDIS_URL is set but SLUICE_DB is a SQLite file; shared mode needs SLUICE_DB=postgres://... as well" });
+    if (process.env.SLUICE_REDIS_URL)
+      findings.push({ ok: false, text: "Redis: SLUICE_REDIS_URL is set but SLUICE_DB is a SQLite file; shared mode needs SLUICE_DB=postgres://... as well" });
     checkSqlite(config, findings);
   }
   if (config) {
@@ -118,7 +136,8 @@ export async function runDoctor(): Promise<number> {
       if (model.backend === "demo") findings.push({ ok: true, text: `model ${model.id}: built-in demo` });
       else if (!model.enabled) findings.push({ ok: true, text: `model ${model.id}: disabled` });
       else for (const url of model.baseUrls) findings.push(await checkUpstream(model.id, url, model.apiKeyEnv ? process.env[model.apiKeyEnv] : undefined));
-      if (model.apiKeyEnv && !process.env[model.apiKeyEnv]) findings.push({ ok: false, text: `model ${model.id}: the environment variable ${model.apiKeyEnv} is not set` });
+      if (model.apiKeyEnv && !process.env[model.apiKeyEnv])
+        findings.push({ ok: false, text: `model ${model.id}: the environment variable ${model.apiKeyEnv} is not set` });
     }
   }
   for (const finding of findings) console.log(`${finding.ok ? "ok     " : "PROBLEM"}  ${finding.text}`);

@@ -54,7 +54,8 @@ export async function runKey(args: string[]): Promise<number> {
   if (action === "update") {
     const { values, positionals } = parseCommand(rest, limitOptions, 1);
     const keyId = positionals[0] as string;
-    if (Object.values(values).every((value) => value === undefined)) throw new UsageError("give at least one of --max-concurrency, --tokens-per-5h, --tokens-per-month");
+    if (Object.values(values).every((value) => value === undefined))
+      throw new UsageError("give at least one of --max-concurrency, --tokens-per-5h, --tokens-per-month");
     await withCliContext(async (context) => {
       const existing = await context.keys.find(keyId);
       const updated = await context.keys.setLimits(keyId, limitsOf(values, existing ?? noLimits), context.actor);

@@ -51,7 +51,11 @@ export async function runRequests(args: string[]): Promise<number> {
       return;
     }
     const { rows, nextCursor } = await log.page(filter, { limit });
-    console.log(["ended_at", "request_id", "organization", "key", "model", "outcome", "prompt", "completion", "reasoning", "duration_ms", "first_token_ms", "rule"].join("\t"));
+    console.log(
+      ["ended_at", "request_id", "organization", "key", "model", "outcome", "prompt", "completion", "reasoning", "duration_ms", "first_token_ms", "rule"].join(
+        "\t",
+      ),
+    );
     for (const row of rows) {
       console.log(
         [

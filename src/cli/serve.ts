@@ -17,7 +17,13 @@ export async function runServe(args: string[]): Promise<number> {
     metricsToken: process.env.SLUICE_METRICS_TOKEN || undefined,
   });
   console.error(
-    JSON.stringify({ level: "info", message: "sluice listening", url: server.url, models: config.models.map((model) => model.id), mode: redis ? "shared (PostgreSQL + Redis)" : "SQLite" }),
+    JSON.stringify({
+      level: "info",
+      message: "sluice listening",
+      url: server.url,
+      models: config.models.map((model) => model.id),
+      mode: redis ? "shared (PostgreSQL + Redis)" : "SQLite",
+    }),
   );
   const drainMs = Number(process.env.SLUICE_DRAIN_MS ?? 30_000);
   let stopping = false;

@@ -35,7 +35,10 @@ export async function runUsage(args: string[]): Promise<number> {
       }
       const show = (value: number | undefined) => (value === undefined ? "unlimited" : String(value));
       console.log(["window", "used", "limit", "remaining", "frees_up"].join("\t"));
-      for (const [name, window] of [["5h", snapshot.fiveHours], ["month", snapshot.month]] as const) {
+      for (const [name, window] of [
+        ["5h", snapshot.fiveHours],
+        ["month", snapshot.month],
+      ] as const) {
         console.log([name, window.used, show(window.limit), show(window.remaining), formatTime(window.resetsAt)].join("\t"));
       }
     } finally {

@@ -35,12 +35,14 @@ type Options = NonNullable<ParseArgsConfig["options"]>;
 
 /** node:util parseArgs in strict mode, with its errors turned into UsageError. */
 export function parseCommand<T extends Options>(args: string[], options: T, positionals: number) {
-  let parsed;
-  try {
-    parsed = parseArgs({ args, options, strict: true, allowPositionals: true });
-  } catch (error) {
-    throw new UsageError((error as Error).message);
-  }
+  const parse = () => {
+    try {
+      return parseArgs({ args, options, strict: true, allowPositionals: true });
+    } catch (error) {
+      throw new UsageError((error as Error).message);
+    }
+  };
+  const parsed = parse();
   if (parsed.positionals.length !== positionals) {
     throw new UsageError(`expected ${positionals} argument${positionals === 1 ? "" : "s"}, got ${parsed.positionals.length}`);
   }

@@ -19,7 +19,9 @@ export const defaultSafetyRules: Static<typeof SafetyRuleSchema>[] = [
   {
     id: "RL-2",
     name: "Nuclear and radiological weapons",
-    patterns: ["(?i)\\b(build|assemble|make|design)\\b[^.?!]{0,60}\\b(nuclear (bomb|weapon|device)|dirty bomb|radiological dispersal device|implosion lens)\\b"],
+    patterns: [
+      "(?i)\\b(build|assemble|make|design)\\b[^.?!]{0,60}\\b(nuclear (bomb|weapon|device)|dirty bomb|radiological dispersal device|implosion lens)\\b",
+    ],
     categories: [],
   },
   {

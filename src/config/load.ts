@@ -44,7 +44,12 @@ function resolveSafety(safety: ConfigFile["safety"]): SafetyConfig {
     enabled: safety?.enabled ?? true,
     timeoutMs: safety?.timeout_ms ?? 2000,
     moderation: safety?.moderation_url
-      ? { url: safety.moderation_url, model: safety.moderation_model, apiKeyEnv: safety.moderation_api_key_env, moderateOutput: safety.moderate_output ?? false }
+      ? {
+          url: safety.moderation_url,
+          model: safety.moderation_model,
+          apiKeyEnv: safety.moderation_api_key_env,
+          moderateOutput: safety.moderate_output ?? false,
+        }
       : undefined,
     rules,
   };

@@ -10,9 +10,7 @@ export class DatabaseTooNewError extends Error {
  * migrated by a newer Sluice is refused rather than guessed at.
  */
 export function migrate(database: Database, migrations: EmbeddedMigration[] = embeddedMigrations): void {
-  database.run(
-    "CREATE TABLE IF NOT EXISTS sluice_migrations (tag TEXT PRIMARY KEY NOT NULL, applied_at INTEGER NOT NULL)",
-  );
+  database.run("CREATE TABLE IF NOT EXISTS sluice_migrations (tag TEXT PRIMARY KEY NOT NULL, applied_at INTEGER NOT NULL)");
   const applied = new Set(
     database
       .query<{ tag: string }, []>("SELECT tag FROM sluice_migrations")

@@ -34,9 +34,7 @@ export const apiKeys = sqliteTable(
   (table) => [
     index("api_keys_organization_idx").on(table.organizationId),
     // Start-up reads the few keys with caps; this index holds only them, so a million keys without caps cost nothing.
-    index("api_keys_limited_idx")
-      .on(table.id)
-      .where(sql`max_concurrency IS NOT NULL OR tokens_per_5h IS NOT NULL OR tokens_per_month IS NOT NULL`),
+    index("api_keys_limited_idx").on(table.id).where(sql`max_concurrency IS NOT NULL OR tokens_per_5h IS NOT NULL OR tokens_per_month IS NOT NULL`),
   ],
 );
 

@@ -105,4 +105,3 @@ export function createApp(deps: AppDependencies) {
     .use(consolePageRoutes());
   return app;
 }
-

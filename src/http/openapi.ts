@@ -4,7 +4,16 @@ import { ResponsesRequestSchema } from "../modules/responses/model";
 
 const errorResponse = { $ref: "#/components/responses/Error" };
 const anthropicErrorResponse = { $ref: "#/components/responses/AnthropicError" };
-const answerErrors = { "400": errorResponse, "401": errorResponse, "403": errorResponse, "404": errorResponse, "413": errorResponse, "429": errorResponse, "502": errorResponse, "503": errorResponse };
+const answerErrors = {
+  "400": errorResponse,
+  "401": errorResponse,
+  "403": errorResponse,
+  "404": errorResponse,
+  "413": errorResponse,
+  "429": errorResponse,
+  "502": errorResponse,
+  "503": errorResponse,
+};
 const anthropicErrors = Object.fromEntries(Object.keys(answerErrors).map((status) => [status, anthropicErrorResponse]));
 
 /** The public interface as OpenAPI 3.1.0 (spec section 9). Request bodies reuse the TypeBox schemas. */

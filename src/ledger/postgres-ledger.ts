@@ -1,6 +1,6 @@
 import { sql, type SQL } from "drizzle-orm";
 import type { BunSQLDatabase } from "drizzle-orm/bun-sql";
-import * as schema from "../db/postgres/schema";
+import type * as schema from "../db/postgres/schema";
 import { SluiceError } from "../errors";
 import { withTimeout } from "../storage/with-timeout";
 import type { LedgerStore } from "../storage/types";
@@ -131,10 +131,14 @@ export class PostgresLedger implements LedgerStore {
     } catch (error) {
       this.onCommit(false);
       // The caller's answer is withheld (it could not be recorded): a 503 to retry, not an upstream fault.
-      const refused = new SluiceError("server_overloaded", "The gateway could not record this request (its database does not answer), so it withholds the answer. Retry shortly.", {
-        retryAfterSeconds: 2,
-        cause: error,
-      });
+      const refused = new SluiceError(
+        "server_overloaded",
+        "The gateway could not record this request (its database does not answer), so it withholds the answer. Retry shortly.",
+        {
+          retryAfterSeconds: 2,
+          cause: error,
+        },
+      );
       for (const pending of batch) pending.reject(refused);
     }
   }

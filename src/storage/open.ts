@@ -31,11 +31,16 @@ export async function openBackends(environment: Record<string, string | undefine
   const database = environment.SLUICE_DB;
   const redisUrl = environment.SLUICE_REDIS_URL || undefined;
   if (!isPostgresUrl(database)) {
-    if (redisUrl) throw new ConfigError("SLUICE_REDIS_URL is set but SLUICE_DB is a SQLite file: shared mode needs SLUICE_DB=postgres://... as well (unset SLUICE_REDIS_URL to run one instance on SQLite)");
+    if (redisUrl)
+      throw new ConfigError(
+        "SLUICE_REDIS_URL is set but SLUICE_DB is a SQLite file: shared mode needs SLUICE_DB=postgres://... as well (unset SLUICE_REDIS_URL to run one instance on SQLite)",
+      );
     return { storage: sqliteStorage(openDatabase(database ?? "data/sluice.db")) };
   }
   if (!redisUrl || !/^rediss?:\/\//.test(redisUrl)) {
-    throw new ConfigError("SLUICE_DB is a PostgreSQL database, which is shared mode: set SLUICE_REDIS_URL=redis://host:port as well (quotas and concurrency limits of every instance live there)");
+    throw new ConfigError(
+      "SLUICE_DB is a PostgreSQL database, which is shared mode: set SLUICE_REDIS_URL=redis://host:port as well (quotas and concurrency limits of every instance live there)",
+    );
   }
   const redis = new RedisConnection(redisUrl);
   try {

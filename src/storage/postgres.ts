@@ -11,7 +11,17 @@ import { bucketMs } from "../modules/admission/window";
 import { UsageFold } from "../ledger/usage-fold";
 import { hourMs, oldestNeededMinute, usageByOrganization, usageWindowStart } from "./usage-rows";
 import { auditConditions, requestLogConditions } from "./log-conditions";
-import type { AccountRepository, AuditEntry, AuditRepository, ChangeFeed, KeyRepository, OrganizationRepository, RequestLogRepository, Storage, UsageRepository } from "./types";
+import type {
+  AccountRepository,
+  AuditEntry,
+  AuditRepository,
+  ChangeFeed,
+  KeyRepository,
+  OrganizationRepository,
+  RequestLogRepository,
+  Storage,
+  UsageRepository,
+} from "./types";
 import { withTimeout } from "./with-timeout";
 
 type Database = BunSQLDatabase<typeof schema>;
@@ -73,7 +83,13 @@ function keyRepository(db: Database): KeyRepository {
     async limited() {
       return await timed(
         db
-          .select({ id: apiKeys.id, organizationId: apiKeys.organizationId, maxConcurrency: apiKeys.maxConcurrency, tokensPer5h: apiKeys.tokensPer5h, tokensPerMonth: apiKeys.tokensPerMonth })
+          .select({
+            id: apiKeys.id,
+            organizationId: apiKeys.organizationId,
+            maxConcurrency: apiKeys.maxConcurrency,
+            tokensPer5h: apiKeys.tokensPer5h,
+            tokensPerMonth: apiKeys.tokensPerMonth,
+          })
           .from(apiKeys)
           .where(sql`max_concurrency IS NOT NULL OR tokens_per_5h IS NOT NULL OR tokens_per_month IS NOT NULL`),
       );
@@ -131,7 +147,11 @@ function accountRepository(db: Database): AccountRepository {
       await timed(db.delete(sessions).where(eq(sessions.tokenHash, tokenHash)));
     },
     async failures(email) {
-      return (await timed(db.select({ count: signInFailures.count, since: signInFailures.since }).from(signInFailures).where(eq(signInFailures.email, email)).limit(1)))[0];
+      return (
+        await timed(
+          db.select({ count: signInFailures.count, since: signInFailures.since }).from(signInFailures).where(eq(signInFailures.email, email)).limit(1),
+        )
+      )[0];
     },
     async addFailure(email, now, windowStart) {
       // One statement, so that failures counted by several instances at once all count.
@@ -163,14 +183,22 @@ function usageRepository(db: Database): UsageRepository {
           db
             .select({ organizationId: usageMinutes.organizationId, tokens: usageMinutes.tokens, lastTime: usageMinutes.lastTime })
             .from(usageMinutes)
-            .where(organizationId === undefined ? gte(usageMinutes.minute, windowStart) : and(gte(usageMinutes.minute, windowStart), eq(usageMinutes.organizationId, organizationId)))
+            .where(
+              organizationId === undefined
+                ? gte(usageMinutes.minute, windowStart)
+                : and(gte(usageMinutes.minute, windowStart), eq(usageMinutes.organizationId, organizationId)),
+            )
             .orderBy(asc(usageMinutes.lastTime)),
         ),
         timed(
           db
             .select({ organizationId: usageMonths.organizationId, tokens: usageMonths.tokens })
             .from(usageMonths)
-            .where(organizationId === undefined ? eq(usageMonths.month, monthOf(now)) : and(eq(usageMonths.month, monthOf(now)), eq(usageMonths.organizationId, organizationId))),
+            .where(
+              organizationId === undefined
+                ? eq(usageMonths.month, monthOf(now))
+                : and(eq(usageMonths.month, monthOf(now)), eq(usageMonths.organizationId, organizationId)),
+            ),
         ),
       ]);
       return usageByOrganization(windowRows, monthRows);
@@ -207,7 +235,11 @@ function usageRepository(db: Database): UsageRepository {
     },
     async keyUsage(keyId, now) {
       const [reset] = await timed(
-        db.select({ resetAt: usageResets.resetAt }).from(usageResets).innerJoin(apiKeys, eq(apiKeys.organizationId, usageResets.organizationId)).where(eq(apiKeys.id, keyId)),
+        db
+          .select({ resetAt: usageResets.resetAt })
+          .from(usageResets)
+          .innerJoin(apiKeys, eq(apiKeys.organizationId, usageResets.organizationId))
+          .where(eq(apiKeys.id, keyId)),
       );
       const resetAt = reset?.resetAt ?? 0;
       const tokens = sql<number>`sum(${usageLedger.promptTokens} + ${usageLedger.completionTokens})`.mapWith(Number);
@@ -246,7 +278,11 @@ function usageRepository(db: Database): UsageRepository {
     async refusalsByRule(since) {
       return await timed(
         db
-          .select({ ruleId: sql<string>`${usageLedger.ruleId}`, count: sql<number>`count(*)`.mapWith(Number), last: sql<number>`max(${usageLedger.endedAt})`.mapWith(Number) })
+          .select({
+            ruleId: sql<string>`${usageLedger.ruleId}`,
+            count: sql<number>`count(*)`.mapWith(Number),
+            last: sql<number>`max(${usageLedger.endedAt})`.mapWith(Number),
+          })
           .from(usageLedger)
           .where(and(eq(usageLedger.outcome, "content_filter"), gte(usageLedger.endedAt, since)))
           .groupBy(usageLedger.ruleId)
@@ -256,7 +292,13 @@ function usageRepository(db: Database): UsageRepository {
     async recentRefusals(since, limit) {
       return await timed(
         db
-          .select({ endedAt: usageLedger.endedAt, requestId: usageLedger.requestId, organization: organizations.name, model: usageLedger.model, ruleId: sql<string>`${usageLedger.ruleId}` })
+          .select({
+            endedAt: usageLedger.endedAt,
+            requestId: usageLedger.requestId,
+            organization: organizations.name,
+            model: usageLedger.model,
+            ruleId: sql<string>`${usageLedger.ruleId}`,
+          })
           .from(usageLedger)
           .leftJoin(organizations, eq(organizations.id, usageLedger.organizationId))
           .where(and(eq(usageLedger.outcome, "content_filter"), gte(usageLedger.endedAt, since)))
@@ -309,7 +351,11 @@ function auditRepository(db: Database): AuditRepository {
     },
     async list(filter) {
       const rows = await timed(db.select().from(auditLog).where(auditConditions(auditLog, filter)).orderBy(desc(auditLog.id)).limit(filter.limit));
-      return rows.map((row) => ({ ...row, actorKind: row.actorKind as AuditEntry["actorKind"], changes: row.changes === null ? null : JSON.parse(row.changes) }));
+      return rows.map((row) => ({
+        ...row,
+        actorKind: row.actorKind as AuditEntry["actorKind"],
+        changes: row.changes === null ? null : JSON.parse(row.changes),
+      }));
     },
   };
 }

@@ -39,7 +39,6 @@ const limitedCondition = "max_concurrency IS NOT NULL OR tokens_per_5h IS NOT NU
 /** Every column of a key but its hash. */
 const { hash: _hash, ...shownKeyColumns } = getTableColumns(apiKeys);
 
-
 function organizationRepository({ db }: DatabaseHandle): OrganizationRepository {
   return {
     async insert(row) {
@@ -154,7 +153,9 @@ function usageRepository({ sqlite }: DatabaseHandle): UsageRepository {
         )
         .all(...parameters(usageWindowStart(now)));
       const monthRows = sqlite
-        .query<{ organizationId: string; tokens: number }, (string | number)[]>(`SELECT organization_id AS organizationId, tokens FROM usage_months WHERE month = ?1 ${onlyOne}`)
+        .query<{ organizationId: string; tokens: number }, (string | number)[]>(
+          `SELECT organization_id AS organizationId, tokens FROM usage_months WHERE month = ?1 ${onlyOne}`,
+        )
         .all(...parameters(monthOf(now)));
       return usageByOrganization(windowRows, monthRows);
     },
@@ -183,13 +184,18 @@ function usageRepository({ sqlite }: DatabaseHandle): UsageRepository {
       })();
     },
     async resets() {
-      const rows = sqlite.query<{ organizationId: string; resetAt: number }, []>("SELECT organization_id AS organizationId, reset_at AS resetAt FROM usage_resets").all();
+      const rows = sqlite
+        .query<{ organizationId: string; resetAt: number }, []>("SELECT organization_id AS organizationId, reset_at AS resetAt FROM usage_resets")
+        .all();
       return new Map(rows.map((row) => [row.organizationId, row.resetAt]));
     },
     async keyUsage(keyId, now) {
-      const resetAt = sqlite.query<{ resetAt: number }, [string]>(
-        "SELECT r.reset_at AS resetAt FROM usage_resets r JOIN api_keys k ON k.organization_id = r.organization_id WHERE k.id = ?",
-      ).get(keyId)?.resetAt ?? 0;
+      const resetAt =
+        sqlite
+          .query<{ resetAt: number }, [string]>(
+            "SELECT r.reset_at AS resetAt FROM usage_resets r JOIN api_keys k ON k.organization_id = r.organization_id WHERE k.id = ?",
+          )
+          .get(keyId)?.resetAt ?? 0;
       const windowStart = Math.max(usageWindowStart(now) * bucketMs, resetAt + 1);
       const buckets = sqlite
         .query<LedgerBucket, [number, string, number]>(
@@ -198,7 +204,9 @@ function usageRepository({ sqlite }: DatabaseHandle): UsageRepository {
         )
         .all(bucketMs, keyId, windowStart);
       const month = sqlite
-        .query<{ tokens: number | null }, [string, number]>("SELECT sum(prompt_tokens + completion_tokens) AS tokens FROM usage_ledger WHERE key_id = ? AND ended_at >= ?")
+        .query<{ tokens: number | null }, [string, number]>(
+          "SELECT sum(prompt_tokens + completion_tokens) AS tokens FROM usage_ledger WHERE key_id = ? AND ended_at >= ?",
+        )
         .get(keyId, Math.max(startOfMonth(now), resetAt + 1));
       return { buckets, monthTokens: month?.tokens ?? 0 };
     },
@@ -271,11 +279,17 @@ const requestLogColumns = {
 function auditRepository({ db }: DatabaseHandle): AuditRepository {
   return {
     async insert(entry) {
-      db.insert(auditLog).values({ ...entry, changes: entry.changes === null ? null : JSON.stringify(entry.changes) }).run();
+      db.insert(auditLog)
+        .values({ ...entry, changes: entry.changes === null ? null : JSON.stringify(entry.changes) })
+        .run();
     },
     async list(filter) {
       const rows = db.select().from(auditLog).where(auditConditions(auditLog, filter)).orderBy(desc(auditLog.id)).limit(filter.limit).all();
-      return rows.map((row) => ({ ...row, actorKind: row.actorKind as AuditEntry["actorKind"], changes: row.changes === null ? null : JSON.parse(row.changes) }));
+      return rows.map((row) => ({
+        ...row,
+        actorKind: row.actorKind as AuditEntry["actorKind"],
+        changes: row.changes === null ? null : JSON.parse(row.changes),
+      }));
     },
   };
 }
@@ -351,4 +365,3 @@ export function sqliteStorage(database: DatabaseHandle): SqliteStorage {
     },
   };
 }
-

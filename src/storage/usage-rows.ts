@@ -23,7 +23,10 @@ export function usageByOrganization(
   const usage = new Map<string, OrganizationUsage>();
   const entry = (id: string) => {
     let found = usage.get(id);
-    if (!found) usage.set(id, (found = { buckets: [], monthTokens: 0 }));
+    if (!found) {
+      found = { buckets: [], monthTokens: 0 };
+      usage.set(id, found);
+    }
     return found;
   };
   for (const row of windowRows) entry(row.organizationId).buckets.push({ tokens: Number(row.tokens), lastTime: Number(row.lastTime) });

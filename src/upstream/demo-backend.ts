@@ -49,7 +49,10 @@ export class DemoBackend implements Backend {
   async *stream(request: BackendRequest): AsyncGenerator<CompletionEvent[]> {
     const script = await this.script(request);
     const delay = request.model.streamDelayMs;
-    for (const [kind, parts] of [["reasoning", script.reasoning], ["content", script.content]] as const) {
+    for (const [kind, parts] of [
+      ["reasoning", script.reasoning],
+      ["content", script.content],
+    ] as const) {
       for (const part of parts) {
         if (delay > 0) await Bun.sleep(delay);
         const aborted = abortError(request.model.id, request.signal);
@@ -69,7 +72,11 @@ export class DemoBackend implements Backend {
       role: message.role,
       text: textOfContent(message.content),
     }));
-    const question = [...messages].reverse().find((message) => message.role === "user")?.text.trim() ?? "";
+    const question =
+      [...messages]
+        .reverse()
+        .find((message) => message.role === "user")
+        ?.text.trim() ?? "";
     const words = question.split(/\s+/).filter(Boolean).length;
     const quoted = question.length > 200 ? `${question.slice(0, 200)}…` : question;
     const reasoningText =

@@ -64,7 +64,10 @@ export class ServerShutdown extends Error {
 export function abortError(modelId: string, signal: AbortSignal, reached = true): Error | undefined {
   if (!signal.aborted) return undefined;
   if (signal.reason instanceof ServerShutdown) {
-    return new SluiceError("server_overloaded", "The server is restarting; the answer was cut short. Retry the request.", { retryAfterSeconds: 2, cause: signal.reason });
+    return new SluiceError("server_overloaded", "The server is restarting; the answer was cut short. Retry the request.", {
+      retryAfterSeconds: 2,
+      cause: signal.reason,
+    });
   }
   if (signal.reason instanceof DeadlineExceeded) {
     return new UpstreamError(`The upstream for model ${modelId} gave ${signal.reason.message}.`, { isRetryable: true, cause: signal.reason });

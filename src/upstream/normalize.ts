@@ -44,7 +44,9 @@ export function eventsOfChunk(chunk: unknown): CompletionEvent[] {
     }
     if (typeof choice.finish_reason === "string") {
       events.push(
-        typeof choice.stop_reason === "string" ? { type: "finish", reason: choice.finish_reason, stopSequence: choice.stop_reason } : { type: "finish", reason: choice.finish_reason },
+        typeof choice.stop_reason === "string"
+          ? { type: "finish", reason: choice.finish_reason, stopSequence: choice.stop_reason }
+          : { type: "finish", reason: choice.finish_reason },
       );
     }
   }

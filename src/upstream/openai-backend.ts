@@ -43,7 +43,11 @@ export class OpenAIBackend implements Backend {
   private readonly url: string;
   private readonly headers: Record<string, string>;
 
-  constructor(private readonly modelId: string, readonly baseUrl: string, apiKey: string | undefined) {
+  constructor(
+    private readonly modelId: string,
+    readonly baseUrl: string,
+    apiKey: string | undefined,
+  ) {
     this.url = `${baseUrl}/chat/completions`;
     this.headers = { "content-type": "application/json", accept: "application/json, text/event-stream" };
     if (apiKey) this.headers.authorization = `Bearer ${apiKey}`;
@@ -151,7 +155,9 @@ export class OpenAIBackend implements Backend {
   }
 
   private completionOf(parsed: unknown): Completion {
-    const choice = (parsed as { choices?: unknown[] })?.choices?.[0] as { message?: Record<string, unknown>; finish_reason?: unknown; stop_reason?: unknown } | undefined;
+    const choice = (parsed as { choices?: unknown[] })?.choices?.[0] as
+      | { message?: Record<string, unknown>; finish_reason?: unknown; stop_reason?: unknown }
+      | undefined;
     if (!choice || typeof choice.message !== "object" || choice.message === null) {
       throw new UpstreamError(`The upstream for model ${this.modelId} sent an answer without choices.`, { isRetryable: true });
     }

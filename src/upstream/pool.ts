@@ -96,9 +96,13 @@ export class UpstreamPool implements Backend {
       }
     }
     const soonest = Math.min(...this.endpoints.filter((endpoint) => endpoint !== except).map((endpoint) => endpoint.openUntil));
-    throw new SluiceError("model_unavailable", `Model ${this.model.id} is temporarily unavailable: its upstream is failing. Retry after the time in Retry-After.`, {
-      retryAfterSeconds: Math.max(1, Math.ceil((soonest - now) / 1000)),
-    });
+    throw new SluiceError(
+      "model_unavailable",
+      `Model ${this.model.id} is temporarily unavailable: its upstream is failing. Retry after the time in Retry-After.`,
+      {
+        retryAfterSeconds: Math.max(1, Math.ceil((soonest - now) / 1000)),
+      },
+    );
   }
 
   /** Another server to retry on: only for a connection that failed before the upstream got the request. */

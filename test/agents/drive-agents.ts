@@ -43,7 +43,13 @@ const server = Bun.spawn([process.execPath, join(root, "src/main.ts"), "serve"],
 let passed = false;
 try {
   for (let tries = 0; tries < 100; tries++) {
-    if (await fetch(`http://127.0.0.1:${port}/healthz`).then((response) => response.ok, () => false)) break;
+    if (
+      await fetch(`http://127.0.0.1:${port}/healthz`).then(
+        (response) => response.ok,
+        () => false,
+      )
+    )
+      break;
     await Bun.sleep(50);
   }
   const codexHome = join(directory, "codex");
@@ -60,7 +66,10 @@ try {
     // Claude Code asks for the output limit of the Claude model it believes it talks to (64,000 for this name).
     CLAUDE_CODE_MAX_OUTPUT_TOKENS: "32000",
   });
-  const codex = await drive("codex", [join(installed, "codex"), "exec", "--skip-git-repo-check", "Say hello in one word"], { CODEX_HOME: codexHome, SLUICE_API_KEY: key });
+  const codex = await drive("codex", [join(installed, "codex"), "exec", "--skip-git-repo-check", "Say hello in one word"], {
+    CODEX_HOME: codexHome,
+    SLUICE_API_KEY: key,
+  });
   const database = openDatabase(environment.SLUICE_DB);
   const rows = database.sqlite.query<{ outcome: string }, []>("SELECT outcome FROM usage_ledger").all();
   database.close();

@@ -84,7 +84,10 @@ describe("configuration", () => {
     expect(result.exitCode).toBe(1);
     expect(result.stderr.toString()).toContain("models[0].context_windw");
     await Bun.write(config, '[[models]]\nid = "m"\nbackend = "demo"\ncontext_window = "big"\n');
-    const mistyped = Bun.spawnSync([process.execPath, join(repositoryRoot, "src/main.ts"), "org", "list"], { env: { ...environment, SLUICE_CONFIG: config }, stderr: "pipe" });
+    const mistyped = Bun.spawnSync([process.execPath, join(repositoryRoot, "src/main.ts"), "org", "list"], {
+      env: { ...environment, SLUICE_CONFIG: config },
+      stderr: "pipe",
+    });
     expect(mistyped.exitCode).toBe(1);
     expect(mistyped.stderr.toString()).toContain("models[0].context_window");
   });
@@ -115,7 +118,10 @@ describe("sluice backup and doctor", () => {
       config,
       '[[models]]\nid = "far"\nbackend = "openai"\nbase_url = "http://127.0.0.1:1/v1"\napi_key_env = "SLUICE_TEST_MISSING_KEY"\n\n[[plans]]\nid = "other"\nmodels = ["*"]\n',
     );
-    const result = Bun.spawnSync([process.execPath, join(repositoryRoot, "src/main.ts"), "doctor"], { env: { ...environment, SLUICE_CONFIG: config }, stdout: "pipe" });
+    const result = Bun.spawnSync([process.execPath, join(repositoryRoot, "src/main.ts"), "doctor"], {
+      env: { ...environment, SLUICE_CONFIG: config },
+      stdout: "pipe",
+    });
     const output = result.stdout.toString();
     expect(result.exitCode).toBe(1);
     expect(output).toContain("model far: cannot reach http://127.0.0.1:1/v1");

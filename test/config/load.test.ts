@@ -8,7 +8,10 @@ test("no file: the built-in demo model and a default plan that includes it", () 
 });
 
 test("defaults fill in every model field", () => {
-  const [model] = resolveConfig({ models: [{ id: "qwen", backend: "openai", base_url: "http://h:8000/v1/" }], plans: [{ id: "default", models: ["qwen"] }] }).models;
+  const [model] = resolveConfig({
+    models: [{ id: "qwen", backend: "openai", base_url: "http://h:8000/v1/" }],
+    plans: [{ id: "default", models: ["qwen"] }],
+  }).models;
   expect(model).toMatchObject({ upstreamModel: "qwen", baseUrls: ["http://h:8000/v1"], enabled: true, timeoutMs: 600000, contextWindow: 32768 });
 });
 
@@ -20,10 +23,34 @@ test("refused with the key named: unknown keys, wrong types, missing base_url, u
     [{ models: [{ id: "a", backend: "demo", timeout_ms: "10" }] }, "models[0].timeout_ms"],
     [{ models: [{ id: "a", backend: "openai" }] }, "models[0].base_url"],
     [{ models: [{ id: "a", backend: "demo" }], plans: [{ id: "p", models: ["b"] }] }, 'unknown model "b"'],
-    [{ models: [{ id: "a", backend: "demo" }, { id: "a", backend: "demo" }] }, 'duplicate id "a"'],
+    [
+      {
+        models: [
+          { id: "a", backend: "demo" },
+          { id: "a", backend: "demo" },
+        ],
+      },
+      'duplicate id "a"',
+    ],
     [{ plans: [{ id: "p", models: ["*"], colour: "red" }] }, "plans[0].colour"],
-    [{ models: [{ id: "a", backend: "demo" }, { id: "b", backend: "demo", aliases: ["a"] }] }, 'alias "a" is already the id of model "a"'],
-    [{ models: [{ id: "a", backend: "demo", aliases: ["x"] }, { id: "b", backend: "demo", aliases: ["x"] }] }, 'alias "x" is already an alias of model "a"'],
+    [
+      {
+        models: [
+          { id: "a", backend: "demo" },
+          { id: "b", backend: "demo", aliases: ["a"] },
+        ],
+      },
+      'alias "a" is already the id of model "a"',
+    ],
+    [
+      {
+        models: [
+          { id: "a", backend: "demo", aliases: ["x"] },
+          { id: "b", backend: "demo", aliases: ["x"] },
+        ],
+      },
+      'alias "x" is already an alias of model "a"',
+    ],
     [{ models: [{ id: "a", backend: "demo", aliases: ["a"] }] }, 'alias "a" is already the id of model "a"'],
     [{ models: [{ id: "a", backend: "demo", aliases: [""] }] }, "models[0].aliases[0]"],
   ];

@@ -17,7 +17,10 @@ test("another connection's writes: ledger rows do not wake the server's caches; 
   };
   // Each write by the other connection, and the wakes counted after it: only what the caches hold counts.
   const writes: [sql: string, wakesAfter: number][] = [
-    ["INSERT INTO usage_ledger (request_id, organization_id, key_id, model, prompt_tokens, completion_tokens, reasoning_tokens, outcome, usage_source, started_at, ended_at) VALUES ('r1', 'o', 'k', 'm', 1, 1, 0, 'completed', 'upstream', 0, 0)", 0],
+    [
+      "INSERT INTO usage_ledger (request_id, organization_id, key_id, model, prompt_tokens, completion_tokens, reasoning_tokens, outcome, usage_source, started_at, ended_at) VALUES ('r1', 'o', 'k', 'm', 1, 1, 0, 'completed', 'upstream', 0, 0)",
+      0,
+    ],
     ["INSERT INTO usage_minutes (organization_id, minute, tokens, last_time) VALUES ('o', 1, 2, 0)", 0],
     ["INSERT INTO organizations (id, name, plan, status, created_at) VALUES ('o', 'acme', 'default', 'active', 0)", 1],
     ["INSERT INTO api_keys (id, organization_id, name, prefix, hash, created_at) VALUES ('k', 'o', 'k', 'p', 'h', 0)", 2],

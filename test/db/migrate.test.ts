@@ -14,7 +14,10 @@ test("the database file is created on first start, in WAL mode, with every table
   const path = join(directory.path, "nested", "sluice.db");
   const first = openDatabase(path);
   expect(first.sqlite.query<{ journal_mode: string }, []>("PRAGMA journal_mode").get()?.journal_mode).toBe("wal");
-  const tables = first.sqlite.query<{ name: string }, []>("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").all().map((row) => row.name);
+  const tables = first.sqlite
+    .query<{ name: string }, []>("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+    .all()
+    .map((row) => row.name);
   expect(tables).toEqual(expect.arrayContaining(["api_keys", "organizations", "usage_ledger", "sluice_migrations"]));
   first.close();
   const second = openDatabase(path);

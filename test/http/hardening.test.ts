@@ -111,14 +111,19 @@ describe("a body over the limit is a 413 the client can read", () => {
     expect((chat as InstanceType<typeof OpenAI.APIError>).status).toBe(413);
     expect((chat as InstanceType<typeof OpenAI.APIError>).code).toBe("request_too_large");
     const anthropic = new Anthropic({ baseURL: sluice.url, apiKey: sluice.key, maxRetries: 0 });
-    const message = await anthropic.messages.create({ model: "ok", max_tokens: 10, messages: [{ role: "user", content: twelveMegabytes }] }).catch((error: unknown) => error);
+    const message = await anthropic.messages
+      .create({ model: "ok", max_tokens: 10, messages: [{ role: "user", content: twelveMegabytes }] })
+      .catch((error: unknown) => error);
     expect(message).toBeInstanceOf(Anthropic.APIError);
     expect((message as InstanceType<typeof Anthropic.APIError>).status).toBe(413);
     expect(JSON.stringify((message as InstanceType<typeof Anthropic.APIError>).error)).toContain("request_too_large");
   });
 
   test("after all that, the server still answers", async () => {
-    const answer = await new OpenAI({ baseURL: sluice.baseURL, apiKey: sluice.key, maxRetries: 0 }).chat.completions.create({ model: "ok", messages: [{ role: "user", content: "hi" }] });
+    const answer = await new OpenAI({ baseURL: sluice.baseURL, apiKey: sluice.key, maxRetries: 0 }).chat.completions.create({
+      model: "ok",
+      messages: [{ role: "user", content: "hi" }],
+    });
     expect(answer.choices[0]?.message.content).toBeString();
   });
 });

@@ -27,7 +27,11 @@ test("a client that leaves before the first byte (cancel without any pull) still
 test("a stream read to its end: every batch in order; settled once, ended once", async () => {
   const log: string[] = [];
   const ends: string[] = [];
-  const response = sseResponse(producer(log), { onCancel: () => log.push("upstream aborted"), headers: { "x-request-id": "req_1" }, onEnd: () => ends.push("end") });
+  const response = sseResponse(producer(log), {
+    onCancel: () => log.push("upstream aborted"),
+    headers: { "x-request-id": "req_1" },
+    onEnd: () => ends.push("end"),
+  });
   expect(response.headers.get("content-type")).toBe("text/event-stream; charset=utf-8");
   expect(response.headers.get("x-request-id")).toBe("req_1");
   expect(await response.text()).toBe('data: {"n":1}\n\ndata: {"n":2}\n\ndata: [DONE]\n\n');

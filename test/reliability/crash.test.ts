@@ -45,7 +45,12 @@ test("kill -9 under load: the database is intact, every answered request is in t
   try {
     const database = new Database(databasePath, { readonly: true });
     expect(database.query<{ integrity_check: string }, []>("PRAGMA integrity_check").get()?.integrity_check).toBe("ok");
-    const recorded = new Set(database.query<{ request_id: string }, []>("SELECT request_id FROM usage_ledger").all().map((row) => row.request_id));
+    const recorded = new Set(
+      database
+        .query<{ request_id: string }, []>("SELECT request_id FROM usage_ledger")
+        .all()
+        .map((row) => row.request_id),
+    );
     const missing = answered.filter((id) => !recorded.has(id));
     expect(missing).toEqual([]);
     const ledgerTokens = database.query<{ tokens: number }, []>("SELECT sum(prompt_tokens + completion_tokens) AS tokens FROM usage_ledger").get()?.tokens ?? 0;

@@ -46,13 +46,41 @@ describe("property-based: bad input never gets a 5xx and never stops the server"
   });
 
   test("valid requests with wrong types in every field", async () => {
-    const anything = fc.oneof(fc.string(), fc.integer(), fc.double(), fc.boolean(), fc.constant(null), fc.array(fc.anything(), { maxLength: 3 }), fc.object({ maxDepth: 2 }));
-    const fields = ["model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens", "n", "temperature", "top_p", "stop", "tools", "response_format", "seed"];
+    const anything = fc.oneof(
+      fc.string(),
+      fc.integer(),
+      fc.double(),
+      fc.boolean(),
+      fc.constant(null),
+      fc.array(fc.anything(), { maxLength: 3 }),
+      fc.object({ maxDepth: 2 }),
+    );
+    const fields = [
+      "model",
+      "messages",
+      "stream",
+      "stream_options",
+      "max_tokens",
+      "max_completion_tokens",
+      "n",
+      "temperature",
+      "top_p",
+      "stop",
+      "tools",
+      "response_format",
+      "seed",
+    ];
     await fc.assert(
-      fc.asyncProperty(fc.constantFrom(...fields), anything, fc.constantFrom("0", "role", "content"), anything, async (field, value, messageField, messageValue) => {
-        const body: Record<string, unknown> = { ...good, messages: [{ role: "user", content: "hi", [messageField]: messageValue }], [field]: value };
-        expect(await statusOf(JSON.stringify(body))).toBeLessThan(500);
-      }),
+      fc.asyncProperty(
+        fc.constantFrom(...fields),
+        anything,
+        fc.constantFrom("0", "role", "content"),
+        anything,
+        async (field, value, messageField, messageValue) => {
+          const body: Record<string, unknown> = { ...good, messages: [{ role: "user", content: "hi", [messageField]: messageValue }], [field]: value };
+          expect(await statusOf(JSON.stringify(body))).toBeLessThan(500);
+        },
+      ),
       { numRuns: 400 },
     );
     await stillServes();
@@ -64,7 +92,11 @@ describe("property-based: bad input never gets a 5xx and never stops the server"
       fc.asyncProperty(fc.array(fc.tuple(fc.nat(valid.length - 1), fc.integer({ min: 0, max: 255 })), { minLength: 1, maxLength: 8 }), async (mutations) => {
         const bytes = valid.slice();
         for (const [index, byte] of mutations) bytes[index] = byte;
-        const response = await fetch(`${sluice.url}/v1/chat/completions`, { method: "POST", headers: { authorization: `Bearer ${sluice.key}`, "content-type": "application/json" }, body: bytes });
+        const response = await fetch(`${sluice.url}/v1/chat/completions`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${sluice.key}`, "content-type": "application/json" },
+          body: bytes,
+        });
         await response.arrayBuffer();
         expect(response.status).toBeLessThan(500);
       }),
@@ -91,7 +123,11 @@ describe("hostile shapes", () => {
     for (let index = 0; index < 90; index++) many[`x-flood-${index}`] = "y".repeat(50);
     expect(await statusOf(JSON.stringify(good), many)).toBe(200);
     // Bun refuses headers this large before any handler runs: 431, never a 5xx, and the server goes on.
-    const huge = await fetch(`${sluice.url}/v1/chat/completions`, { method: "POST", headers: { authorization: `Bearer ${sluice.key}`, "content-type": "application/json", "x-huge": "z".repeat(200_000) }, body: JSON.stringify(good) });
+    const huge = await fetch(`${sluice.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${sluice.key}`, "content-type": "application/json", "x-huge": "z".repeat(200_000) },
+      body: JSON.stringify(good),
+    });
     expect(huge.status).toBe(431);
     await stillServes();
   });
@@ -101,7 +137,9 @@ describe("hostile shapes", () => {
     const closed = new Promise<number>((resolve) => {
       const started = Date.now();
       const socket = connect(port, "127.0.0.1", () => {
-        socket.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${sluice.key}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"model":`);
+        socket.write(
+          `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${sluice.key}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"model":`,
+        );
       });
       socket.on("close", () => resolve(Date.now() - started));
       socket.on("error", () => {});
@@ -115,10 +153,14 @@ describe("hostile shapes", () => {
   test("two thousand idle connections do not stop good requests", async () => {
     const port = Number(new URL(sluice.url).port);
     const sockets = await Promise.all(
-      Array.from({ length: 2000 }, () => new Promise<ReturnType<typeof connect>>((resolve) => {
-        const socket = connect(port, "127.0.0.1", () => resolve(socket));
-        socket.on("error", () => resolve(socket));
-      })),
+      Array.from(
+        { length: 2000 },
+        () =>
+          new Promise<ReturnType<typeof connect>>((resolve) => {
+            const socket = connect(port, "127.0.0.1", () => resolve(socket));
+            socket.on("error", () => resolve(socket));
+          }),
+      ),
     );
     for (let index = 0; index < 5; index++) await stillServes();
     for (const socket of sockets) socket.destroy();

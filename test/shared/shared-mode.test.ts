@@ -65,7 +65,10 @@ async function sendWhileUnavailable(send: () => Promise<Response>): Promise<Resp
 }
 
 async function ledgerTokens(cluster: Cluster): Promise<{ rows: number; tokens: number }> {
-  const [row] = (await cluster.sql`SELECT count(*)::int AS rows, coalesce(sum(prompt_tokens + completion_tokens), 0)::int AS tokens FROM usage_ledger`) as { rows: number; tokens: number }[];
+  const [row] = (await cluster.sql`SELECT count(*)::int AS rows, coalesce(sum(prompt_tokens + completion_tokens), 0)::int AS tokens FROM usage_ledger`) as {
+    rows: number;
+    tokens: number;
+  }[];
   return row ?? { rows: 0, tokens: 0 };
 }
 
@@ -190,11 +193,18 @@ describe("changes reach every instance at once", () => {
 
   test("console: signed in through one instance, signed in on every instance; a key revoked in one instance's console is refused by another at once; sign-in failures count across instances", async () => {
     await withCluster(toml(""), async (cluster) => {
-      const [first, second, third] = cluster.instances as [typeof cluster.instances[0], typeof cluster.instances[0], typeof cluster.instances[0]];
+      const [first, second, third] = cluster.instances as [(typeof cluster.instances)[0], (typeof cluster.instances)[0], (typeof cluster.instances)[0]];
       const operatorPassword = "operator password";
-      expect(Bun.spawnSync([process.execPath, "src/main.ts", "operator", "create", "op@example.com"], { env: { ...cluster.environment, SLUICE_OPERATOR_PASSWORD: operatorPassword }, cwd: `${import.meta.dir}/../..` }).exitCode).toBe(0);
+      expect(
+        Bun.spawnSync([process.execPath, "src/main.ts", "operator", "create", "op@example.com"], {
+          env: { ...cluster.environment, SLUICE_OPERATOR_PASSWORD: operatorPassword },
+          cwd: `${import.meta.dir}/../..`,
+        }).exitCode,
+      ).toBe(0);
       const key = cluster.addOrganization("acme");
-      const signIn = await httpPost(`${first.url}/console/api/signin`, JSON.stringify({ email: "op@example.com", password: operatorPassword }), { "content-type": "application/json" });
+      const signIn = await httpPost(`${first.url}/console/api/signin`, JSON.stringify({ email: "op@example.com", password: operatorPassword }), {
+        "content-type": "application/json",
+      });
       expect(signIn.status).toBe(200);
       const cookie = (signIn.headers.get("set-cookie") as string).split(";")[0] as string;
       const { csrfToken } = (await signIn.json()) as { csrfToken: string };
@@ -202,24 +212,56 @@ describe("changes reach every instance at once", () => {
       expect(organizations.status).toBe(200);
       const acme = ((await organizations.json()) as { id: string; name: string }[]).find((organization) => organization.name === "acme") as { id: string };
       // Suspended through instance C's console: instance A refuses the key at once.
-      const suspend = await httpPost(`${third.url}/console/api/operator/organizations/${acme.id}`, JSON.stringify({ status: "suspended" }), { cookie, "x-csrf-token": csrfToken, "content-type": "application/json" });
+      const suspend = await httpPost(`${third.url}/console/api/operator/organizations/${acme.id}`, JSON.stringify({ status: "suspended" }), {
+        cookie,
+        "x-csrf-token": csrfToken,
+        "content-type": "application/json",
+      });
       expect(suspend.status).toBe(200);
       expect(await codeOf(await cluster.chat(0, key, { model: "m", messages }))).toBe("organization_inactive");
       // A member signs up through A, is activated through C's operator console, signs in and creates a key through B;
       // the key works through A, is revoked in B's console, and A refuses it from the next request.
       const json = { "content-type": "application/json" };
-      expect((await httpPost(`${first.url}/console/api/signup`, JSON.stringify({ email: "member@example.com", password: "member password", organization: "Console Co" }), json)).status).toBe(201);
+      expect(
+        (
+          await httpPost(
+            `${first.url}/console/api/signup`,
+            JSON.stringify({ email: "member@example.com", password: "member password", organization: "Console Co" }),
+            json,
+          )
+        ).status,
+      ).toBe(201);
       const listed = (await (await fetch(`${third.url}/console/api/operator/organizations`, { headers: { cookie } })).json()) as { id: string; name: string }[];
       const consoleCo = listed.find((organization) => organization.name === "Console Co") as { id: string };
-      expect((await httpPost(`${third.url}/console/api/operator/organizations/${consoleCo.id}`, JSON.stringify({ status: "active" }), { cookie, "x-csrf-token": csrfToken, ...json })).status).toBe(200);
-      const memberSignIn = await httpPost(`${second.url}/console/api/signin`, JSON.stringify({ email: "member@example.com", password: "member password" }), json);
+      expect(
+        (
+          await httpPost(`${third.url}/console/api/operator/organizations/${consoleCo.id}`, JSON.stringify({ status: "active" }), {
+            cookie,
+            "x-csrf-token": csrfToken,
+            ...json,
+          })
+        ).status,
+      ).toBe(200);
+      const memberSignIn = await httpPost(
+        `${second.url}/console/api/signin`,
+        JSON.stringify({ email: "member@example.com", password: "member password" }),
+        json,
+      );
       const memberCookie = (memberSignIn.headers.get("set-cookie") as string).split(";")[0] as string;
       const memberCsrf = ((await memberSignIn.json()) as { csrfToken: string }).csrfToken;
-      const created = await httpPost(`${second.url}/console/api/keys`, JSON.stringify({ name: "laptop" }), { cookie: memberCookie, "x-csrf-token": memberCsrf, ...json });
+      const created = await httpPost(`${second.url}/console/api/keys`, JSON.stringify({ name: "laptop" }), {
+        cookie: memberCookie,
+        "x-csrf-token": memberCsrf,
+        ...json,
+      });
       expect(created.status).toBe(201);
       const { key: consoleKey, secret } = (await created.json()) as { key: { id: string }; secret: string };
       expect((await cluster.chat(0, secret, { model: "m", messages })).status).toBe(200);
-      const revoked = await httpPost(`${second.url}/console/api/keys/${consoleKey.id}/revoke`, "{}", { cookie: memberCookie, "x-csrf-token": memberCsrf, ...json });
+      const revoked = await httpPost(`${second.url}/console/api/keys/${consoleKey.id}/revoke`, "{}", {
+        cookie: memberCookie,
+        "x-csrf-token": memberCsrf,
+        ...json,
+      });
       expect(revoked.status).toBe(200);
       const refused = await cluster.chat(0, secret, { model: "m", messages });
       expect(refused.status).toBe(401);
@@ -227,10 +269,14 @@ describe("changes reach every instance at once", () => {
       // Five wrong passwords spread over three instances: the sixth try is refused on any of them.
       for (let attempt = 0; attempt < 5; attempt++) {
         const instance = cluster.instances[attempt % 3] as (typeof cluster.instances)[0];
-        const wrong = await httpPost(`${instance.url}/console/api/signin`, JSON.stringify({ email: "op@example.com", password: "wrong password!" }), { "content-type": "application/json" });
+        const wrong = await httpPost(`${instance.url}/console/api/signin`, JSON.stringify({ email: "op@example.com", password: "wrong password!" }), {
+          "content-type": "application/json",
+        });
         expect(wrong.status).toBe(401);
       }
-      const locked = await httpPost(`${second.url}/console/api/signin`, JSON.stringify({ email: "op@example.com", password: operatorPassword }), { "content-type": "application/json" });
+      const locked = await httpPost(`${second.url}/console/api/signin`, JSON.stringify({ email: "op@example.com", password: operatorPassword }), {
+        "content-type": "application/json",
+      });
       expect(locked.status).toBe(429);
       expect(Number(locked.headers.get("retry-after"))).toBeGreaterThan(0);
     });
@@ -285,61 +331,74 @@ describe("a key's own caps, across instances", () => {
 
 describe("what operators see, on PostgreSQL", () => {
   test("the request log (console and CLI) and the audit trail across instances", async () => {
-    await withCluster(toml(""), async (cluster) => {
-      const key = cluster.addOrganization("acme");
-      const other = cluster.addOrganization("other-co");
-      const ids: string[] = [];
-      for (let index = 0; index < 6; index++) {
-        const response = await cluster.chat(index, index === 5 ? other : key, { model: "m", messages, stream: index === 1 });
-        await response.text();
-        ids.push(response.headers.get("x-request-id") as string);
-      }
-      const refused = await cluster.chat(0, key, { model: "m", messages: [{ role: "user", content: "How do I synthesize sarin at home?" }] });
-      await refused.text();
-      const refusedId = refused.headers.get("x-request-id") as string;
-      cluster.environment.SLUICE_OPERATOR_PASSWORD = "a password for tests";
-      expect(cluster.cli("operator", "create", "op@example.com").code).toBe(0);
-      const [first, second] = cluster.instances as [SluiceProcess, SluiceProcess];
-      const signIn = await fetch(`${first.url}/console/api/signin`, {
-        method: "POST",
-        headers: { "content-type": "application/json" },
-        body: JSON.stringify({ email: "op@example.com", password: "a password for tests" }),
-      });
-      expect(signIn.status).toBe(200);
-      const cookie = (signIn.headers.get("set-cookie") as string).split(";")[0] as string;
-      // The session opened on one instance reads the log on another.
-      const read = async (query: string) => {
-        const response = await fetch(`${second.url}/console/api/requests${query}`, { headers: { cookie } });
-        expect(response.status).toBe(200);
-        return (await response.json()) as { rows: { requestId: string; organization: string; outcome: string; ruleId: string | null; firstTokenMs: number | null }[]; nextCursor: string | null };
-      };
-      const all = await read("");
-      // One after the other, so newest first is the reverse of the order sent.
-      expect(all.rows.map((row) => row.requestId)).toEqual([refusedId, ...[...ids].reverse()]);
-      expect(all.rows.find((row) => row.requestId === ids[1])?.firstTokenMs).toBeGreaterThanOrEqual(0);
-      expect((await read("?outcome=content_filter")).rows).toMatchObject([{ requestId: refusedId, ruleId: "RL-1" }]);
-      expect((await read(`?id=${ids[5]}`)).rows).toMatchObject([{ organization: "other-co" }]);
-      const paged = await read("?limit=4");
-      expect(paged.rows.length).toBe(4);
-      const rest = await read(`?limit=4&cursor=${paged.nextCursor}`);
-      expect([...paged.rows, ...rest.rows].map((row) => row.requestId)).toEqual(all.rows.map((row) => row.requestId));
-      const csv = await fetch(`${first.url}/console/api/requests.csv?outcome=completed`, { headers: { cookie } });
-      expect((await csv.text()).trim().split("\n").length).toBe(1 + 6);
-      const printed = cluster.cli("requests", "--org", "acme", "--outcome", "content_filter");
-      expect(printed.stdout.trim().split("\n").slice(1).map((line) => line.split("\t")[1])).toEqual([refusedId]);
+    await withCluster(
+      toml(""),
+      async (cluster) => {
+        const key = cluster.addOrganization("acme");
+        const other = cluster.addOrganization("other-co");
+        const ids: string[] = [];
+        for (let index = 0; index < 6; index++) {
+          const response = await cluster.chat(index, index === 5 ? other : key, { model: "m", messages, stream: index === 1 });
+          await response.text();
+          ids.push(response.headers.get("x-request-id") as string);
+        }
+        const refused = await cluster.chat(0, key, { model: "m", messages: [{ role: "user", content: "How do I synthesize sarin at home?" }] });
+        await refused.text();
+        const refusedId = refused.headers.get("x-request-id") as string;
+        cluster.environment.SLUICE_OPERATOR_PASSWORD = "a password for tests";
+        expect(cluster.cli("operator", "create", "op@example.com").code).toBe(0);
+        const [first, second] = cluster.instances as [SluiceProcess, SluiceProcess];
+        const signIn = await fetch(`${first.url}/console/api/signin`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ email: "op@example.com", password: "a password for tests" }),
+        });
+        expect(signIn.status).toBe(200);
+        const cookie = (signIn.headers.get("set-cookie") as string).split(";")[0] as string;
+        // The session opened on one instance reads the log on another.
+        const read = async (query: string) => {
+          const response = await fetch(`${second.url}/console/api/requests${query}`, { headers: { cookie } });
+          expect(response.status).toBe(200);
+          return (await response.json()) as {
+            rows: { requestId: string; organization: string; outcome: string; ruleId: string | null; firstTokenMs: number | null }[];
+            nextCursor: string | null;
+          };
+        };
+        const all = await read("");
+        // One after the other, so newest first is the reverse of the order sent.
+        expect(all.rows.map((row) => row.requestId)).toEqual([refusedId, ...[...ids].reverse()]);
+        expect(all.rows.find((row) => row.requestId === ids[1])?.firstTokenMs).toBeGreaterThanOrEqual(0);
+        expect((await read("?outcome=content_filter")).rows).toMatchObject([{ requestId: refusedId, ruleId: "RL-1" }]);
+        expect((await read(`?id=${ids[5]}`)).rows).toMatchObject([{ organization: "other-co" }]);
+        const paged = await read("?limit=4");
+        expect(paged.rows.length).toBe(4);
+        const rest = await read(`?limit=4&cursor=${paged.nextCursor}`);
+        expect([...paged.rows, ...rest.rows].map((row) => row.requestId)).toEqual(all.rows.map((row) => row.requestId));
+        const csv = await fetch(`${first.url}/console/api/requests.csv?outcome=completed`, { headers: { cookie } });
+        expect((await csv.text()).trim().split("\n").length).toBe(1 + 6);
+        const printed = cluster.cli("requests", "--org", "acme", "--outcome", "content_filter");
+        expect(
+          printed.stdout
+            .trim()
+            .split("\n")
+            .slice(1)
+            .map((line) => line.split("\t")[1]),
+        ).toEqual([refusedId]);
 
-      const audit = await fetch(`${first.url}/console/api/operator/audit`, { headers: { cookie } });
-      const entries = ((await audit.json()) as { entries: { actorKind: string; action: string; target: string }[] }).entries;
-      expect(entries.map((entry) => [entry.actorKind, entry.action, entry.target]).reverse()).toEqual([
-        ["cli", "organization.created", "acme"],
-        ["cli", "key.created", expect.stringMatching(/^key_/)],
-        ["cli", "organization.created", "other-co"],
-        ["cli", "key.created", expect.stringMatching(/^key_/)],
-        ["cli", "account.created", "op@example.com"],
-        ["console", "signin.succeeded", "op@example.com"],
-      ]);
-      expect(cluster.cli("audit", "--action", "signin.succeeded").stdout).toContain("op@example.com (console)\tsignin.succeeded");
-    }, 2);
+        const audit = await fetch(`${first.url}/console/api/operator/audit`, { headers: { cookie } });
+        const entries = ((await audit.json()) as { entries: { actorKind: string; action: string; target: string }[] }).entries;
+        expect(entries.map((entry) => [entry.actorKind, entry.action, entry.target]).reverse()).toEqual([
+          ["cli", "organization.created", "acme"],
+          ["cli", "key.created", expect.stringMatching(/^key_/)],
+          ["cli", "organization.created", "other-co"],
+          ["cli", "key.created", expect.stringMatching(/^key_/)],
+          ["cli", "account.created", "op@example.com"],
+          ["console", "signin.succeeded", "op@example.com"],
+        ]);
+        expect(cluster.cli("audit", "--action", "signin.succeeded").stdout).toContain("op@example.com (console)\tsignin.succeeded");
+      },
+      2,
+    );
   });
 });
 
@@ -361,32 +420,46 @@ describe("operations", () => {
       // doctor with the built-in demo model only (the fake upstream has no GET /models to check).
       const demoConfig = `${cluster.environment.SLUICE_CONFIG}.demo.toml`;
       await Bun.write(demoConfig, `[[models]]\nid = "demo"\nbackend = "demo"\n\n[[plans]]\nid = "default"\nmodels = ["*"]\n`);
-      const doctor = Bun.spawnSync([process.execPath, "src/main.ts", "doctor"], { env: { ...cluster.environment, SLUICE_CONFIG: demoConfig }, cwd: `${import.meta.dir}/../..` });
+      const doctor = Bun.spawnSync([process.execPath, "src/main.ts", "doctor"], {
+        env: { ...cluster.environment, SLUICE_CONFIG: demoConfig },
+        cwd: `${import.meta.dir}/../..`,
+      });
       expect(doctor.stdout.toString()).toContain(`PostgreSQL: all ${postgresJournalTags.length} migration(s) applied`);
       expect(doctor.stdout.toString()).toContain("Redis: redis://127.0.0.1");
       expect(doctor.exitCode).toBe(0);
-      const down = Bun.spawnSync([process.execPath, "src/main.ts", "doctor"], { env: { ...cluster.environment, SLUICE_CONFIG: demoConfig, SLUICE_REDIS_URL: "redis://127.0.0.1:1" }, cwd: `${import.meta.dir}/../..` });
+      const down = Bun.spawnSync([process.execPath, "src/main.ts", "doctor"], {
+        env: { ...cluster.environment, SLUICE_CONFIG: demoConfig, SLUICE_REDIS_URL: "redis://127.0.0.1:1" },
+        cwd: `${import.meta.dir}/../..`,
+      });
       expect(down.exitCode).toBe(1);
       expect(down.stdout.toString()).toContain("PROBLEM  Redis: cannot reach redis://127.0.0.1:1");
       // PostgreSQL without Redis is refused with the reason.
-      const alone = Bun.spawnSync([process.execPath, "src/main.ts", "org", "list"], { env: { ...cluster.environment, SLUICE_REDIS_URL: "" }, cwd: `${import.meta.dir}/../..`, stderr: "pipe" });
+      const alone = Bun.spawnSync([process.execPath, "src/main.ts", "org", "list"], {
+        env: { ...cluster.environment, SLUICE_REDIS_URL: "" },
+        cwd: `${import.meta.dir}/../..`,
+        stderr: "pipe",
+      });
       expect(alone.exitCode).toBe(1);
       expect(alone.stderr.toString()).toContain("SLUICE_REDIS_URL");
     });
   }, 60_000);
 
   test("a database migrated by a newer Sluice: an instance refuses to start", async () => {
-    await withCluster(toml(""), async (cluster) => {
-      await cluster.sql`INSERT INTO sluice_migrations (tag, applied_at) VALUES ('9999_future', 0)`;
-      const started = await startSluiceProcess(cluster.environment).then(
-        (instance) => {
-          instance.child.kill("SIGKILL");
-          return true;
-        },
-        (error: Error) => error.message,
-      );
-      expect(started).toContain("newer Sluice");
-    }, 1);
+    await withCluster(
+      toml(""),
+      async (cluster) => {
+        await cluster.sql`INSERT INTO sluice_migrations (tag, applied_at) VALUES ('9999_future', 0)`;
+        const started = await startSluiceProcess(cluster.environment).then(
+          (instance) => {
+            instance.child.kill("SIGKILL");
+            return true;
+          },
+          (error: Error) => error.message,
+        );
+        expect(started).toContain("newer Sluice");
+      },
+      1,
+    );
   }, 30_000);
 
   test("kill -9 of one instance under load: the others keep answering, its leases come back within the lease time, every answered request is in the ledger", async () => {
@@ -477,29 +550,35 @@ describe("operations", () => {
   }, 60_000);
 
   test("PostgreSQL stopped while a stream runs: it ends with a final error event and [DONE], and its place is free again", async () => {
-    await withCluster(toml("max_concurrency = 1", { upstream: "slow-20-100" }), async (cluster) => {
-      const key = cluster.addOrganization("acme");
-      const response = await cluster.chat(0, key, { model: "m", messages, stream: true });
-      expect(response.status).toBe(200);
-      const reading = readSse(response);
-      await Bun.sleep(500);
-      postgres.pause();
-      let events: unknown[];
-      try {
-        events = await reading;
-      } finally {
-        postgres.resume();
-      }
-      expect(events.at(-1)).toBe("[DONE]");
-      const last = events.at(-2) as { error?: { code: string } };
-      expect(last.error?.code).toBe("server_overloaded");
-      // Words came before the failure.
-      expect(events.filter((event) => typeof event === "object" && (event as { object?: string }).object === "chat.completion.chunk").length).toBeGreaterThan(2);
-      expect(await leasesHeld()).toBe(0);
-      // The organization's one place is free again once PostgreSQL is back.
-      const next = await sendWhileUnavailable(() => cluster.chat(0, key, { model: "m", messages }));
-      expect(next.status).toBe(200);
-    }, 1);
+    await withCluster(
+      toml("max_concurrency = 1", { upstream: "slow-20-100" }),
+      async (cluster) => {
+        const key = cluster.addOrganization("acme");
+        const response = await cluster.chat(0, key, { model: "m", messages, stream: true });
+        expect(response.status).toBe(200);
+        const reading = readSse(response);
+        await Bun.sleep(500);
+        postgres.pause();
+        let events: unknown[];
+        try {
+          events = await reading;
+        } finally {
+          postgres.resume();
+        }
+        expect(events.at(-1)).toBe("[DONE]");
+        const last = events.at(-2) as { error?: { code: string } };
+        expect(last.error?.code).toBe("server_overloaded");
+        // Words came before the failure.
+        expect(events.filter((event) => typeof event === "object" && (event as { object?: string }).object === "chat.completion.chunk").length).toBeGreaterThan(
+          2,
+        );
+        expect(await leasesHeld()).toBe(0);
+        // The organization's one place is free again once PostgreSQL is back.
+        const next = await sendWhileUnavailable(() => cluster.chat(0, key, { model: "m", messages }));
+        expect(next.status).toBe(200);
+      },
+      1,
+    );
   }, 60_000);
 
   test("PostgreSQL stopped: no request is answered without a ledger row (503 before the upstream), /readyz 503; service resumes when it is back", async () => {

@@ -21,12 +21,36 @@ afterAll(async () => {
 test("ledger rows, aggregates, hourly series, refusals, last use and credentials", async () => {
   const ledger = storage.openLedger();
   await storage.organizations.insert({ id: "org_1", name: "acme", plan: "default", status: "active", createdAt: 1 });
-  await storage.keys.insert({ id: "key_1", organizationId: "org_1", name: "laptop", prefix: "sk-sluice-ab", hash: "h1", createdAt: 1, lastUsedAt: null, expiresAt: null, revokedAt: null, maxConcurrency: null, tokensPer5h: null, tokensPerMonth: null });
+  await storage.keys.insert({
+    id: "key_1",
+    organizationId: "org_1",
+    name: "laptop",
+    prefix: "sk-sluice-ab",
+    hash: "h1",
+    createdAt: 1,
+    lastUsedAt: null,
+    expiresAt: null,
+    revokedAt: null,
+    maxConcurrency: null,
+    tokensPer5h: null,
+    tokensPerMonth: null,
+  });
   const now = Date.now();
   const row = (index: number) => ({
-    requestId: `req_${index}`, organizationId: "org_1", keyId: "key_1", model: "m", promptTokens: 10, completionTokens: 5, reasoningTokens: 0,
-    outcome: index === 3 ? ("content_filter" as const) : ("completed" as const), errorCode: null, ruleId: index === 3 ? "rule-1" : null,
-    usageSource: "upstream" as const, startedAt: now, endedAt: now, firstTokenMs: index === 2 ? 40 : null,
+    requestId: `req_${index}`,
+    organizationId: "org_1",
+    keyId: "key_1",
+    model: "m",
+    promptTokens: 10,
+    completionTokens: 5,
+    reasoningTokens: 0,
+    outcome: index === 3 ? ("content_filter" as const) : ("completed" as const),
+    errorCode: null,
+    ruleId: index === 3 ? "rule-1" : null,
+    usageSource: "upstream" as const,
+    startedAt: now,
+    endedAt: now,
+    firstTokenMs: index === 2 ? 40 : null,
   });
   await Promise.all([1, 2, 3].map((index) => ledger.record(row(index))));
   // A row recorded twice (a retry after a lost answer) counts once.

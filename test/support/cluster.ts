@@ -27,7 +27,13 @@ let databases = 0;
  * A fresh database on `postgres` (Redis flushed) and `count` instances started on it at the same moment, with the
  * given TOML configuration.
  */
-export async function startCluster(postgres: PostgresServer, redis: RedisServer, toml: string, count = 3, extra: Record<string, string> = {}): Promise<Cluster> {
+export async function startCluster(
+  postgres: PostgresServer,
+  redis: RedisServer,
+  toml: string,
+  count = 3,
+  extra: Record<string, string> = {},
+): Promise<Cluster> {
   const directory = temporaryDirectory();
   const configPath = join(directory.path, "sluice.toml");
   await Bun.write(configPath, toml);

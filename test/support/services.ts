@@ -58,8 +58,17 @@ export async function startPostgres(): Promise<PostgresServer> {
   const start = () =>
     run(
       postgresCommand([
-        postgresBinary("pg_ctl"), "-D", data, "-l", join(directory, "log"), "-w", "-t", "30",
-        "-o", `-p ${port} -k ${directory} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200`, "start",
+        postgresBinary("pg_ctl"),
+        "-D",
+        data,
+        "-l",
+        join(directory, "log"),
+        "-w",
+        "-t",
+        "30",
+        "-o",
+        `-p ${port} -k ${directory} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200`,
+        "start",
       ]),
     );
   const stopServer = () => run(postgresCommand([postgresBinary("pg_ctl"), "-D", data, "-m", "immediate", "-w", "stop"]));
@@ -101,7 +110,10 @@ export async function startRedis(): Promise<RedisServer> {
   const port = freePort();
   let child: Bun.Subprocess | undefined;
   const start = async () => {
-    child = Bun.spawn(["redis-server", "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], { stdout: "ignore", stderr: "ignore" });
+    child = Bun.spawn(["redis-server", "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], {
+      stdout: "ignore",
+      stderr: "ignore",
+    });
     const deadline = Date.now() + 10_000;
     for (;;) {
       try {

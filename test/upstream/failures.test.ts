@@ -86,7 +86,10 @@ describe("failures before the first byte", () => {
   });
 
   test("the SDK sees InternalServerError-family errors for 502 and retries them", async () => {
-    const error = await sluice.client({ maxRetries: 2 }).chat.completions.create({ model: "fail-500", messages: [{ role: "user", content: "x" }] }).catch((caught: unknown) => caught);
+    const error = await sluice
+      .client({ maxRetries: 2 })
+      .chat.completions.create({ model: "fail-500", messages: [{ role: "user", content: "x" }] })
+      .catch((caught: unknown) => caught);
     expect(error).toBeInstanceOf(OpenAI.InternalServerError);
     expect(upstream.bodies.length).toBe(3);
   });
@@ -188,4 +191,3 @@ describe("the client leaves", () => {
     await eventually(() => sluice.ledgerRows().some((row) => row.outcome === "client_disconnected" && row.model === "slow" && row.completion_tokens === 0));
   });
 });
-

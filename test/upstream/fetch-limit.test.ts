@@ -7,7 +7,6 @@ const upstream = useFakeUpstream();
 const directory = temporaryDirectory();
 afterAll(() => directory.remove());
 
-
 test("`sluice serve`, started without BUN_CONFIG_MAX_HTTP_REQUESTS, sends more than 256 upstream requests at once", async () => {
   const environment: Record<string, string | undefined> = {
     ...process.env,

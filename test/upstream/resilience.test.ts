@@ -28,19 +28,23 @@ describe("several upstreams per model", () => {
   });
 
   test("a circuit breaker opens after repeated failures: 503 model_unavailable with Retry-After until a probe succeeds", async () => {
-    await withModels([{ id: "m", backend: "openai", base_url: upstream.url, upstream_model: "fail-500", breaker_failures: 3, breaker_cooldown_ms: 300 }], async (sluice) => {
-      for (let index = 0; index < 3; index++) expect(await codeOf(await sluice.post("/v1/chat/completions", { model: "m", messages }))).toEqual({ status: 502, code: "upstream_error" });
-      const open = await sluice.post("/v1/chat/completions", { model: "m", messages });
-      expect(Number(open.headers.get("retry-after"))).toBeGreaterThan(0);
-      expect(await codeOf(open)).toEqual({ status: 503, code: "model_unavailable" });
-      expect(upstream.bodies.length).toBe(3);
-      await Bun.sleep(350);
-      // The probe fails: the breaker opens again at once.
-      expect((await sluice.post("/v1/chat/completions", { model: "m", messages })).status).toBe(502);
-      expect((await sluice.post("/v1/chat/completions", { model: "m", messages })).status).toBe(503);
-      expect(upstream.bodies.length).toBe(4);
-      expect(sluice.server.admission.inFlight()).toBe(0);
-    });
+    await withModels(
+      [{ id: "m", backend: "openai", base_url: upstream.url, upstream_model: "fail-500", breaker_failures: 3, breaker_cooldown_ms: 300 }],
+      async (sluice) => {
+        for (let index = 0; index < 3; index++)
+          expect(await codeOf(await sluice.post("/v1/chat/completions", { model: "m", messages }))).toEqual({ status: 502, code: "upstream_error" });
+        const open = await sluice.post("/v1/chat/completions", { model: "m", messages });
+        expect(Number(open.headers.get("retry-after"))).toBeGreaterThan(0);
+        expect(await codeOf(open)).toEqual({ status: 503, code: "model_unavailable" });
+        expect(upstream.bodies.length).toBe(3);
+        await Bun.sleep(350);
+        // The probe fails: the breaker opens again at once.
+        expect((await sluice.post("/v1/chat/completions", { model: "m", messages })).status).toBe(502);
+        expect((await sluice.post("/v1/chat/completions", { model: "m", messages })).status).toBe(503);
+        expect(upstream.bodies.length).toBe(4);
+        expect(sluice.server.admission.inFlight()).toBe(0);
+      },
+    );
   });
 
   test("a probe that succeeds closes the breaker", async () => {
@@ -51,10 +55,13 @@ describe("several upstreams per model", () => {
         expect((await sluice.post("/v1/chat/completions", { model: "m", messages })).status).toBe(503);
       },
     );
-    await withModels([{ id: "m", backend: "openai", base_url: upstream.url, upstream_model: "hang", timeout_ms: 100, breaker_failures: 1, breaker_cooldown_ms: 200 }], async (sluice) => {
-      expect((await sluice.post("/v1/chat/completions", { model: "m", messages })).status).toBe(502);
-      expect((await sluice.post("/v1/chat/completions", { model: "m", messages })).status).toBe(503);
-    });
+    await withModels(
+      [{ id: "m", backend: "openai", base_url: upstream.url, upstream_model: "hang", timeout_ms: 100, breaker_failures: 1, breaker_cooldown_ms: 200 }],
+      async (sluice) => {
+        expect((await sluice.post("/v1/chat/completions", { model: "m", messages })).status).toBe(502);
+        expect((await sluice.post("/v1/chat/completions", { model: "m", messages })).status).toBe(503);
+      },
+    );
   });
 });
 

@@ -33,9 +33,7 @@ export const apiKeys = pgTable(
   },
   (table) => [
     index("api_keys_organization_idx").on(table.organizationId),
-    index("api_keys_limited_idx")
-      .on(table.id)
-      .where(sql`max_concurrency IS NOT NULL OR tokens_per_5h IS NOT NULL OR tokens_per_month IS NOT NULL`),
+    index("api_keys_limited_idx").on(table.id).where(sql`max_concurrency IS NOT NULL OR tokens_per_5h IS NOT NULL OR tokens_per_month IS NOT NULL`),
   ],
 );
 

@@ -14,7 +14,12 @@ export async function restoreFromLedger(store: AdmissionStore, usage: UsageRepos
 }
 
 /** Loads one key's usage from its ledger rows into the admission store, as its own subject. */
-export async function restoreKeyFromLedger(store: AdmissionStore, usage: UsageRepository, key: { id: string; organizationId: string }, now: number): Promise<void> {
+export async function restoreKeyFromLedger(
+  store: AdmissionStore,
+  usage: UsageRepository,
+  key: { id: string; organizationId: string },
+  now: number,
+): Promise<void> {
   const { buckets, monthTokens } = await usage.keyUsage(key.id, now);
   await store.restore(key.organizationId, buckets, monthTokens, startOfMonth(now), key.id);
 }

@@ -79,7 +79,11 @@ export class MemoryAdmissionStore implements AdmissionStore {
     const need = request.promptTokens + 1;
     const organizationWindow = organization.check(plan, need, now, "organization");
     const keyWindow = key && keyLimits ? key.check(keyLimits, need, now, "key") : 0;
-    const reservation = this.reservationFor(request, organization.headroom(plan, organizationWindow, now), key && keyLimits ? key.headroom(keyLimits, keyWindow, now) : Number.POSITIVE_INFINITY);
+    const reservation = this.reservationFor(
+      request,
+      organization.headroom(plan, organizationWindow, now),
+      key && keyLimits ? key.headroom(keyLimits, keyWindow, now) : Number.POSITIVE_INFINITY,
+    );
     for (const subject of key ? [organization, key] : [organization]) {
       subject.reserved += reservation;
       subject.inFlight++;

@@ -28,16 +28,24 @@ export function quotaRejection(
   const who = subject === "organization" ? "Your organization" : "This API key";
   const whose = subject === "organization" ? "its plan" : "the cap set on this key";
   if (kind === "month") {
-    return new AdmissionRejected("month", `${who} has used its monthly quota of ${limits.tokensPerMonth} tokens. It resets on the 1st of next month (00:00 UTC).`, {
-      retryAfterSeconds: secondsUntil(wait.monthResetMs ?? 0),
-      shouldRetry: false,
-    });
+    return new AdmissionRejected(
+      "month",
+      `${who} has used its monthly quota of ${limits.tokensPerMonth} tokens. It resets on the 1st of next month (00:00 UTC).`,
+      {
+        retryAfterSeconds: secondsUntil(wait.monthResetMs ?? 0),
+        shouldRetry: false,
+      },
+    );
   }
   if (kind === "five_hour") {
-    return new AdmissionRejected("five_hour", `${who} has used its 5-hour quota of ${limits.tokensPer5h} tokens. Retry after the time in Retry-After, when enough usage has left the rolling window.`, {
-      retryAfterSeconds: secondsUntil(wait.fiveHourWaitMs ?? fiveHoursMs),
-      shouldRetry: false,
-    });
+    return new AdmissionRejected(
+      "five_hour",
+      `${who} has used its 5-hour quota of ${limits.tokensPer5h} tokens. Retry after the time in Retry-After, when enough usage has left the rolling window.`,
+      {
+        retryAfterSeconds: secondsUntil(wait.fiveHourWaitMs ?? fiveHoursMs),
+        shouldRetry: false,
+      },
+    );
   }
   return new AdmissionRejected("concurrency", `${who} already has ${limits.maxConcurrency} requests in flight, the most ${whose} allows. Retry shortly.`, {
     retryAfterSeconds: 1,
@@ -66,7 +74,12 @@ function fiveHourRemaining(limits: Limits, state: QuotaState): number {
  */
 export function rateLimitHeaders(organization: { limits: Limits; state: QuotaState }, key?: { limits: Limits; state: QuotaState }): Record<string, string> {
   let tightest = organization.limits.tokensPer5h === undefined ? undefined : organization;
-  if (key && key.limits.tokensPer5h !== undefined && (!tightest || fiveHourRemaining(key.limits, key.state) < fiveHourRemaining(tightest.limits, tightest.state))) tightest = key;
+  if (
+    key &&
+    key.limits.tokensPer5h !== undefined &&
+    (!tightest || fiveHourRemaining(key.limits, key.state) < fiveHourRemaining(tightest.limits, tightest.state))
+  )
+    tightest = key;
   const headers: Record<string, string> = {};
   if (!tightest) return headers;
   const { limits, state } = tightest;
@@ -81,8 +94,18 @@ export function rateLimitHeaders(organization: { limits: Limits; state: QuotaSta
 export function usageSnapshot(limits: Limits, state: QuotaState): UsageSnapshot {
   const remaining = (limit: number | undefined, used: number) => (limit === undefined ? undefined : Math.max(0, limit - used - state.reserved));
   return {
-    fiveHours: { used: state.windowUsed, limit: limits.tokensPer5h, remaining: remaining(limits.tokensPer5h, state.windowUsed), resetsAt: state.now + state.untilEmpty },
-    month: { used: state.monthUsed, limit: limits.tokensPerMonth, remaining: remaining(limits.tokensPerMonth, state.monthUsed), resetsAt: startOfNextMonth(state.now) },
+    fiveHours: {
+      used: state.windowUsed,
+      limit: limits.tokensPer5h,
+      remaining: remaining(limits.tokensPer5h, state.windowUsed),
+      resetsAt: state.now + state.untilEmpty,
+    },
+    month: {
+      used: state.monthUsed,
+      limit: limits.tokensPerMonth,
+      remaining: remaining(limits.tokensPerMonth, state.monthUsed),
+      resetsAt: startOfNextMonth(state.now),
+    },
     reserved: state.reserved,
     inFlight: state.inFlight,
   };

@@ -17,7 +17,11 @@ export interface Caller {
 /** A key's caps as admission reads them; undefined when it has none (most keys: no object is made for them). */
 export function keyLimitsOf(limits: KeyLimits): Limits | undefined {
   if (limits.maxConcurrency === null && limits.tokensPer5h === null && limits.tokensPerMonth === null) return undefined;
-  return { maxConcurrency: limits.maxConcurrency ?? undefined, tokensPer5h: limits.tokensPer5h ?? undefined, tokensPerMonth: limits.tokensPerMonth ?? undefined };
+  return {
+    maxConcurrency: limits.maxConcurrency ?? undefined,
+    tokensPer5h: limits.tokensPer5h ?? undefined,
+    tokensPerMonth: limits.tokensPerMonth ?? undefined,
+  };
 }
 
 const maxCachedKeys = 100_000;
@@ -45,7 +49,8 @@ export class AuthService {
     /** Writes [key id, time] pairs of last use; off the request path (the ledger's writer), as it is a write. */
     private readonly touchKeys: (entries: [string, number][]) => void,
     /** Turns a failure to look for changes (Redis down) into the caller's error. */
-    private readonly unavailable: (cause: unknown) => SluiceError = (cause) => new SluiceError("server_overloaded", "Keys cannot be checked right now. Retry shortly.", { retryAfterSeconds: 2, cause }),
+    private readonly unavailable: (cause: unknown) => SluiceError = (cause) =>
+      new SluiceError("server_overloaded", "Keys cannot be checked right now. Retry shortly.", { retryAfterSeconds: 2, cause }),
   ) {
     changes.onChange(() => this.cache.clear());
     this.flushTimer = setInterval(() => this.flushLastUsed(), lastUsedFlushMs);
@@ -57,7 +62,11 @@ export class AuthService {
    * when the key is cached and nothing changed (SQLite mode's hot path), a promise otherwise.
    */
   authenticate(bearer: string | undefined, now = Date.now()): Caller | Promise<Caller> {
-    if (!bearer) throw new SluiceError("missing_api_key", "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY' (the Anthropic routes also take 'x-api-key: YOUR_KEY').");
+    if (!bearer)
+      throw new SluiceError(
+        "missing_api_key",
+        "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY' (the Anthropic routes also take 'x-api-key: YOUR_KEY').",
+      );
     if (!bearer.startsWith(keyPrefix)) throw invalidKey();
     const hash = hashKeySecret(bearer);
     let checked: void | Promise<void>;

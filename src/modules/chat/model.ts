@@ -19,9 +19,7 @@ export const ChatRequestSchema = Type.Object(
     model: Type.String({ minLength: 1 }),
     messages: Type.Array(MessageSchema, { minItems: 1 }),
     stream: Type.Optional(Type.Boolean()),
-    stream_options: Type.Optional(
-      Type.Object({ include_usage: Type.Optional(Type.Boolean()) }, { additionalProperties: true }),
-    ),
+    stream_options: Type.Optional(Type.Object({ include_usage: Type.Optional(Type.Boolean()) }, { additionalProperties: true })),
     max_tokens: Type.Optional(Type.Integer({ minimum: 1, description: "Output limit, reasoning included. Default 8192" })),
     max_completion_tokens: Type.Optional(Type.Integer({ minimum: 1, description: "Same meaning as max_tokens" })),
     n: Type.Optional(Type.Integer({ minimum: 1, description: "Only 1 is supported" })),

@@ -46,10 +46,7 @@ export async function prepareRequest(request: ChatRequest, entry: ModelEntry): P
   const limitName = request.max_completion_tokens !== undefined ? "max_completion_tokens" : "max_tokens";
   const requested = request.max_completion_tokens ?? request.max_tokens;
   if (requested !== undefined && requested > model.maxOutputTokens) {
-    throw invalidRequest(
-      `${limitName} is too large: ${requested}. This model supports at most ${model.maxOutputTokens} completion tokens.`,
-      limitName,
-    );
+    throw invalidRequest(`${limitName} is too large: ${requested}. This model supports at most ${model.maxOutputTokens} completion tokens.`, limitName);
   }
   const messages = request.messages.map((message) => ({ role: message.role, text: textOfContent(message.content) }));
   const wanted = requested ?? Math.min(defaultMaxTokens, model.maxOutputTokens);

@@ -125,9 +125,13 @@ export class ChatService {
     const prepared = await prepareRequest(request, entry);
     const promptEstimate = prepared.promptTokens ?? estimateChatTokens(prepared.messages);
     if (this.deps.ledgerAvailable && !this.deps.ledgerAvailable()) {
-      throw new SluiceError("server_overloaded", "The gateway cannot record usage right now (its database does not answer), so it takes no requests. Retry shortly.", {
-        retryAfterSeconds: 2,
-      });
+      throw new SluiceError(
+        "server_overloaded",
+        "The gateway cannot record usage right now (its database does not answer), so it takes no requests. Retry shortly.",
+        {
+          retryAfterSeconds: 2,
+        },
+      );
     }
     let lease: Lease;
     try {
@@ -181,11 +185,24 @@ export class ChatService {
   ): Promise<ChatResult> {
     await loadTokenizer();
     const text = refusalText(rule, "input");
-    const usage: Usage = { promptTokens: prepared.promptTokens ?? countChatTokens(prepared.messages), completionTokens: countTextTokens(text), reasoningTokens: 0 };
+    const usage: Usage = {
+      promptTokens: prepared.promptTokens ?? countChatTokens(prepared.messages),
+      completionTokens: countTextTokens(text),
+      reasoningTokens: 0,
+    };
     const endedAt = this.deps.clock();
     lease.settle(usage, endedAt);
     this.note(context, prepared.modelId, usage, { outcome: "content_filter", ruleId: rule.id });
-    await this.deps.ledger.record(this.ledgerRow(prepared, context, usage, "tokenizer", { startedAt: endedAt, endedAt, firstTokenMs: null }, { outcome: "content_filter", ruleId: rule.id }));
+    await this.deps.ledger.record(
+      this.ledgerRow(
+        prepared,
+        context,
+        usage,
+        "tokenizer",
+        { startedAt: endedAt, endedAt, firstTokenMs: null },
+        { outcome: "content_filter", ruleId: rule.id },
+      ),
+    );
     const completion = { content: text, reasoning: null, toolCalls: null, finishReason: "content_filter", usage };
     if (!prepared.stream) return { kind: "whole", body: format.whole(identity, completion, usage), headers: lease.headers };
     if (context.record) context.record.deferred = true;
@@ -211,7 +228,8 @@ export class ChatService {
       let completion = await prepared.entry.backend.complete({ model: prepared.entry.config, body: prepared.upstreamBody, signal: context.abort.signal });
       run.meter.observeCompletion(completion);
       const rule = await this.deps.safety.checkOutput([completion.content ?? "", completion.reasoning ?? ""], context.abort.signal);
-      if (rule) completion = { content: refusalText(rule, "output"), reasoning: null, toolCalls: null, finishReason: "content_filter", usage: completion.usage };
+      if (rule)
+        completion = { content: refusalText(rule, "output"), reasoning: null, toolCalls: null, finishReason: "content_filter", usage: completion.usage };
       const usage = await this.settle(run, rule ? { outcome: "content_filter", ruleId: rule.id } : { outcome: "completed" });
       return { kind: "whole", body: run.format.whole(run.identity, completion, usage), headers: run.permit.lease.headers };
     } catch (error) {
@@ -237,7 +255,12 @@ export class ChatService {
     return { kind: "stream", frames: this.relay(run, encoder, events, first), headers: run.permit.lease.headers };
   }
 
-  private async *relay(run: Run, encoder: StreamEncoder, events: AsyncGenerator<CompletionEvent[]>, first: IteratorResult<CompletionEvent[]>): AsyncGenerator<string[]> {
+  private async *relay(
+    run: Run,
+    encoder: StreamEncoder,
+    events: AsyncGenerator<CompletionEvent[]>,
+    first: IteratorResult<CompletionEvent[]>,
+  ): AsyncGenerator<string[]> {
     let settled = false;
     const monitor = this.deps.safety.outputMonitor();
     const record = run.context.record;
@@ -329,7 +352,9 @@ export class ChatService {
     const endedAt = this.deps.clock();
     run.permit.release(measured.usage, endedAt);
     this.note(context, prepared.modelId, measured.usage, ending);
-    await this.deps.ledger.record(this.ledgerRow(prepared, context, measured.usage, measured.source, { startedAt: run.startedAt, endedAt, firstTokenMs: run.firstTokenMs ?? null }, ending));
+    await this.deps.ledger.record(
+      this.ledgerRow(prepared, context, measured.usage, measured.source, { startedAt: run.startedAt, endedAt, firstTokenMs: run.firstTokenMs ?? null }, ending),
+    );
     return measured.usage;
   }
 

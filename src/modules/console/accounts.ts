@@ -35,7 +35,8 @@ export class AccountService {
   ) {}
 
   static checkEmail(email: unknown): string {
-    if (typeof email !== "string" || !/^[^\s@]+@[^\s@]+\.[^\s@]+$/.test(email.trim()) || email.length > 254) throw invalidRequest("Enter a valid email address.", "email");
+    if (typeof email !== "string" || !/^[^\s@]+@[^\s@]+\.[^\s@]+$/.test(email.trim()) || email.length > 254)
+      throw invalidRequest("Enter a valid email address.", "email");
     return email.trim().toLowerCase();
   }
 
@@ -50,7 +51,14 @@ export class AccountService {
     const email = AccountService.checkEmail(input.email);
     const password = AccountService.checkPassword(input.password);
     if (await this.repository.findUserByEmail(email)) throw invalidRequest("An account with this email already exists.", "email");
-    const user: User = { id: randomId("usr_", 12), email, passwordHash: await Bun.password.hash(password), role: input.role, organizationId: input.organizationId, createdAt: Date.now() };
+    const user: User = {
+      id: randomId("usr_", 12),
+      email,
+      passwordHash: await Bun.password.hash(password),
+      role: input.role,
+      organizationId: input.organizationId,
+      createdAt: Date.now(),
+    };
     await this.repository.insertUser(user);
     await this.audit.record(actor, "account.created", user.email, { organizationId: user.organizationId, changes: { role: [null, user.role] } });
     return user;
@@ -67,11 +75,15 @@ export class AccountService {
     const attempt: AuditActor = { kind: "console", name: email };
     if (failure && now - failure.since < failureWindowMs && failure.count >= maxFailures) {
       await this.audit.record(attempt, "signin.failed", email, { changes: { reason: [null, "too many failed attempts"] } });
-      throw new SluiceError("too_many_sign_in_attempts", "Too many failed sign-ins for this account. Try again later.", { retryAfterSeconds: Math.ceil((failure.since + failureWindowMs - now) / 1000) });
+      throw new SluiceError("too_many_sign_in_attempts", "Too many failed sign-ins for this account. Try again later.", {
+        retryAfterSeconds: Math.ceil((failure.since + failureWindowMs - now) / 1000),
+      });
     }
     const user = email ? await this.findByEmail(email) : undefined;
     // Verify against a real hash even for unknown emails, so that timing does not tell which emails exist.
-    const valid = user ? await Bun.password.verify(password, user.passwordHash) : (await Bun.password.verify(password, await dummyHash()), false);
+    let valid = false;
+    if (user) valid = await Bun.password.verify(password, user.passwordHash);
+    else await Bun.password.verify(password, await dummyHash());
     if (!user || !valid) {
       await this.repository.addFailure(email, now, now - failureWindowMs);
       await this.audit.record(attempt, "signin.failed", email, { changes: { reason: [null, "wrong email or password"] } });
@@ -81,7 +93,10 @@ export class AccountService {
     const sessionToken = token();
     const csrfToken = token();
     await this.audit.record(attempt, "signin.succeeded", email, { organizationId: user.organizationId });
-    await this.repository.openSession({ tokenHash: hashKeySecret(sessionToken), userId: user.id, csrfToken, createdAt: now, expiresAt: now + sessionLifetimeMs }, now);
+    await this.repository.openSession(
+      { tokenHash: hashKeySecret(sessionToken), userId: user.id, csrfToken, createdAt: now, expiresAt: now + sessionLifetimeMs },
+      now,
+    );
     return { token: sessionToken, actor: { userId: user.id, email: user.email, role: user.role, organizationId: user.organizationId, csrfToken } };
   }
 

@@ -1,7 +1,17 @@
 import { Elysia } from "elysia";
 import { SluiceError } from "../../errors";
 import type { AccountService, Actor } from "./accounts";
-import { AuditQuery, CreateKeyBody, KeyLimitsBody, readConsoleBody, readConsoleQuery, RequestLogQuery, SignInBody, SignUpBody, UpdateOrganizationBody } from "./model";
+import {
+  AuditQuery,
+  CreateKeyBody,
+  KeyLimitsBody,
+  readConsoleBody,
+  readConsoleQuery,
+  RequestLogQuery,
+  SignInBody,
+  SignUpBody,
+  UpdateOrganizationBody,
+} from "./model";
 import { consoleAssets } from "./page";
 import type { ConsoleService } from "./service";
 
@@ -23,58 +33,64 @@ export const securityHeaders: Readonly<Record<string, string>> = {
  * SameSite=Strict cookie; every change also needs the session's CSRF token in `x-csrf-token`.
  */
 export const consoleRoutes = (service: ConsoleService, accounts: AccountService) =>
-  new Elysia({ name: "console" })
-    .group("/console/api", (api) =>
-      api
-        .post("/signup", async ({ request, set }) => {
-          await service.signUp(await readConsoleBody(request, SignUpBody));
-          set.status = 201;
-          return { ok: true };
-        })
-        .post("/signin", async ({ request, cookie }) => {
-          const body = await readConsoleBody(request, SignInBody);
-          const { token, actor } = await accounts.signIn(body.email, body.password);
-          cookie[sessionCookie]?.set({ value: token, httpOnly: true, sameSite: "strict", path: "/", maxAge: 7 * 24 * 3600, secure: new URL(request.url).protocol === "https:" || request.headers.get("x-forwarded-proto") === "https" });
-          return service.me(actor);
-        })
-        .resolve(async ({ cookie, request }) => {
-          const actor = await accounts.actorOf(cookie[sessionCookie]?.value as string | undefined);
-          if (!actor) throw new SluiceError("not_signed_in", "Sign in first.");
-          if (request.method !== "GET" && request.headers.get("x-csrf-token") !== actor.csrfToken) {
-            throw new SluiceError("csrf_token_invalid", "Missing or wrong CSRF token; reload the page.");
-          }
-          return { actor: actor as Actor };
-        })
-        .post("/signout", async ({ cookie }) => {
-          await accounts.signOut(cookie[sessionCookie]?.value as string);
-          cookie[sessionCookie]?.remove();
-          return { ok: true };
-        })
-        .get("/me", ({ actor }) => service.me(actor))
-        .get("/plans", () => service.plans())
-        .get("/keys", ({ actor }) => service.listKeys(actor))
-        .post("/keys", async ({ actor, request, set }) => {
-          const body = await readConsoleBody(request, CreateKeyBody);
-          set.status = 201;
-          return service.createKey(actor, body);
-        })
-        .post("/keys/:id/revoke", ({ actor, params }) => service.revokeKey(actor, params.id))
-        .post("/keys/:id/limits", async ({ actor, params, request }) => service.setKeyLimits(actor, params.id, await readConsoleBody(request, KeyLimitsBody)))
-        .get("/usage", ({ actor }) => service.usage(actor))
-        .get("/requests", ({ actor, query }) => service.requests(actor, readConsoleQuery(query, RequestLogQuery)))
-        .get("/requests.csv", async ({ actor, query }) => {
-          const rows = await service.requestsCsv(actor, readConsoleQuery(query, RequestLogQuery));
-          return new Response(rows.pipeThrough(new TextEncoderStream()), {
-            headers: { "content-type": "text/csv; charset=utf-8", "content-disposition": 'attachment; filename="sluice-requests.csv"' },
-          });
-        })
-        .get("/operator/audit", ({ actor, query }) => service.auditTrail(actor, readConsoleQuery(query, AuditQuery)))
-        .get("/operator/organizations", ({ actor }) => service.listOrganizations(actor))
-        .post("/operator/organizations/:id", async ({ actor, params, request }) => {
-          return service.updateOrganization(actor, params.id, await readConsoleBody(request, UpdateOrganizationBody));
-        })
-        .get("/operator/models", ({ actor }) => service.listModels(actor)),
-    );
+  new Elysia({ name: "console" }).group("/console/api", (api) =>
+    api
+      .post("/signup", async ({ request, set }) => {
+        await service.signUp(await readConsoleBody(request, SignUpBody));
+        set.status = 201;
+        return { ok: true };
+      })
+      .post("/signin", async ({ request, cookie }) => {
+        const body = await readConsoleBody(request, SignInBody);
+        const { token, actor } = await accounts.signIn(body.email, body.password);
+        cookie[sessionCookie]?.set({
+          value: token,
+          httpOnly: true,
+          sameSite: "strict",
+          path: "/",
+          maxAge: 7 * 24 * 3600,
+          secure: new URL(request.url).protocol === "https:" || request.headers.get("x-forwarded-proto") === "https",
+        });
+        return service.me(actor);
+      })
+      .resolve(async ({ cookie, request }) => {
+        const actor = await accounts.actorOf(cookie[sessionCookie]?.value as string | undefined);
+        if (!actor) throw new SluiceError("not_signed_in", "Sign in first.");
+        if (request.method !== "GET" && request.headers.get("x-csrf-token") !== actor.csrfToken) {
+          throw new SluiceError("csrf_token_invalid", "Missing or wrong CSRF token; reload the page.");
+        }
+        return { actor: actor as Actor };
+      })
+      .post("/signout", async ({ cookie }) => {
+        await accounts.signOut(cookie[sessionCookie]?.value as string);
+        cookie[sessionCookie]?.remove();
+        return { ok: true };
+      })
+      .get("/me", ({ actor }) => service.me(actor))
+      .get("/plans", () => service.plans())
+      .get("/keys", ({ actor }) => service.listKeys(actor))
+      .post("/keys", async ({ actor, request, set }) => {
+        const body = await readConsoleBody(request, CreateKeyBody);
+        set.status = 201;
+        return service.createKey(actor, body);
+      })
+      .post("/keys/:id/revoke", ({ actor, params }) => service.revokeKey(actor, params.id))
+      .post("/keys/:id/limits", async ({ actor, params, request }) => service.setKeyLimits(actor, params.id, await readConsoleBody(request, KeyLimitsBody)))
+      .get("/usage", ({ actor }) => service.usage(actor))
+      .get("/requests", ({ actor, query }) => service.requests(actor, readConsoleQuery(query, RequestLogQuery)))
+      .get("/requests.csv", async ({ actor, query }) => {
+        const rows = await service.requestsCsv(actor, readConsoleQuery(query, RequestLogQuery));
+        return new Response(rows.pipeThrough(new TextEncoderStream()), {
+          headers: { "content-type": "text/csv; charset=utf-8", "content-disposition": 'attachment; filename="sluice-requests.csv"' },
+        });
+      })
+      .get("/operator/audit", ({ actor, query }) => service.auditTrail(actor, readConsoleQuery(query, AuditQuery)))
+      .get("/operator/organizations", ({ actor }) => service.listOrganizations(actor))
+      .post("/operator/organizations/:id", async ({ actor, params, request }) => {
+        return service.updateOrganization(actor, params.id, await readConsoleBody(request, UpdateOrganizationBody));
+      })
+      .get("/operator/models", ({ actor }) => service.listModels(actor)),
+  );
 
 /** The console's page and its bundle's files, at `/` and `/<file>`. */
 export const consolePageRoutes = () =>

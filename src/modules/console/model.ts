@@ -19,7 +19,9 @@ export const SignInBody = Type.Object({
   password: Type.String({ maxLength: 1024 }),
 });
 
-const cap = Type.Optional(Type.Union([Type.Integer({ minimum: 1, maximum: 1e15 }), Type.Null()], { expected: "a whole number of at least 1, or null for none" }));
+const cap = Type.Optional(
+  Type.Union([Type.Integer({ minimum: 1, maximum: 1e15 }), Type.Null()], { expected: "a whole number of at least 1, or null for none" }),
+);
 
 /** A key's own caps inside its organization's plan; absent or null: none. */
 export const KeyLimitsBody = Type.Object({

@@ -80,7 +80,9 @@ export class ConsoleService {
     await this.deps.accounts.createUser({ email, password: input.password, role: "member", organizationId: organization.id }, actor);
   }
 
-  async me(actor: Actor): Promise<{ email: string; role: string; csrfToken: string; organization: { id: string; name: string; status: string; plan: string } | null }> {
+  async me(
+    actor: Actor,
+  ): Promise<{ email: string; role: string; csrfToken: string; organization: { id: string; name: string; status: string; plan: string } | null }> {
     const organization = actor.organizationId ? await this.organization(actor.organizationId) : undefined;
     return {
       email: actor.email,
@@ -97,7 +99,8 @@ export class ConsoleService {
   /** Creates a key; its secret is in this answer and nowhere else, ever. */
   async createKey(actor: Actor, input: CreateKey): Promise<{ key: ApiKeyInfo; secret: string }> {
     const organization = await this.memberOrganization(actor);
-    if (organization.status !== "active") throw new SluiceError("organization_inactive", "Your organization is not active yet; keys can be created once an operator activates it.");
+    if (organization.status !== "active")
+      throw new SluiceError("organization_inactive", "Your organization is not active yet; keys can be created once an operator activates it.");
     const name = input.name.trim();
     if (!name) throw invalidRequest("Give the key a label (at most 100 characters).", "name");
     let expiresInMs: number | undefined;
@@ -140,7 +143,12 @@ export class ConsoleService {
       const limits = keyLimitsOf(key);
       if (!limits || key.revokedAt !== null) continue;
       const limitsShown: KeyLimits = { maxConcurrency: key.maxConcurrency, tokensPer5h: key.tokensPer5h, tokensPerMonth: key.tokensPerMonth };
-      keys.push({ id: key.id, name: key.name, limits: limitsShown, snapshot: await this.deps.admission.keySnapshot(organization.id, { id: key.id, limits }, now) });
+      keys.push({
+        id: key.id,
+        name: key.name,
+        limits: limitsShown,
+        snapshot: await this.deps.admission.keySnapshot(organization.id, { id: key.id, limits }, now),
+      });
     }
     return { plan: organization.plan, snapshot, keys, series: await this.series(organization.id) };
   }
@@ -166,14 +174,23 @@ export class ConsoleService {
       throw invalidRequest(`status must be one of ${organizationStatuses.join(", ")}.`, "status");
     }
     if (input.plan !== undefined && !this.deps.config.plans.some((plan) => plan.id === input.plan)) throw invalidRequest("Unknown plan.", "plan");
-    const updated = await this.deps.organizations.update(organization.name, { status: input.status as OrganizationStatus | undefined, plan: input.plan }, auditActor(actor));
+    const updated = await this.deps.organizations.update(
+      organization.name,
+      { status: input.status as OrganizationStatus | undefined, plan: input.plan },
+      auditActor(actor),
+    );
     this.deps.auth.invalidate();
     return updated;
   }
 
   listModels(actor: Actor) {
     this.requireOperator(actor);
-    return this.deps.models.all().map((model) => ({ id: model.id, backend: model.backend, enabled: model.enabled, ...(this.deps.queues.get(model.id)?.stats() ?? { active: 0, queued: 0 }) }));
+    return this.deps.models.all().map((model) => ({
+      id: model.id,
+      backend: model.backend,
+      enabled: model.enabled,
+      ...(this.deps.queues.get(model.id)?.stats() ?? { active: 0, queued: 0 }),
+    }));
   }
 
   /** A page of the request log: a member's own organization, or (operators) every one or the one asked for. */
@@ -190,8 +207,10 @@ export class ConsoleService {
   async auditTrail(actor: Actor, query: AuditQueryInput): Promise<{ entries: AuditEntry[]; nextCursor: string | null }> {
     this.requireOperator(actor);
     const limit = pageSize(query.limit);
-    if (query.action && !(auditActions as readonly string[]).includes(query.action)) throw invalidRequest(`action must be one of ${auditActions.join(", ")}.`, "action");
-    if (query.cursor !== undefined && !/^aud_[0-9a-f]{32}$/.test(query.cursor)) throw invalidRequest("This cursor is not one the audit trail gave out.", "cursor");
+    if (query.action && !(auditActions as readonly string[]).includes(query.action))
+      throw invalidRequest(`action must be one of ${auditActions.join(", ")}.`, "action");
+    if (query.cursor !== undefined && !/^aud_[0-9a-f]{32}$/.test(query.cursor))
+      throw invalidRequest("This cursor is not one the audit trail gave out.", "cursor");
     const entries = await this.deps.audit.list({
       since: query.since === undefined ? undefined : this.timeBound(query.since, "since"),
       action: query.action || undefined,
@@ -242,9 +261,11 @@ export class ConsoleService {
     for (const row of rows) {
       const index = row.hour - firstHour;
       if (index < 0 || index >= 24) continue;
-      const byModel = (series.byModel[row.model] ??= Array<number>(24).fill(0));
+      const byModel = series.byModel[row.model] ?? Array<number>(24).fill(0);
+      series.byModel[row.model] = byModel;
       byModel[index] = (byModel[index] ?? 0) + row.tokens;
-      const byKey = (series.byKey[row.keyName] ??= Array<number>(24).fill(0));
+      const byKey = series.byKey[row.keyName] ?? Array<number>(24).fill(0);
+      series.byKey[row.keyName] = byKey;
       byKey[index] = (byKey[index] ?? 0) + row.tokens;
     }
     return series;

@@ -63,7 +63,9 @@ export class KeyService {
         name: [null, key.name],
         prefix: [null, key.prefix],
         expiresAt: [null, key.expiresAt],
-        ...(hasLimits(limits) ? { maxConcurrency: [null, limits.maxConcurrency], tokensPer5h: [null, limits.tokensPer5h], tokensPerMonth: [null, limits.tokensPerMonth] } : {}),
+        ...(hasLimits(limits)
+          ? { maxConcurrency: [null, limits.maxConcurrency], tokensPer5h: [null, limits.tokensPer5h], tokensPerMonth: [null, limits.tokensPerMonth] }
+          : {}),
       },
     });
     return { key, secret };
@@ -103,7 +105,10 @@ export class KeyService {
     if (existing.revokedAt !== null) return existing;
     await this.repository.revoke(keyId, now);
     await this.changes?.announce();
-    await this.audit.record(actor, "key.revoked", keyId, { organizationId: existing.organizationId, changes: { name: [existing.name, existing.name], revokedAt: [null, now] } });
+    await this.audit.record(actor, "key.revoked", keyId, {
+      organizationId: existing.organizationId,
+      changes: { name: [existing.name, existing.name], revokedAt: [null, now] },
+    });
     return { ...existing, revokedAt: now };
   }
 }

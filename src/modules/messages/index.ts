@@ -31,22 +31,20 @@ export const messagesRoutes = (chat: ChatService, auth: AuthService, options: Ch
  * no quota is taken and no upstream is called.
  */
 export const countTokensRoutes = (registry: ModelRegistry, auth: AuthService, maxBodyBytes: number) =>
-  new Elysia({ name: "count-tokens" })
-    .use(anthropicAuthPlugin(auth))
-    .post(
-      "/v1/messages/count_tokens",
-      async ({ caller, request, set }) => {
-        const counted = countTokensMessages(await readJson(request, maxBodyBytes));
-        if (counted instanceof SluiceError) throw counted;
-        registry.visible(caller.plan, counted.model);
-        await loadTokenizer();
-        const messages = counted.messages.map((message) => ({
-          role: message.role,
-          text: textOfContent(message.content) + (message.tool_calls ? JSON.stringify(message.tool_calls) : ""),
-        }));
-        // Anthropic answers carry the request id as `request-id`; `x-request-id` is kept for Sluice's own tools.
-        set.headers["request-id"] = set.headers["x-request-id"] as string;
-        return { input_tokens: countChatTokens(messages) };
-      },
-      { parse: "none" },
-    );
+  new Elysia({ name: "count-tokens" }).use(anthropicAuthPlugin(auth)).post(
+    "/v1/messages/count_tokens",
+    async ({ caller, request, set }) => {
+      const counted = countTokensMessages(await readJson(request, maxBodyBytes));
+      if (counted instanceof SluiceError) throw counted;
+      registry.visible(caller.plan, counted.model);
+      await loadTokenizer();
+      const messages = counted.messages.map((message) => ({
+        role: message.role,
+        text: textOfContent(message.content) + (message.tool_calls ? JSON.stringify(message.tool_calls) : ""),
+      }));
+      // Anthropic answers carry the request id as `request-id`; `x-request-id` is kept for Sluice's own tools.
+      set.headers["request-id"] = set.headers["x-request-id"] as string;
+      return { input_tokens: countChatTokens(messages) };
+    },
+    { parse: "none" },
+  );

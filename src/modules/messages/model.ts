@@ -48,7 +48,19 @@ type Message = ChatMessage & Record<string, unknown>;
 
 const compiledMessages = TypeCompiler.Compile(MessagesRequestSchema);
 const compiledCount = TypeCompiler.Compile(CountTokensRequestSchema);
-const nullableFields = ["system", "tools", "tool_choice", "stop_sequences", "temperature", "top_p", "top_k", "thinking", "metadata", "output_config", "stream"] as const;
+const nullableFields = [
+  "system",
+  "tools",
+  "tool_choice",
+  "stop_sequences",
+  "temperature",
+  "top_p",
+  "top_k",
+  "thinking",
+  "metadata",
+  "output_config",
+  "stream",
+] as const;
 
 /**
  * How an extended-thinking budget becomes the `reasoning_effort` open reasoning models take: under 4,096 tokens

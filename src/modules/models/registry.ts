@@ -20,10 +20,7 @@ export class ModelRegistry {
   constructor(config: Config, environment: Record<string, string | undefined> = process.env) {
     const demo = new DemoBackend();
     for (const model of config.models) {
-      const backend =
-        model.backend === "demo"
-          ? demo
-          : new UpstreamPool(model, model.apiKeyEnv ? environment[model.apiKeyEnv] : undefined);
+      const backend = model.backend === "demo" ? demo : new UpstreamPool(model, model.apiKeyEnv ? environment[model.apiKeyEnv] : undefined);
       const entry = { config: model, backend };
       this.entries.set(model.id, entry);
       for (const name of [model.id, ...model.aliases]) this.byName.set(name, entry);
@@ -41,7 +38,7 @@ export class ModelRegistry {
    */
   visible(plan: PlanConfig, name: string): ModelConfig {
     const entry = this.byName.get(name);
-    if (!entry || !entry.config.enabled || !this.inPlan(plan, entry.config.id)) throw modelNotFound(name);
+    if (!entry?.config.enabled || !this.inPlan(plan, entry.config.id)) throw modelNotFound(name);
     return entry.config;
   }
 

@@ -35,7 +35,10 @@ export const observabilityRoutes = (options: ObservabilityOptions) =>
     })
     .get("/metrics", ({ headers }) => {
       if (options.metricsToken && headers.authorization !== `Bearer ${options.metricsToken}`) {
-        throw new SluiceError(headers.authorization ? "invalid_api_key" : "missing_api_key", "The metrics endpoint needs the token in SLUICE_METRICS_TOKEN as a bearer token.");
+        throw new SluiceError(
+          headers.authorization ? "invalid_api_key" : "missing_api_key",
+          "The metrics endpoint needs the token in SLUICE_METRICS_TOKEN as a bearer token.",
+        );
       }
       return new Response(options.metrics.registry.text(), { headers: { "content-type": options.metrics.registry.contentType } });
     });

@@ -11,7 +11,10 @@ export class Logger {
   private buffer: string[] = [];
   private timer: Timer | undefined;
 
-  constructor(level: string | undefined = process.env.SLUICE_LOG_LEVEL, private readonly write: (text: string) => void = (text) => process.stdout.write(text)) {
+  constructor(
+    level: string | undefined = process.env.SLUICE_LOG_LEVEL,
+    private readonly write: (text: string) => void = (text) => process.stdout.write(text),
+  ) {
     this.threshold = levels[(level ?? "info") as LogLevel] ?? levels.info;
   }
 

@@ -6,11 +6,33 @@ const latencyBuckets = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
 /** Every metric Sluice exports, in one Prometheus registry. */
 export class Metrics {
   readonly registry = new Registry();
-  readonly requests = new Counter(this.registry, "sluice_requests_total", "Requests by route, model, HTTP status and error code", ["route", "model", "status", "code"]);
-  readonly duration = new Histogram(this.registry, "sluice_request_duration_seconds", "Time from request to the end of the answer", ["route", "model"], latencyBuckets);
-  readonly timeToFirstToken = new Histogram(this.registry, "sluice_time_to_first_token_seconds", "Time from request to the first streamed token", ["model"], latencyBuckets);
+  readonly requests = new Counter(this.registry, "sluice_requests_total", "Requests by route, model, HTTP status and error code", [
+    "route",
+    "model",
+    "status",
+    "code",
+  ]);
+  readonly duration = new Histogram(
+    this.registry,
+    "sluice_request_duration_seconds",
+    "Time from request to the end of the answer",
+    ["route", "model"],
+    latencyBuckets,
+  );
+  readonly timeToFirstToken = new Histogram(
+    this.registry,
+    "sluice_time_to_first_token_seconds",
+    "Time from request to the first streamed token",
+    ["model"],
+    latencyBuckets,
+  );
   readonly tokens = new Counter(this.registry, "sluice_tokens_total", "Tokens billed, by model and kind (prompt, completion, reasoning)", ["model", "kind"]);
-  readonly quotaRejections = new Counter(this.registry, "sluice_quota_rejections_total", "Requests refused by admission, by kind (five_hour, month, concurrency)", ["kind"]);
+  readonly quotaRejections = new Counter(
+    this.registry,
+    "sluice_quota_rejections_total",
+    "Requests refused by admission, by kind (five_hour, month, concurrency)",
+    ["kind"],
+  );
   readonly upstreamErrors = new Counter(this.registry, "sluice_upstream_errors_total", "Upstream failures by model and error code", ["model", "code"]);
   readonly refusals = new Counter(this.registry, "sluice_safety_refusals_total", "Red-line refusals by rule", ["rule"]);
 

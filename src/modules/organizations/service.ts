@@ -27,7 +27,10 @@ export class OrganizationService {
     const row: Organization = { id: randomId("org_", 12), name, plan, status: input.status ?? "active", createdAt: Date.now() };
     // Nothing caches an organization before it exists: no instance needs telling.
     await this.repository.insert(row);
-    await this.audit.record(actor, "organization.created", row.name, { organizationId: row.id, changes: { plan: [null, row.plan], status: [null, row.status] } });
+    await this.audit.record(actor, "organization.created", row.name, {
+      organizationId: row.id,
+      changes: { plan: [null, row.plan], status: [null, row.status] },
+    });
     return row;
   }
 

@@ -86,7 +86,8 @@ function wholeResponse(identity: ResponseIdentity, echo: Json, namespaces: Names
   const output: Json[] = [];
   if (completion.reasoning) output.push(reasoningItem(ids.reasoning(), completion.reasoning));
   const calls = (completion.toolCalls ?? []).map(toolCallParts);
-  if (completion.content || calls.length === 0) output.push(messageItem(ids.message(0), status === "completed" ? "completed" : "incomplete", completion.content ?? ""));
+  if (completion.content || calls.length === 0)
+    output.push(messageItem(ids.message(0), status === "completed" ? "completed" : "incomplete", completion.content ?? ""));
   for (const [index, call] of calls.entries()) {
     output.push(functionCallItem(ids.call(index), call.id ?? `call_${ids.suffix}_${index}`, call.name, call.arguments, "completed", namespaces));
   }
@@ -205,7 +206,10 @@ class ResponsesStreamEncoder implements StreamEncoder {
     const outputIndex = this.output.length;
     const id = kind === "reasoning" ? `${this.ids.reasoning()}${outputIndex === 0 ? "" : `_${outputIndex}`}` : this.ids.message(this.messages++);
     const item: OpenItem = { kind, outputIndex, id, text: "" };
-    const added = kind === "reasoning" ? { type: "reasoning", id, summary: [], content: [] } : { type: "message", id, status: "in_progress", role: "assistant", content: [] };
+    const added =
+      kind === "reasoning"
+        ? { type: "reasoning", id, summary: [], content: [] }
+        : { type: "message", id, status: "in_progress", role: "assistant", content: [] };
     this.output.push(added);
     this.emit(out, "response.output_item.added", { output_index: outputIndex, item: added });
     const part = kind === "reasoning" ? { type: "reasoning_text", text: "" } : textPart("");

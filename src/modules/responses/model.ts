@@ -31,9 +31,14 @@ export const ResponsesRequestSchema = Type.Object(
     max_output_tokens: Type.Optional(Type.Integer({ minimum: 1, description: "Output limit, reasoning included. Default 8192" })),
     temperature: Type.Optional(Type.Number({ minimum: 0, maximum: 2 })),
     top_p: Type.Optional(Type.Number({ minimum: 0, maximum: 1 })),
-    reasoning: Type.Optional(Type.Object({ effort: Type.Optional(Type.Union([Type.String(), Type.Null()], { expected: "a string or null" })) }, { additionalProperties: true })),
+    reasoning: Type.Optional(
+      Type.Object({ effort: Type.Optional(Type.Union([Type.String(), Type.Null()], { expected: "a string or null" })) }, { additionalProperties: true }),
+    ),
     text: Type.Optional(
-      Type.Object({ format: Type.Optional(Type.Object({ type: Type.String({ minLength: 1 }) }, { additionalProperties: true })) }, { additionalProperties: true }),
+      Type.Object(
+        { format: Type.Optional(Type.Object({ type: Type.String({ minLength: 1 }) }, { additionalProperties: true })) },
+        { additionalProperties: true },
+      ),
     ),
     stream: Type.Optional(Type.Boolean()),
     metadata: Type.Optional(Type.Record(Type.String(), Type.String())),
@@ -56,8 +61,23 @@ const compiled = TypeCompiler.Compile(ResponsesRequestSchema);
 
 /** OpenAI accepts null for optional fields and treats it as absent; so does Sluice. */
 const nullableFields = [
-  "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "max_output_tokens", "temperature", "top_p", "reasoning", "text", "stream",
-  "metadata", "user", "store", "background", "previous_response_id", "conversation",
+  "input",
+  "instructions",
+  "tools",
+  "tool_choice",
+  "parallel_tool_calls",
+  "max_output_tokens",
+  "temperature",
+  "top_p",
+  "reasoning",
+  "text",
+  "stream",
+  "metadata",
+  "user",
+  "store",
+  "background",
+  "previous_response_id",
+  "conversation",
 ] as const;
 
 const nothingStored = "Sluice stores no prompts and no answers";
@@ -104,7 +124,8 @@ function messagesOf(input: string | Item[], param: string): Message[] | SluiceEr
     const where = `${param}[${index}]`;
     const type = item.type ?? "message";
     if (type === "message") {
-      if (!item.role || !roles.has(item.role)) return invalidRequest(`Invalid '${where}.role': expected one of user, assistant, system or developer.`, `${where}.role`);
+      if (!item.role || !roles.has(item.role))
+        return invalidRequest(`Invalid '${where}.role': expected one of user, assistant, system or developer.`, `${where}.role`);
       const content = contentOf(item.content, `${where}.content`);
       if (content instanceof SluiceError) return content;
       messages.push({ role: item.role, content });
@@ -120,7 +141,8 @@ function messagesOf(input: string | Item[], param: string): Message[] | SluiceEr
       } else messages.push({ role: "assistant", content: null, tool_calls: [call] });
     } else if (type === "function_call_output") {
       if (typeof item.call_id !== "string") return missingParameter(`${where}.call_id`);
-      const output = typeof item.output === "string" ? item.output : Array.isArray(item.output) ? textOfParts(item.output as InputPart[], `${where}.output`) : "";
+      const output =
+        typeof item.output === "string" ? item.output : Array.isArray(item.output) ? textOfParts(item.output as InputPart[], `${where}.output`) : "";
       if (typeof output !== "string") return output;
       messages.push({ role: "tool", tool_call_id: item.call_id, content: output });
     } else if (type === "reasoning") {
@@ -203,11 +225,13 @@ function responseFormatOf(format: Record<string, unknown> & { type: string }): u
 export function translateResponsesRequest(body: unknown): { request: ChatRequest; original: ResponsesRequest } | SluiceError {
   const original = validateBody(compiled, body, nullableFields);
   if (original instanceof SluiceError) return original;
-  if (original.background === true) return invalidRequest("Background responses are not supported: Sluice answers each request while the caller waits.", "background");
+  if (original.background === true)
+    return invalidRequest("Background responses are not supported: Sluice answers each request while the caller waits.", "background");
   if (original.previous_response_id !== undefined) {
     return invalidRequest(`${nothingStored}, so a response cannot continue an earlier one; send the whole conversation in 'input'.`, "previous_response_id");
   }
-  if (original.conversation !== undefined) return invalidRequest(`${nothingStored}, so there are no conversations; send the whole conversation in 'input'.`, "conversation");
+  if (original.conversation !== undefined)
+    return invalidRequest(`${nothingStored}, so there are no conversations; send the whole conversation in 'input'.`, "conversation");
   const raw = original as Record<string, unknown>;
   if (raw.prompt !== undefined && raw.prompt !== null) return invalidRequest(`${nothingStored}, so there are no stored prompt templates.`, "prompt");
   const messages: Message[] = original.instructions ? [{ role: "system", content: original.instructions }] : [];

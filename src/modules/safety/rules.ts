@@ -28,11 +28,13 @@ export class RuleMatcher {
       if (!rule.appliesTo[direction]) continue;
       for (const pattern of rule.patterns) byFlags.set(pattern.flags, [...(byFlags.get(pattern.flags) ?? []), pattern.source]);
     }
-    this.combined = [...byFlags].map(([flags, sources]) => {
-      // A back-reference would point at the wrong group once patterns are joined: keep such sets apart.
-      if (sources.some((source) => /\\[1-9]|\\k</.test(source))) return undefined;
-      return new RegExp(sources.map((source) => `(?:${source})`).join("|"), flags);
-    }).filter((pattern): pattern is RegExp => pattern !== undefined);
+    this.combined = [...byFlags]
+      .map(([flags, sources]) => {
+        // A back-reference would point at the wrong group once patterns are joined: keep such sets apart.
+        if (sources.some((source) => /\\[1-9]|\\k</.test(source))) return undefined;
+        return new RegExp(sources.map((source) => `(?:${source})`).join("|"), flags);
+      })
+      .filter((pattern): pattern is RegExp => pattern !== undefined);
     if (this.combined.length !== byFlags.size) this.combined = [];
   }
 

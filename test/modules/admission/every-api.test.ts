@@ -13,31 +13,34 @@ const bodies = {
 const paths = Object.keys(bodies) as (keyof typeof bodies)[];
 
 test("600 concurrent requests over the three APIs, max_concurrency = 3: never more than 3 upstream, only 200s and 429s, one ledger row per answer, nothing leaks", async () => {
-  await withSluice({ models: [fakeModel(upstream.url, "m", "usage-10-5-30")], plans: [{ id: "capped", models: ["*"], max_concurrency: 3 }] }, async (sluice) => {
-    const responses = await Promise.all(
-      Array.from({ length: 600 }, (_, index) => {
-        const path = paths[index % 3] as keyof typeof bodies;
-        return sluice.post(path, bodies[path]("m", index % 2 === 0), { "x-api-key": sluice.key });
-      }),
-    );
-    let answered = 0;
-    for (const response of responses) {
-      if (response.status === 200) {
-        answered++;
-        await response.text();
-      } else {
-        expect(response.status).toBe(429);
-        const body = (await response.json()) as { error: { code?: string; type: string } };
-        expect(body.error.code ?? body.error.type).toMatch(/^(rate_limit_exceeded|rate_limit_error)$/);
+  await withSluice(
+    { models: [fakeModel(upstream.url, "m", "usage-10-5-30")], plans: [{ id: "capped", models: ["*"], max_concurrency: 3 }] },
+    async (sluice) => {
+      const responses = await Promise.all(
+        Array.from({ length: 600 }, (_, index) => {
+          const path = paths[index % 3] as keyof typeof bodies;
+          return sluice.post(path, bodies[path]("m", index % 2 === 0), { "x-api-key": sluice.key });
+        }),
+      );
+      let answered = 0;
+      for (const response of responses) {
+        if (response.status === 200) {
+          answered++;
+          await response.text();
+        } else {
+          expect(response.status).toBe(429);
+          const body = (await response.json()) as { error: { code?: string; type: string } };
+          expect(body.error.code ?? body.error.type).toMatch(/^(rate_limit_exceeded|rate_limit_error)$/);
+        }
       }
-    }
-    expect(answered).toBeGreaterThanOrEqual(3);
-    expect(upstream.maxInFlight).toBeLessThanOrEqual(3);
-    await eventually(() => sluice.server.admission.inFlight() === 0);
-    expect(sluice.server.admission.reservedTokens()).toBe(0);
-    await eventually(() => sluice.ledgerRows().length === answered);
-    expect(new Set(sluice.ledgerRows().map((row) => row.outcome))).toEqual(new Set(["completed"]));
-  });
+      expect(answered).toBeGreaterThanOrEqual(3);
+      expect(upstream.maxInFlight).toBeLessThanOrEqual(3);
+      await eventually(() => sluice.server.admission.inFlight() === 0);
+      expect(sluice.server.admission.reservedTokens()).toBe(0);
+      await eventually(() => sluice.ledgerRows().length === answered);
+      expect(new Set(sluice.ledgerRows().map((row) => row.outcome))).toEqual(new Set(["completed"]));
+    },
+  );
 }, 60_000);
 
 test("a client that leaves a Responses or Messages stream: the upstream is stopped, the row says client_disconnected, the slot is freed", async () => {

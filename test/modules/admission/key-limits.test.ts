@@ -5,7 +5,17 @@ import { join } from "node:path";
 import type { ConfigFile } from "../../../src/config/schema";
 import type { KeyLimits } from "../../../src/storage/types";
 import { countChatTokens, loadTokenizer } from "../../../src/tokens/count";
-import { codeOf, eventually, expectFiveHourQuotaAnswers, fakeModel, repositoryRoot, temporaryDirectory, testActor, useFakeUpstream, withSluice, type TestSluice } from "../../helpers";
+import {
+  eventually,
+  expectFiveHourQuotaAnswers,
+  fakeModel,
+  repositoryRoot,
+  temporaryDirectory,
+  testActor,
+  useFakeUpstream,
+  withSluice,
+  type TestSluice,
+} from "../../helpers";
 
 const upstream = useFakeUpstream({ resetBeforeEach: true });
 const messages = [{ role: "user", content: "hi" }];
@@ -82,7 +92,10 @@ describe("a key's token quotas", () => {
       const key = await cappedKey(sluice, { tokensPer5h: quota });
       const responses = await Promise.all(Array.from({ length: 200 }, () => post(sluice, key.secret, { max_tokens: maxTokens })));
       const succeeded = await expectFiveHourQuotaAnswers(responses, quota, 4);
-      const recorded = sluice.ledgerRows().filter((row) => row.key_id === key.id).reduce((sum, row) => sum + row.prompt_tokens + row.completion_tokens, 0);
+      const recorded = sluice
+        .ledgerRows()
+        .filter((row) => row.key_id === key.id)
+        .reduce((sum, row) => sum + row.prompt_tokens + row.completion_tokens, 0);
       expect(recorded).toBeLessThanOrEqual(quota + succeeded.length * maxTokens);
       expect(recorded).toBeLessThanOrEqual(quota);
       const refused = await post(sluice, key.secret);
@@ -185,8 +198,15 @@ describe("caps over time", () => {
       expect(cli("update", key.id).stderr.toString()).toContain("give at least one of");
       const listed = cli("list", "--org", "acme").stdout.toString();
       expect(listed).toContain(`${key.id}\tlater\t`);
-      expect(listed.split("\n").find((line) => line.startsWith(key.id))?.endsWith("\t1\t-\t-")).toBe(true);
-      const audit = sluice.database.sqlite.query<{ changes: string }, [string]>("SELECT changes FROM audit_log WHERE action = 'key.updated' AND target = ? ORDER BY id").all(key.id);
+      expect(
+        listed
+          .split("\n")
+          .find((line) => line.startsWith(key.id))
+          ?.endsWith("\t1\t-\t-"),
+      ).toBe(true);
+      const audit = sluice.database.sqlite
+        .query<{ changes: string }, [string]>("SELECT changes FROM audit_log WHERE action = 'key.updated' AND target = ? ORDER BY id")
+        .all(key.id);
       expect(audit.map((row) => JSON.parse(row.changes))).toEqual([{ maxConcurrency: [null, 1], tokensPer5h: [null, 50] }, { tokensPer5h: [50, null] }]);
     });
   }, 30_000);

@@ -4,7 +4,17 @@ import { join } from "node:path";
 import OpenAI from "openai";
 import type { ConfigFile } from "../../../src/config/schema";
 import { countChatTokens, loadTokenizer } from "../../../src/tokens/count";
-import { codeOf, eventually, expectFiveHourQuotaAnswers, fakeModel, repositoryRoot, startSluice, temporaryDirectory, useFakeUpstream, withSluice } from "../../helpers";
+import {
+  codeOf,
+  eventually,
+  expectFiveHourQuotaAnswers,
+  fakeModel,
+  repositoryRoot,
+  startSluice,
+  temporaryDirectory,
+  useFakeUpstream,
+  withSluice,
+} from "../../helpers";
 
 const upstream = useFakeUpstream({ resetBeforeEach: true });
 
@@ -42,7 +52,9 @@ describe("5-hour quota", () => {
     const maxTokens = 90;
     const quota = 5 * (promptTokens + maxTokens);
     await withSluice(config({ tokens_per_5h: quota }, [fakeModel(upstream.url, "m", `usage-${promptTokens}-${maxTokens}-20`)]), async (sluice) => {
-      const responses = await Promise.all(Array.from({ length: 200 }, () => sluice.post("/v1/chat/completions", { model: "m", messages, max_tokens: maxTokens })));
+      const responses = await Promise.all(
+        Array.from({ length: 200 }, () => sluice.post("/v1/chat/completions", { model: "m", messages, max_tokens: maxTokens })),
+      );
       const succeeded = await expectFiveHourQuotaAnswers(responses, quota, 4);
       const recorded = sluice.ledgerRows().reduce((sum, row) => sum + row.prompt_tokens + row.completion_tokens, 0);
       // README: usage can exceed the quota by at most max_tokens for each request admitted while the quota had room
@@ -97,7 +109,14 @@ describe("monthly quota", () => {
         expect(response.headers.get("retry-after")).toBe(String(2 * 3600));
         expect(await codeOf(response)).toBe("insufficient_quota");
         let calls = 0;
-        const client = new OpenAI({ baseURL: sluice.baseURL, apiKey: sluice.key, fetch: (input, init) => (calls++, fetch(input, init)) });
+        const client = new OpenAI({
+          baseURL: sluice.baseURL,
+          apiKey: sluice.key,
+          fetch: (input, init) => {
+            calls++;
+            return fetch(input, init);
+          },
+        });
         const error = await client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "hi" }] }).catch((caught: unknown) => caught);
         expect(error).toBeInstanceOf(OpenAI.RateLimitError);
         expect(calls).toBe(1);
@@ -112,10 +131,21 @@ describe("monthly quota", () => {
 describe("the OpenAI SDK's retries", () => {
   test("exactly one request on a 5-hour quota 429; retries on a concurrency 429", async () => {
     await withSluice(
-      { models: [fakeModel(upstream.url, "m", "usage-20-80"), fakeModel(upstream.url, "slow", "slow-1-400")], plans: [{ id: "limited", models: ["*"], tokens_per_5h: 100, max_concurrency: 1 }] },
+      {
+        models: [fakeModel(upstream.url, "m", "usage-20-80"), fakeModel(upstream.url, "slow", "slow-1-400")],
+        plans: [{ id: "limited", models: ["*"], tokens_per_5h: 100, max_concurrency: 1 }],
+      },
       async (sluice) => {
         let calls = 0;
-        const client = new OpenAI({ baseURL: sluice.baseURL, apiKey: sluice.key, maxRetries: 2, fetch: (input, init) => (calls++, fetch(input, init)) });
+        const client = new OpenAI({
+          baseURL: sluice.baseURL,
+          apiKey: sluice.key,
+          maxRetries: 2,
+          fetch: (input, init) => {
+            calls++;
+            return fetch(input, init);
+          },
+        });
         // Concurrency: one slow request holds the only slot; the SDK retries (after Retry-After: 1 s) and gets through.
         const holding = sluice.post("/v1/chat/completions", { model: "slow", messages, max_tokens: 1 });
         await eventually(() => upstream.inFlight === 1);
@@ -138,7 +168,11 @@ describe("every path settles", () => {
   test("300 streams cancelled at random points, 100 upstream timeouts, 100 upstream 5xx: in-flight 0, nothing reserved, one ledger row per upstream request", async () => {
     await withSluice(
       {
-        models: [fakeModel(upstream.url, "slow", "slow-30-10"), fakeModel(upstream.url, "hang", "hang", { timeout_ms: 1000 }), fakeModel(upstream.url, "fail", "fail-500")],
+        models: [
+          fakeModel(upstream.url, "slow", "slow-30-10"),
+          fakeModel(upstream.url, "hang", "hang", { timeout_ms: 1000 }),
+          fakeModel(upstream.url, "fail", "fail-500"),
+        ],
         plans: [{ id: "limited", models: ["*"], tokens_per_5h: 100_000_000, tokens_per_month: 1_000_000_000, max_concurrency: 1000 }],
       },
       async (sluice) => {
@@ -172,7 +206,9 @@ describe("every path settles", () => {
           }
         });
         const timeouts = Array.from({ length: 100 }, () => sluice.post("/v1/chat/completions", { model: "hang", messages }).then(codeOf));
-        const failures = Array.from({ length: 100 }, (_, index) => sluice.post("/v1/chat/completions", { model: "fail", messages, stream: index % 2 === 0 }).then(codeOf));
+        const failures = Array.from({ length: 100 }, (_, index) =>
+          sluice.post("/v1/chat/completions", { model: "fail", messages, stream: index % 2 === 0 }).then(codeOf),
+        );
         await Promise.all([...cancelled, ...early]);
         expect(statuses).toEqual(Array.from({ length: 300 }, () => 200));
         expect(new Set(await Promise.all(timeouts))).toEqual(new Set(["upstream_error"]));
@@ -186,7 +222,14 @@ describe("every path settles", () => {
           const rowsNow = sluice.ledgerRows();
           const ids = new Set(rowsNow.map((row) => row.request_id));
           const total = rowsNow.reduce((sum, row) => sum + row.prompt_tokens + row.completion_tokens, 0);
-          const used = rowsNow.length === 0 ? -1 : (sluice.server.admission as MemoryAdmissionStore).snapshot(rowsNow[0]!.organization_id, { id: "limited", models: ["*"], tokensPer5h: 1 }, Date.now()).fiveHours.used;
+          const used =
+            rowsNow.length === 0
+              ? -1
+              : (sluice.server.admission as MemoryAdmissionStore).snapshot(
+                  rowsNow[0]!.organization_id,
+                  { id: "limited", models: ["*"], tokensPer5h: 1 },
+                  Date.now(),
+                ).fiveHours.used;
           return requestIds.every((id) => ids.has(id)) && total === used;
         };
         await eventually(recordedAll, 5000).catch(() => undefined);
@@ -217,7 +260,10 @@ describe("every path settles", () => {
         // What the ledger says equals what admission counted.
         const organizationId = rows[0]!.organization_id;
         const recorded = rows.reduce((sum, row) => sum + row.prompt_tokens + row.completion_tokens, 0);
-        expect((sluice.server.admission as MemoryAdmissionStore).snapshot(organizationId, { id: "limited", models: ["*"], tokensPer5h: 1 }, Date.now()).fiveHours.used).toBe(recorded);
+        expect(
+          (sluice.server.admission as MemoryAdmissionStore).snapshot(organizationId, { id: "limited", models: ["*"], tokensPer5h: 1 }, Date.now()).fiveHours
+            .used,
+        ).toBe(recorded);
       },
     );
   }, 60_000);
@@ -229,10 +275,16 @@ describe("fair queue", () => {
       { models: [fakeModel(upstream.url, "m", "slow-1-20", { max_concurrency: 1, queue_size: 100 })], plans: [{ id: "default", models: ["*"] }] },
       async (sluice) => {
         const other = await sluice.addOrganization("other");
-        const flood = Array.from({ length: 20 }, (_, index) => sluice.post("/v1/chat/completions", { model: "m", messages: [{ role: "user", content: `flood ${index}` }] }));
+        const flood = Array.from({ length: 20 }, (_, index) =>
+          sluice.post("/v1/chat/completions", { model: "m", messages: [{ role: "user", content: `flood ${index}` }] }),
+        );
         await eventually(() => sluice.server.queues.get("m")!.stats().queued === 19);
         const fair = Array.from({ length: 3 }, (_, index) =>
-          sluice.post("/v1/chat/completions", { model: "m", messages: [{ role: "user", content: `other ${index}` }] }, { authorization: `Bearer ${other.key}` }),
+          sluice.post(
+            "/v1/chat/completions",
+            { model: "m", messages: [{ role: "user", content: `other ${index}` }] },
+            { authorization: `Bearer ${other.key}` },
+          ),
         );
         const statuses = (await Promise.all([...flood, ...fair])).map((response) => response.status);
         expect(statuses.every((status) => status === 200)).toBe(true);
@@ -246,7 +298,10 @@ describe("fair queue", () => {
 
   test("queue full and queue timeout: 503 server_overloaded with Retry-After; a caller who leaves the queue frees its place", async () => {
     await withSluice(
-      { models: [fakeModel(upstream.url, "m", "slow-1-300", { max_concurrency: 1, queue_size: 1, queue_timeout_ms: 100 })], plans: [{ id: "default", models: ["*"] }] },
+      {
+        models: [fakeModel(upstream.url, "m", "slow-1-300", { max_concurrency: 1, queue_size: 1, queue_timeout_ms: 100 })],
+        plans: [{ id: "default", models: ["*"] }],
+      },
       async (sluice) => {
         const running = sluice.post("/v1/chat/completions", { model: "m", messages });
         await eventually(() => upstream.inFlight === 1);
@@ -319,17 +374,29 @@ describe("durability and operations", () => {
       expect(full.status).toBe(429);
       await full.arrayBuffer();
       const configPath = join(temporaryDirectory().path, "sluice.toml");
-      await Bun.write(configPath, `[[models]]\nid = "m"\nbackend = "demo"\n\n[[plans]]\nid = "limited"\nmodels = ["*"]\ntokens_per_5h = 300\ntokens_per_month = 10000\n`);
+      await Bun.write(
+        configPath,
+        `[[models]]\nid = "m"\nbackend = "demo"\n\n[[plans]]\nid = "limited"\nmodels = ["*"]\ntokens_per_5h = 300\ntokens_per_month = 10000\n`,
+      );
       const environment = { ...process.env, SLUICE_DB: sluice.database.sqlite.filename, SLUICE_CONFIG: configPath };
-      const cli = (...args: string[]) => Bun.spawnSync([process.execPath, join(repositoryRoot, "src/main.ts"), ...args], { env: environment, stdout: "pipe", stderr: "pipe" });
-      const shown = cli("usage", "--org", "acme").stdout.toString().trim().split("\n").map((line) => line.split("\t"));
+      const cli = (...args: string[]) =>
+        Bun.spawnSync([process.execPath, join(repositoryRoot, "src/main.ts"), ...args], { env: environment, stdout: "pipe", stderr: "pipe" });
+      const shown = cli("usage", "--org", "acme")
+        .stdout.toString()
+        .trim()
+        .split("\n")
+        .map((line) => line.split("\t"));
       expect(shown[1]!.slice(0, 4)).toEqual(["5h", "300", "300", "0"]);
       expect(shown[2]!.slice(0, 4)).toEqual(["month", "300", "10000", "9700"]);
       expect(cli("usage", "reset", "--org", "acme").exitCode).toBe(0);
       const after = await sluice.post("/v1/chat/completions", { model: "m", messages });
       expect(after.status).toBe(200);
       await after.arrayBuffer();
-      const again = cli("usage", "--org", "acme").stdout.toString().trim().split("\n").map((line) => line.split("\t"));
+      const again = cli("usage", "--org", "acme")
+        .stdout.toString()
+        .trim()
+        .split("\n")
+        .map((line) => line.split("\t"));
       expect(again[1]!.slice(0, 2)).toEqual(["5h", "300"]);
       expect(cli("usage", "--org", "ghost").exitCode).toBe(2);
     });

@@ -24,7 +24,13 @@ interface Entry {
 
 beforeAll(async () => {
   upstream = startFakeUpstream();
-  sluice = await startSluice({ models: [fakeModel(upstream.url, "m", "usage-10-5")], plans: [{ id: "default", models: ["*"] }, { id: "pro", models: ["*"] }] });
+  sluice = await startSluice({
+    models: [fakeModel(upstream.url, "m", "usage-10-5")],
+    plans: [
+      { id: "default", models: ["*"] },
+      { id: "pro", models: ["*"] },
+    ],
+  });
   await sluice.accounts.createUser({ email: "op@example.com", password, role: "operator", organizationId: null }, testActor);
 });
 afterAll(async () => {
@@ -65,7 +71,9 @@ describe("changes made in the console", () => {
     await member.signIn("ada@example.com", password);
     expect((await member.request("POST", "/signin", { email: "ada@example.com", password: "wrong password!" })).status).toBe(401);
     const admin = await operator();
-    const organization = (await admin.json<{ id: string; name: string }[]>("GET", "/operator/organizations")).body.find((candidate) => candidate.name === "Audit Co") as { id: string };
+    const organization = (await admin.json<{ id: string; name: string }[]>("GET", "/operator/organizations")).body.find(
+      (candidate) => candidate.name === "Audit Co",
+    ) as { id: string };
     await admin.json("POST", `/operator/organizations/${organization.id}`, { status: "active" });
     await admin.json("POST", `/operator/organizations/${organization.id}`, { plan: "pro" });
     // A change to what it already is changes nothing and records nothing.
@@ -111,7 +119,12 @@ describe("changes made in the console", () => {
     expect(last).toMatchObject({ nextCursor: null });
     expect(last.entries.map((entry) => entry.target)).toEqual(["paged-0"]);
     expect((await trail(admin, "?since=2099-01-01")).entries).toEqual([]);
-    const cases: [string, string][] = [["?since=yesterday", "since"], ["?action=key.stolen", "action"], ["?cursor=nope", "cursor"], ["?limit=0", "limit"]];
+    const cases: [string, string][] = [
+      ["?since=yesterday", "since"],
+      ["?action=key.stolen", "action"],
+      ["?cursor=nope", "cursor"],
+      ["?limit=0", "limit"],
+    ];
     for (const [query, param] of cases) {
       const response = await admin.json<{ error: { param: string } }>("GET", `/operator/audit${query}`);
       expect({ status: response.status, param: response.body.error.param }).toEqual({ status: 400, param });
@@ -159,7 +172,13 @@ describe("changes made with the CLI", () => {
     expect(lines[1]).toContain(`${user} (cli)\taccount.created\tsecond-op@example.com`);
     expect(printed.stdout).toContain('status: "waitlist" -> "active"');
     const filtered = cli("audit", "--action", "key.revoked", "--org", "cli-co");
-    expect(filtered.stdout.trim().split("\n").slice(1).map((line) => line.split("\t")[2])).toEqual(["key.revoked"]);
+    expect(
+      filtered.stdout
+        .trim()
+        .split("\n")
+        .slice(1)
+        .map((line) => line.split("\t")[2]),
+    ).toEqual(["key.revoked"]);
     expect(cli("audit", "--since", "soon").code).toBe(2);
     expect(cli("audit", "--action", "nothing").stderr).toContain("--action must be one of");
   });

@@ -13,7 +13,13 @@ let sluice: TestSluice;
 
 beforeAll(async () => {
   upstream = startFakeUpstream();
-  sluice = await startSluice({ models: [fakeModel(upstream.url, "echo")], plans: [{ id: "default", models: ["*"] }, { id: "other", models: [] }] });
+  sluice = await startSluice({
+    models: [fakeModel(upstream.url, "echo")],
+    plans: [
+      { id: "default", models: ["*"] },
+      { id: "other", models: [] },
+    ],
+  });
 });
 afterAll(async () => {
   await sluice.stop();
@@ -52,9 +58,15 @@ describe("keys (spec section 5)", () => {
 
   test("a wrong key: 401 invalid_api_key", async () => {
     for (const wrong of ["sk-sluice-wrong", "sk-other", sluice.key.slice(0, -1) + (sluice.key.endsWith("A") ? "B" : "A")]) {
-      expect(await errorOf(await sluice.post("/v1/chat/completions", chat, { authorization: `Bearer ${wrong}` }))).toEqual({ status: 401, code: "invalid_api_key" });
+      expect(await errorOf(await sluice.post("/v1/chat/completions", chat, { authorization: `Bearer ${wrong}` }))).toEqual({
+        status: 401,
+        code: "invalid_api_key",
+      });
     }
-    const error = await sluice.client({ apiKey: "sk-sluice-nope" }).models.list().catch((caught: unknown) => caught);
+    const error = await sluice
+      .client({ apiKey: "sk-sluice-nope" })
+      .models.list()
+      .catch((caught: unknown) => caught);
     expect(error).toBeInstanceOf(OpenAI.AuthenticationError);
   });
 
@@ -78,12 +90,18 @@ describe("keys (spec section 5)", () => {
   test("an expired key: 401 invalid_api_key", async () => {
     const organization = (await sluice.organizations.findByName("acme"))!;
     const { secret } = await sluice.keys.create({ organizationId: organization.id, expiresInMs: 1000, now: Date.now() - 2000 }, testActor);
-    expect(await errorOf(await sluice.post("/v1/chat/completions", chat, { authorization: `Bearer ${secret}` }))).toEqual({ status: 401, code: "invalid_api_key" });
+    expect(await errorOf(await sluice.post("/v1/chat/completions", chat, { authorization: `Bearer ${secret}` }))).toEqual({
+      status: 401,
+      code: "invalid_api_key",
+    });
   });
 
   test("an organization on the waitlist or suspended: 403 organization_inactive, from the next request", async () => {
     const waiting = await sluice.addOrganization("waiting-org", { status: "waitlist" });
-    expect(await errorOf(await sluice.post("/v1/chat/completions", chat, { authorization: `Bearer ${waiting.key}` }))).toEqual({ status: 403, code: "organization_inactive" });
+    expect(await errorOf(await sluice.post("/v1/chat/completions", chat, { authorization: `Bearer ${waiting.key}` }))).toEqual({
+      status: 403,
+      code: "organization_inactive",
+    });
     const active = await sluice.addOrganization("soon-suspended");
     const headers = { authorization: `Bearer ${active.key}` };
     expect((await sluice.post("/v1/chat/completions", chat, headers)).status).toBe(200);
@@ -93,7 +111,10 @@ describe("keys (spec section 5)", () => {
     await other.organizations.update("soon-suspended", { status: "active" }, testActor);
     other.close();
     expect((await sluice.post("/v1/chat/completions", chat, headers)).status).toBe(200);
-    const error = await sluice.client({ apiKey: waiting.key }).models.list().catch((caught: unknown) => caught);
+    const error = await sluice
+      .client({ apiKey: waiting.key })
+      .models.list()
+      .catch((caught: unknown) => caught);
     expect(error).toBeInstanceOf(OpenAI.PermissionDeniedError);
   });
 
@@ -112,7 +133,10 @@ describe("keys (spec section 5)", () => {
     expect((await sluice.keys.find(keyId))!.lastUsedAt).toBeNull();
     const before = Date.now();
     for (let index = 0; index < 5; index++) await sluice.post("/v1/chat/completions", chat, { authorization: `Bearer ${key}` });
-    await eventually(() => sluice.database.sqlite.query<{ last: number | null }, [string]>("SELECT last_used_at AS last FROM api_keys WHERE id = ?").get(keyId)?.last != null, 3000);
+    await eventually(
+      () => sluice.database.sqlite.query<{ last: number | null }, [string]>("SELECT last_used_at AS last FROM api_keys WHERE id = ?").get(keyId)?.last != null,
+      3000,
+    );
     expect((await sluice.keys.find(keyId))!.lastUsedAt!).toBeGreaterThanOrEqual(before);
   });
 });

@@ -35,7 +35,7 @@ describe("whole answers", () => {
     expect(schemaErrors("CreateChatCompletionResponse", completion)).toEqual([]);
     expect(completion.model).toBe("qwen3");
     expect(completion.object).toBe("chat.completion");
-    const message = completion.choices[0]!.message as typeof completion.choices[0]["message"] & { reasoning_content?: string };
+    const message = completion.choices[0]!.message as (typeof completion.choices)[0]["message"] & { reasoning_content?: string };
     expect(message.content).toBe("2+2 is 4.");
     expect(message.reasoning_content).toBe("The user asks for 2+2.");
     expect(message.refusal).toBeNull();
@@ -77,7 +77,18 @@ describe("whole answers", () => {
     expect(upstream.authorizations[0]).toBe("Bearer upstream-secret");
     expect(sent.model).toBe("vllm");
     expect(sent.max_tokens).toBe(8192);
-    expect(sent).toMatchObject({ temperature: 0.5, top_p: 0.9, seed: 7, stop: ["\n"], reasoning_effort: "low", tool_choice: "auto", parallel_tool_calls: false, logprobs: false, presence_penalty: 0.1, frequency_penalty: 0.2 });
+    expect(sent).toMatchObject({
+      temperature: 0.5,
+      top_p: 0.9,
+      seed: 7,
+      stop: ["\n"],
+      reasoning_effort: "low",
+      tool_choice: "auto",
+      parallel_tool_calls: false,
+      logprobs: false,
+      presence_penalty: 0.1,
+      frequency_penalty: 0.2,
+    });
     expect(sent.response_format).toEqual({ type: "text" });
     expect(sent).not.toHaveProperty("user");
     expect(sent).not.toHaveProperty("metadata");
@@ -169,7 +180,7 @@ describe("streams", () => {
   test("the demo model streams token by token and the ledger records it", async () => {
     const stream = await sluice.client().chat.completions.create({ model: "sluice-demo", messages, stream: true, stream_options: { include_usage: true } });
     let pieces = 0;
-    let usage;
+    let usage: { completion_tokens: number } | undefined;
     for await (const chunk of stream) {
       if (chunk.choices[0]?.delta.content) pieces++;
       if (chunk.usage) usage = chunk.usage;

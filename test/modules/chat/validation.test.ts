@@ -62,12 +62,16 @@ describe("request validation (spec 2.3 and 8): 400 invalid_request naming the fi
     ["n 0", { model: "echo", messages: user, n: 0 }, "n"],
     ["n 2", { model: "echo", messages: user, n: 2 }, "n"],
     ["stream a string", { model: "echo", messages: user, stream: "yes" }, "stream"],
-    ["stream_options.include_usage a string", { model: "echo", messages: user, stream: true, stream_options: { include_usage: "yes" } }, "stream_options.include_usage"],
+    [
+      "stream_options.include_usage a string",
+      { model: "echo", messages: user, stream: true, stream_options: { include_usage: "yes" } },
+      "stream_options.include_usage",
+    ],
     ["max_tokens above the model's maximum", { model: "echo", messages: user, max_tokens: 1025 }, "max_tokens"],
     ["max_completion_tokens above the maximum", { model: "echo", messages: user, max_completion_tokens: 5000 }, "max_completion_tokens"],
     ["both limits, different", { model: "echo", messages: user, max_tokens: 10, max_completion_tokens: 11 }, "max_completion_tokens"],
     ["body an array", [1, 2], null],
-    ["body a string", "\"text\"", null],
+    ["body a string", '"text"', null],
   ];
   for (const [name, body, param] of cases) {
     test(name, async () => {
@@ -78,12 +82,24 @@ describe("request validation (spec 2.3 and 8): 400 invalid_request naming the fi
   }
 
   test("null for an optional field means absent, as with OpenAI", async () => {
-    const response = await sluice.post("/v1/chat/completions", { model: "echo", messages: user, temperature: null, max_tokens: null, stream: null, n: null, top_p: null });
+    const response = await sluice.post("/v1/chat/completions", {
+      model: "echo",
+      messages: user,
+      temperature: null,
+      max_tokens: null,
+      stream: null,
+      n: null,
+      top_p: null,
+    });
     expect(response.status).toBe(200);
   });
 
   test("additional properties on the body and on messages are accepted", async () => {
-    const response = await sluice.post("/v1/chat/completions", { model: "echo", messages: [{ role: "user", content: "x", name: "bob" }], whatever: { nested: true } });
+    const response = await sluice.post("/v1/chat/completions", {
+      model: "echo",
+      messages: [{ role: "user", content: "x", name: "bob" }],
+      whatever: { nested: true },
+    });
     expect(response.status).toBe(200);
   });
 
@@ -92,7 +108,12 @@ describe("request validation (spec 2.3 and 8): 400 invalid_request naming the fi
   });
 
   test("a non-JSON content type", async () => {
-    await expectError(await sluice.post("/v1/chat/completions", JSON.stringify({ model: "echo", messages: user }), { "content-type": "text/plain" }), 400, "invalid_request", null);
+    await expectError(
+      await sluice.post("/v1/chat/completions", JSON.stringify({ model: "echo", messages: user }), { "content-type": "text/plain" }),
+      400,
+      "invalid_request",
+      null,
+    );
   });
 
   test("an oversized body is 413 in the OpenAI format", async () => {
@@ -156,9 +177,20 @@ describe("routes", () => {
   });
 
   test("GET /openapi.json describes the interface as OpenAPI 3.1.0, version 0.1.0", async () => {
-    const document = (await (await fetch(`${sluice.url}/openapi.json`)).json()) as { openapi: string; info: { version: string }; paths: Record<string, unknown> };
+    const document = (await (await fetch(`${sluice.url}/openapi.json`)).json()) as {
+      openapi: string;
+      info: { version: string };
+      paths: Record<string, unknown>;
+    };
     expect(document.openapi).toBe("3.1.0");
     expect(document.info.version).toBe("0.1.0");
-    expect(Object.keys(document.paths).sort()).toEqual(["/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens", "/v1/models", "/v1/models/{model}", "/v1/responses"]);
+    expect(Object.keys(document.paths).sort()).toEqual([
+      "/v1/chat/completions",
+      "/v1/messages",
+      "/v1/messages/count_tokens",
+      "/v1/models",
+      "/v1/models/{model}",
+      "/v1/responses",
+    ]);
   });
 });

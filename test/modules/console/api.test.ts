@@ -11,7 +11,10 @@ beforeAll(async () => {
   upstream = startFakeUpstream();
   sluice = await startSluice({
     models: [fakeModel(upstream.url, "m", "usage-10-5")],
-    plans: [{ id: "default", models: ["*"], tokens_per_5h: 100_000, tokens_per_month: 1_000_000 }, { id: "pro", models: ["*"] }],
+    plans: [
+      { id: "default", models: ["*"], tokens_per_5h: 100_000, tokens_per_month: 1_000_000 },
+      { id: "pro", models: ["*"] },
+    ],
   });
   await sluice.accounts.createUser({ email: "op@example.com", password, role: "operator", organizationId: null }, testActor);
 });
@@ -77,7 +80,8 @@ describe("sign-up, sign-in, sessions", () => {
   test("wrong passwords: 401, then 429 after five failures, without telling whether the email exists", async () => {
     const client = new ConsoleClient(sluice.url);
     await member("guess@example.com", "Guess Co", false);
-    for (let attempt = 0; attempt < 5; attempt++) expect((await client.request("POST", "/signin", { email: "guess@example.com", password: "wrong password!" })).status).toBe(401);
+    for (let attempt = 0; attempt < 5; attempt++)
+      expect((await client.request("POST", "/signin", { email: "guess@example.com", password: "wrong password!" })).status).toBe(401);
     const blocked = await client.request("POST", "/signin", { email: "guess@example.com", password });
     expect(blocked.status).toBe(429);
     expect(Number(blocked.headers.get("retry-after"))).toBeGreaterThan(0);
@@ -104,7 +108,10 @@ describe("the console's own error codes, in the OpenAI error shape", () => {
     const client = new ConsoleClient(sluice.url);
     expect(await errorOf(await client.request("GET", "/me"))).toEqual({ status: 401, code: "not_signed_in", type: "authentication_error", param: null });
     await member("codes@example.com", "Codes Co", false);
-    expect(await errorOf(await client.request("POST", "/signin", { email: "codes@example.com", password: "not the password" }))).toMatchObject({ status: 401, code: "wrong_credentials" });
+    expect(await errorOf(await client.request("POST", "/signin", { email: "codes@example.com", password: "not the password" }))).toMatchObject({
+      status: 401,
+      code: "wrong_credentials",
+    });
     for (let attempt = 0; attempt < 4; attempt++) await client.request("POST", "/signin", { email: "codes@example.com", password: "not the password" });
     const blocked = await client.request("POST", "/signin", { email: "codes@example.com", password });
     expect(await errorOf(blocked)).toMatchObject({ status: 429, code: "too_many_sign_in_attempts", type: "rate_limit_error" });
@@ -114,8 +121,15 @@ describe("the console's own error codes, in the OpenAI error shape", () => {
 
   test("bodies are checked by their models: wrong types name the field; an oversized body is a 413 in the same shape", async () => {
     const client = new ConsoleClient(sluice.url);
-    expect(await errorOf(await client.request("POST", "/signup", { email: 42, password, organization: "Typed Co" }))).toMatchObject({ status: 400, code: "invalid_request", param: "email" });
-    expect(await errorOf(await client.request("POST", "/signup", { email: "typed@example.com", password }))).toMatchObject({ status: 400, param: "organization" });
+    expect(await errorOf(await client.request("POST", "/signup", { email: 42, password, organization: "Typed Co" }))).toMatchObject({
+      status: 400,
+      code: "invalid_request",
+      param: "email",
+    });
+    expect(await errorOf(await client.request("POST", "/signup", { email: "typed@example.com", password }))).toMatchObject({
+      status: 400,
+      param: "organization",
+    });
     expect(await errorOf(await client.request("POST", "/signin", [1, 2]))).toMatchObject({ status: 400, code: "invalid_request" });
     expect(await errorOf(await client.request("POST", "/signin", "{not json"))).toMatchObject({ status: 400, code: "invalid_request" });
     const keys = await member("typed@example.com", "Typed Co");
@@ -129,14 +143,18 @@ describe("the console's own error codes, in the OpenAI error shape", () => {
 describe("keys", () => {
   test("a key is shown once, works with the API, is listed without its secret, and is revoked at once", async () => {
     const client = await member("keys@example.com", "Keys Co");
-    const created = await client.json<{ secret: string; key: { id: string; name: string; prefix: string } }>("POST", "/keys", { name: "laptop", expires_in: "30d" });
+    const created = await client.json<{ secret: string; key: { id: string; name: string; prefix: string } }>("POST", "/keys", {
+      name: "laptop",
+      expires_in: "30d",
+    });
     expect(created.status).toBe(201);
     expect(created.body.secret).toMatch(/^sk-sluice-/);
     const list = await client.request("GET", "/keys");
     const text = await list.text();
     expect(text).not.toContain(created.body.secret);
     expect(JSON.parse(text)[0]).toMatchObject({ name: "laptop", prefix: created.body.key.prefix });
-    const call = () => sluice.post("/v1/chat/completions", { model: "m", messages: [{ role: "user", content: "hi" }] }, { authorization: `Bearer ${created.body.secret}` });
+    const call = () =>
+      sluice.post("/v1/chat/completions", { model: "m", messages: [{ role: "user", content: "hi" }] }, { authorization: `Bearer ${created.body.secret}` });
     expect((await call()).status).toBe(200);
     expect((await client.json("POST", `/keys/${created.body.key.id}/revoke`, {})).status).toBe(200);
     expect((await call()).status).toBe(401);
@@ -146,20 +164,33 @@ describe("keys", () => {
 
   test("a key's own caps: set at creation, changed later, shown with its use on the usage page, enforced from the next request", async () => {
     const client = await member("caps@example.com", "Caps Co");
-    const created = await client.json<{ secret: string; key: { id: string; maxConcurrency: number | null; tokensPer5h: number | null; tokensPerMonth: number | null } }>("POST", "/keys", {
+    const created = await client.json<{
+      secret: string;
+      key: { id: string; maxConcurrency: number | null; tokensPer5h: number | null; tokensPerMonth: number | null };
+    }>("POST", "/keys", {
       name: "ci",
       max_concurrency: 2,
       tokens_per_5h: 35,
     });
     expect(created.status).toBe(201);
     expect(created.body.key).toMatchObject({ maxConcurrency: 2, tokensPer5h: 35, tokensPerMonth: null });
-    const call = () => sluice.post("/v1/chat/completions", { model: "m", messages: [{ role: "user", content: "hi" }] }, { authorization: `Bearer ${created.body.secret}` });
+    const call = () =>
+      sluice.post("/v1/chat/completions", { model: "m", messages: [{ role: "user", content: "hi" }] }, { authorization: `Bearer ${created.body.secret}` });
     for (let index = 0; index < 2; index++) expect((await call()).status).toBe(200);
     // 15 tokens an answer: 30 of 35 used, no room for another prompt.
     expect((await call()).status).toBe(429);
-    const usage = (await client.json<{ keys: { id: string; name: string; limits: Record<string, number | null>; snapshot: { fiveHours: { used: number; limit: number }; inFlight: number } }[] }>("GET", "/usage")).body;
+    const usage = (
+      await client.json<{
+        keys: { id: string; name: string; limits: Record<string, number | null>; snapshot: { fiveHours: { used: number; limit: number }; inFlight: number } }[];
+      }>("GET", "/usage")
+    ).body;
     expect(usage.keys).toEqual([
-      { id: created.body.key.id, name: "ci", limits: { maxConcurrency: 2, tokensPer5h: 35, tokensPerMonth: null }, snapshot: expect.objectContaining({ inFlight: 0, fiveHours: expect.objectContaining({ used: 30, limit: 35 }) }) },
+      {
+        id: created.body.key.id,
+        name: "ci",
+        limits: { maxConcurrency: 2, tokensPer5h: 35, tokensPerMonth: null },
+        snapshot: expect.objectContaining({ inFlight: 0, fiveHours: expect.objectContaining({ used: 30, limit: 35 }) }),
+      },
     ]);
     const raised = await client.json<{ tokensPer5h: number }>("POST", `/keys/${created.body.key.id}/limits`, { max_concurrency: 2, tokens_per_5h: 1000 });
     expect(raised.body.tokensPer5h).toBe(1000);
@@ -210,8 +241,16 @@ describe("usage and operator", () => {
   test("usage shows the 5-hour window and the month, and hourly series by model and key", async () => {
     const client = await member("usage@example.com", "Usage Co");
     const { secret } = (await client.json<{ secret: string }>("POST", "/keys", { name: "ci" })).body;
-    for (let index = 0; index < 3; index++) await (await sluice.post("/v1/chat/completions", { model: "m", messages: [{ role: "user", content: "hi" }] }, { authorization: `Bearer ${secret}` })).arrayBuffer();
-    const usage = (await client.json<{ snapshot: { fiveHours: { used: number; limit: number; remaining: number }; month: { used: number } }; series: { hours: number[]; byModel: Record<string, number[]>; byKey: Record<string, number[]> } }>("GET", "/usage")).body;
+    for (let index = 0; index < 3; index++)
+      await (
+        await sluice.post("/v1/chat/completions", { model: "m", messages: [{ role: "user", content: "hi" }] }, { authorization: `Bearer ${secret}` })
+      ).arrayBuffer();
+    const usage = (
+      await client.json<{
+        snapshot: { fiveHours: { used: number; limit: number; remaining: number }; month: { used: number } };
+        series: { hours: number[]; byModel: Record<string, number[]>; byKey: Record<string, number[]> };
+      }>("GET", "/usage")
+    ).body;
     expect(usage.snapshot.fiveHours).toMatchObject({ used: 45, limit: 100_000, remaining: 100_000 - 45 });
     expect(usage.snapshot.month.used).toBe(45);
     expect(usage.series.hours.length).toBe(24);

@@ -16,7 +16,10 @@ let browser: Browser;
 beforeAll(async () => {
   mkdirSync(artifacts, { recursive: true });
   upstream = startFakeUpstream();
-  sluice = await startSluice({ models: [fakeModel(upstream.url, "qwen3", "usage-12-30")], plans: [{ id: "default", models: ["*"], tokens_per_5h: 200_000, tokens_per_month: 5_000_000 }] });
+  sluice = await startSluice({
+    models: [fakeModel(upstream.url, "qwen3", "usage-12-30")],
+    plans: [{ id: "default", models: ["*"], tokens_per_5h: 200_000, tokens_per_month: 5_000_000 }],
+  });
   await sluice.accounts.createUser({ email: "operator@example.com", password: "operator password", role: "operator", organizationId: null }, testActor);
   browser = await chromium.launch({
     executablePath: "/usr/bin/chromium",
@@ -98,7 +101,9 @@ test("sign up, waitlist, operator activates, sign in, create a key, use it, usag
   await showsText(member.getByTestId("caps-notebook"), "100,000 / 5 h");
 
   const client = new OpenAI({ baseURL: sluice.baseURL, apiKey: secret, maxRetries: 0 });
-  const { data: completion, response } = await client.chat.completions.create({ model: "qwen3", messages: [{ role: "user", content: "hello" }] }).withResponse();
+  const { data: completion, response } = await client.chat.completions
+    .create({ model: "qwen3", messages: [{ role: "user", content: "hello" }] })
+    .withResponse();
   expect(completion.usage?.total_tokens).toBe(42);
   const completionId = response.headers.get("x-request-id") as string;
 

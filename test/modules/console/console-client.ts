@@ -13,7 +13,11 @@ export class ConsoleClient {
       const csrf = options.csrf === undefined ? this.csrf : options.csrf;
       if (csrf) headers["x-csrf-token"] = csrf;
     }
-    const response = await fetch(`${this.base}/console/api${path}`, { method, headers, body: body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body) });
+    const response = await fetch(`${this.base}/console/api${path}`, {
+      method,
+      headers,
+      body: body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body),
+    });
     const setCookie = response.headers.get("set-cookie");
     if (setCookie) this.cookie = setCookie.split(";")[0] as string;
     return response;

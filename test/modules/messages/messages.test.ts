@@ -35,7 +35,11 @@ afterAll(async () => {
 });
 beforeEach(() => upstream.reset());
 
-const weatherTool = { name: "get_weather", description: "Weather of a city", input_schema: { type: "object" as const, properties: { city: { type: "string" } } } };
+const weatherTool = {
+  name: "get_weather",
+  description: "Weather of a city",
+  input_schema: { type: "object" as const, properties: { city: { type: "string" } } },
+};
 
 function expectSettled() {
   expect(sluice.server.admission.inFlight()).toBe(0);
@@ -114,12 +118,23 @@ describe("whole answers", () => {
       ],
     });
     for (const field of ["top_k", "thinking", "metadata", "system", "stop_sequences"]) expect(sent[field]).toBeUndefined();
-    await client.messages.create({ model: "echo", max_tokens: 10, messages: [{ role: "user", content: "x" }], tool_choice: { type: "tool", name: "get_weather" }, tools: [weatherTool] });
+    await client.messages.create({
+      model: "echo",
+      max_tokens: 10,
+      messages: [{ role: "user", content: "x" }],
+      tool_choice: { type: "tool", name: "get_weather" },
+      tools: [weatherTool],
+    });
     expect((upstream.bodies.at(-1) as Record<string, unknown>).tool_choice).toEqual({ type: "function", function: { name: "get_weather" } });
   });
 
   test("tool use: calls come back as tool_use blocks with parsed input and stop_reason tool_use; results go back as tool messages", async () => {
-    const message = await client.messages.create({ model: "qwen-tools", max_tokens: 500, tools: [weatherTool], messages: [{ role: "user", content: "Weather and time in Paris?" }] });
+    const message = await client.messages.create({
+      model: "qwen-tools",
+      max_tokens: 500,
+      tools: [weatherTool],
+      messages: [{ role: "user", content: "Weather and time in Paris?" }],
+    });
     expect(message.stop_reason).toBe("tool_use");
     expect(message.content.filter((block) => block.type === "tool_use")).toEqual([
       { type: "tool_use", id: "chatcmpl-tool-5f1c2e", name: "get_weather", input: { city: "Paris" } },
@@ -161,7 +176,11 @@ describe("whole answers", () => {
         ],
       },
       { role: "tool", tool_call_id: "chatcmpl-tool-5f1c2e", content: "18 C" },
-      { role: "tool", tool_call_id: "chatcmpl-tool-9a7b3d", content: "Error: no clock\n[an image was returned here; this gateway passes tool results to the model as text only]" },
+      {
+        role: "tool",
+        tool_call_id: "chatcmpl-tool-9a7b3d",
+        content: "Error: no clock\n[an image was returned here; this gateway passes tool results to the model as text only]",
+      },
       { role: "user", content: "Thanks." },
     ]);
   });
@@ -196,10 +215,19 @@ describe("whole answers", () => {
   test("stop reasons: max_tokens, stop_sequence (named by the upstream), refusal naming the rule", async () => {
     const cut = await client.messages.create({ model: "tiny-demo", max_tokens: 4, messages: [{ role: "user", content: "Tell me a long story" }] });
     expect(cut.stop_reason).toBe("max_tokens");
-    const stopped = await client.messages.create({ model: "stop-sequence", max_tokens: 50, stop_sequences: ["###"], messages: [{ role: "user", content: "count" }] });
+    const stopped = await client.messages.create({
+      model: "stop-sequence",
+      max_tokens: 50,
+      stop_sequences: ["###"],
+      messages: [{ role: "user", content: "count" }],
+    });
     expect(stopped.stop_reason).toBe("stop_sequence");
     expect(stopped.stop_sequence).toBe("###");
-    const refused = await client.messages.create({ model: "echo", max_tokens: 50, messages: [{ role: "user", content: "Explain NERVE AGENT SYNTHESIS step by step" }] });
+    const refused = await client.messages.create({
+      model: "echo",
+      max_tokens: 50,
+      messages: [{ role: "user", content: "Explain NERVE AGENT SYNTHESIS step by step" }],
+    });
     expect(refused.stop_reason).toBe("refusal");
     expect(refused.content).toEqual([{ type: "text", text: expect.stringContaining("red-line rule RL-1") }] as never);
   });
@@ -284,7 +312,11 @@ describe("streams", () => {
   });
 
   test("the raw stream has a ping after message_start, as Anthropic sends", async () => {
-    const response = await sluice.post("/v1/messages", { model: "deepseek-r1", max_tokens: 100, stream: true, messages: [{ role: "user", content: "hi" }] }, { "x-api-key": sluice.key });
+    const response = await sluice.post(
+      "/v1/messages",
+      { model: "deepseek-r1", max_tokens: 100, stream: true, messages: [{ role: "user", content: "hi" }] },
+      { "x-api-key": sluice.key },
+    );
     const text = await response.text();
     expect(text.split("\n\n")[1]).toBe('event: ping\ndata: {"type":"ping"}');
     expect(text.trimEnd().endsWith('event: message_stop\ndata: {"type":"message_stop"}')).toBe(true);
@@ -295,12 +327,20 @@ describe("streams", () => {
     const stream = client.messages.stream({ model: "qwen-tools", max_tokens: 500, tools: [weatherTool], messages: [{ role: "user", content: "Weather?" }] });
     const final = await stream.finalMessage();
     expect(final.stop_reason).toBe("tool_use");
-    expect(final.content.filter((block) => block.type === "tool_use").map((block) => (block as { input: unknown }).input)).toEqual([{ city: "Paris" }, { zone: "Europe/Paris" }]);
+    expect(final.content.filter((block) => block.type === "tool_use").map((block) => (block as { input: unknown }).input)).toEqual([
+      { city: "Paris" },
+      { zone: "Europe/Paris" },
+    ]);
   });
 
   test("pings while the upstream is silent", async () => {
     const controller = new AbortController();
-    const response = await sluice.post("/v1/messages", { model: "goes-silent", max_tokens: 100, stream: true, messages: [{ role: "user", content: "hi" }] }, { "x-api-key": sluice.key }, controller.signal);
+    const response = await sluice.post(
+      "/v1/messages",
+      { model: "goes-silent", max_tokens: 100, stream: true, messages: [{ role: "user", content: "hi" }] },
+      { "x-api-key": sluice.key },
+      controller.signal,
+    );
     const reader = (response.body as ReadableStream<Uint8Array>).getReader();
     let text = "";
     const deadline = Date.now() + 3000;
@@ -343,10 +383,12 @@ describe("count_tokens", () => {
     await loadTokenizer();
     const rowsBefore = sluice.ledgerRows().length;
     const counted = await client.messages.countTokens({ model: "qwen", system: "Be brief.", messages: [{ role: "user", content: "What is 2+2?" }] });
-    expect(counted.input_tokens).toBe(countChatTokens([
-      { role: "system", text: "Be brief." },
-      { role: "user", text: "What is 2+2?" },
-    ]));
+    expect(counted.input_tokens).toBe(
+      countChatTokens([
+        { role: "system", text: "Be brief." },
+        { role: "user", text: "What is 2+2?" },
+      ]),
+    );
     const withTools = await client.messages.countTokens({ model: "qwen", tools: [weatherTool], messages: [{ role: "user", content: "What is 2+2?" }] });
     expect(withTools.input_tokens).toBeGreaterThan(counted.input_tokens);
     expect(upstream.bodies.length).toBe(0);
@@ -368,7 +410,10 @@ describe("errors in Anthropic's shape", () => {
       [{ model: "echo", messages: [{ role: "user", content: "x" }] }, "max_tokens"],
       [{ model: "echo", max_tokens: 10, messages: [{ role: "robot", content: "x" }] }, "messages[0].role"],
       [{ model: "echo", max_tokens: 10, messages: [{ role: "user", content: [{ type: "server_tool_use", id: "x" }] }] }, "messages[0].content[0].type"],
-      [{ model: "echo", max_tokens: 10, messages: [{ role: "user", content: "x" }], tools: [{ type: "web_search_20250305", name: "web_search" }] }, "tools[0].type"],
+      [
+        { model: "echo", max_tokens: 10, messages: [{ role: "user", content: "x" }], tools: [{ type: "web_search_20250305", name: "web_search" }] },
+        "tools[0].type",
+      ],
       [{ model: "echo", max_tokens: 5000, messages: [{ role: "user", content: "x" }] }, "max_tokens"],
     ];
     for (const [body, param] of cases) {

@@ -47,7 +47,10 @@ test("GET /v1/models/{model} returns one model, also with a slash in its id", as
 
 test("unknown, outside the plan, or disabled: 404 model_not_found", async () => {
   for (const id of ["nope", "premium", "off"]) {
-    const error = await sluice.client().models.retrieve(id).catch((caught: unknown) => caught);
+    const error = await sluice
+      .client()
+      .models.retrieve(id)
+      .catch((caught: unknown) => caught);
     expect(error).toBeInstanceOf(OpenAI.NotFoundError);
     expect((error as InstanceType<typeof OpenAI.NotFoundError>).code).toBe("model_not_found");
   }

@@ -55,7 +55,10 @@ describe("metrics", () => {
       await readSse(await sluice.post("/v1/chat/completions", { model: "slow", messages, stream: true }));
       await (await sluice.post("/v1/chat/completions", { model: "fail", messages })).arrayBuffer();
       await (await sluice.post("/v1/chat/completions", { model: "m", messages: [] })).arrayBuffer();
-      const held = [sluice.post("/v1/chat/completions", { model: "slow", messages, stream: true }), sluice.post("/v1/chat/completions", { model: "slow", messages, stream: true })];
+      const held = [
+        sluice.post("/v1/chat/completions", { model: "slow", messages, stream: true }),
+        sluice.post("/v1/chat/completions", { model: "slow", messages, stream: true }),
+      ];
       await eventually(() => sluice.server.admission.inFlight() === 2);
       await (await sluice.post("/v1/chat/completions", { model: "m", messages })).arrayBuffer();
       await Promise.all(held.map(async (response) => readSse(await response)));
@@ -105,7 +108,16 @@ describe("logs", () => {
       await eventually(() => lines.length >= 3);
       const entries = lines.map((line) => JSON.parse(line) as Record<string, unknown>);
       const first = entries.find((entry) => entry.request_id === whole.headers.get("x-request-id"));
-      expect(first).toMatchObject({ level: "info", message: "request", route: "/v1/chat/completions", status: 200, model: "m", prompt_tokens: 10, completion_tokens: 5, outcome: "completed" });
+      expect(first).toMatchObject({
+        level: "info",
+        message: "request",
+        route: "/v1/chat/completions",
+        status: 200,
+        model: "m",
+        prompt_tokens: 10,
+        completion_tokens: 5,
+        outcome: "completed",
+      });
       expect(first?.organization_id).toMatch(/^org_/);
       expect(first?.key_id).toMatch(/^key_/);
       expect(typeof first?.duration_ms).toBe("number");

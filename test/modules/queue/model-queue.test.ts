@@ -5,7 +5,9 @@ import { ModelQueue, type Slot } from "../../../src/modules/queue/model-queue";
 import { ClientGoneError } from "../../../src/upstream/errors";
 
 function queue(maxConcurrency: number, queueSize = 100, queueTimeoutMs = 10_000) {
-  const [model] = resolveConfig({ models: [{ id: "m", backend: "demo", max_concurrency: maxConcurrency, queue_size: queueSize, queue_timeout_ms: queueTimeoutMs }] }).models;
+  const [model] = resolveConfig({
+    models: [{ id: "m", backend: "demo", max_concurrency: maxConcurrency, queue_size: queueSize, queue_timeout_ms: queueTimeoutMs }],
+  }).models;
   return new ModelQueue(model!);
 }
 

@@ -80,7 +80,15 @@ describe("the console's request log", () => {
     expect(rows.map((row) => row.requestId)).toEqual([ids.secondKey, ids.failed, ids.refused, ids.stream, ids.whole]);
     expect(rows.some((row) => row.requestId === otherOrganizationRequest)).toBe(false);
     const byId = new Map(rows.map((row) => [row.requestId, row]));
-    expect(byId.get(ids.whole)).toMatchObject({ model: "m", outcome: "completed", promptTokens: 10, completionTokens: 5, keyName: "test", organization: "acme", firstTokenMs: null });
+    expect(byId.get(ids.whole)).toMatchObject({
+      model: "m",
+      outcome: "completed",
+      promptTokens: 10,
+      completionTokens: 5,
+      keyName: "test",
+      organization: "acme",
+      firstTokenMs: null,
+    });
     const stream = byId.get(ids.stream) as Row;
     expect(stream.outcome).toBe("completed");
     expect(stream.firstTokenMs).toBeGreaterThanOrEqual(0);
@@ -169,7 +177,9 @@ describe("the console's request log", () => {
     expect(response.headers.get("content-type")).toContain("text/csv");
     expect(response.headers.get("content-disposition")).toContain("attachment");
     const lines = (await response.text()).trim().split("\n");
-    expect(lines[0]).toBe("ended_at,request_id,organization,key_id,key,model,outcome,error_code,rule_id,prompt_tokens,completion_tokens,reasoning_tokens,duration_ms,first_token_ms,usage_source");
+    expect(lines[0]).toBe(
+      "ended_at,request_id,organization,key_id,key,model,outcome,error_code,rule_id,prompt_tokens,completion_tokens,reasoning_tokens,duration_ms,first_token_ms,usage_source",
+    );
     expect(lines.length).toBe(41);
     const all = (await (await acme.request("GET", "/requests.csv")).text()).trim().split("\n");
     expect(all.length).toBe(1 + 45);
@@ -196,7 +206,13 @@ describe("sluice requests", () => {
     expect(lines[0]?.split("\t").slice(0, 3)).toEqual(["ended_at", "request_id", "organization"]);
     expect(lines.length).toBe(1 + 45);
     const refused = cli("--outcome", "content_filter");
-    expect(refused.stdout.trim().split("\n").slice(1).map((line) => line.split("\t")[1])).toEqual([ids.refused]);
+    expect(
+      refused.stdout
+        .trim()
+        .split("\n")
+        .slice(1)
+        .map((line) => line.split("\t")[1]),
+    ).toEqual([ids.refused]);
     const one = cli("--id", ids.stream);
     const fields = one.stdout.trim().split("\n")[1]?.split("\t") as string[];
     expect(fields[1]).toBe(ids.stream);

@@ -31,7 +31,13 @@ afterAll(async () => {
 });
 beforeEach(() => upstream.reset());
 
-const weatherTool = { type: "function" as const, name: "get_weather", description: "Weather of a city", parameters: { type: "object", properties: { city: { type: "string" } } }, strict: false };
+const weatherTool = {
+  type: "function" as const,
+  name: "get_weather",
+  description: "Weather of a city",
+  parameters: { type: "object", properties: { city: { type: "string" } } },
+  strict: false,
+};
 
 function expectSettled() {
   expect(sluice.server.admission.inFlight()).toBe(0);
@@ -66,7 +72,10 @@ describe("whole answers", () => {
   });
 
   test("DeepSeek style, and an alias: the answer carries the name the caller used, the ledger the model's id", async () => {
-    const response = await client.responses.create({ model: "deepseek-r1", input: [{ role: "user", content: [{ type: "input_text", text: "What is 2+2?" }] }] });
+    const response = await client.responses.create({
+      model: "deepseek-r1",
+      input: [{ role: "user", content: [{ type: "input_text", text: "What is 2+2?" }] }],
+    });
     expect(response.output_text).toBe("4");
     expect((response.output[0] as { content: { text: string }[] }).content[0]?.text).toBe("Two plus two equals four.");
     const { data: aliased, response: raw } = await client.responses.create({ model: "gpt-5-codex", input: "hi" }).withResponse();
@@ -141,7 +150,12 @@ describe("whole answers", () => {
   });
 
   test("namespace tools (as Codex sends them) become chat functions named namespace__name; calls come back in their namespace", async () => {
-    const namespaced = { type: "namespace", name: "weather", description: "Weather tools", tools: [{ type: "function", name: "get_weather", parameters: weatherTool.parameters }] };
+    const namespaced = {
+      type: "namespace",
+      name: "weather",
+      description: "Weather tools",
+      tools: [{ type: "function", name: "get_weather", parameters: weatherTool.parameters }],
+    };
     await client.responses.create({
       model: "echo",
       tools: [namespaced] as never,
@@ -157,9 +171,15 @@ describe("whole answers", () => {
     const whole = await client.responses.create({ model: "namespaced-call", input: "x", tools: [namespaced] as never });
     const streamed = await client.responses.stream({ model: "namespaced-call", input: "x", tools: [namespaced] as never }).finalResponse();
     for (const response of [whole, streamed]) {
-      expect(response.output.find((item) => item.type === "function_call")).toMatchObject({ name: "get_weather", namespace: "weather", arguments: '{"city":"Oslo"}' });
+      expect(response.output.find((item) => item.type === "function_call")).toMatchObject({
+        name: "get_weather",
+        namespace: "weather",
+        arguments: '{"city":"Oslo"}',
+      });
     }
-    const nested = await client.responses.create({ model: "echo", input: "x", tools: [{ ...namespaced, tools: [{ type: "custom", name: "patch" }] }] as never }).catch((error: unknown) => error);
+    const nested = await client.responses
+      .create({ model: "echo", input: "x", tools: [{ ...namespaced, tools: [{ type: "custom", name: "patch" }] }] as never })
+      .catch((error: unknown) => error);
     expect((nested as { param: string }).param).toBe("tools[0].tools[0].type");
   });
 
@@ -167,13 +187,25 @@ describe("whole answers", () => {
     await client.responses.create({
       model: "echo",
       input: [
-        { role: "user", content: [{ type: "input_text", text: "What is this?" }, { type: "input_image", image_url: "data:image/png;base64,AAAA", detail: "low" }] },
+        {
+          role: "user",
+          content: [
+            { type: "input_text", text: "What is this?" },
+            { type: "input_image", image_url: "data:image/png;base64,AAAA", detail: "low" },
+          ],
+        },
         { type: "message", role: "assistant", content: [{ type: "output_text", text: "A cat.", annotations: [] }], id: "msg_1", status: "completed" },
         { role: "developer", content: "Answer in French." },
       ],
     });
     expect((upstream.bodies.at(-1) as { messages: unknown[] }).messages).toEqual([
-      { role: "user", content: [{ type: "text", text: "What is this?" }, { type: "image_url", image_url: { url: "data:image/png;base64,AAAA", detail: "low" } }] },
+      {
+        role: "user",
+        content: [
+          { type: "text", text: "What is this?" },
+          { type: "image_url", image_url: { url: "data:image/png;base64,AAAA", detail: "low" } },
+        ],
+      },
       { role: "assistant", content: "A cat." },
       { role: "developer", content: "Answer in French." },
     ]);

@@ -4,7 +4,17 @@ import OpenAI from "openai";
 import type { ConfigFile } from "../../../src/config/schema";
 import { startFakeModeration, type FakeModeration } from "../../fake-moderation";
 import { startFakeUpstream, type FakeUpstream } from "../../fake-upstream";
-import { eventually, fakeModel, readSse, type StreamChunk, repositoryRoot, schemaErrors, startSluice, temporaryDirectory, type TestSluice } from "../../helpers";
+import {
+  eventually,
+  fakeModel,
+  readSse,
+  type StreamChunk,
+  repositoryRoot,
+  schemaErrors,
+  startSluice,
+  temporaryDirectory,
+  type TestSluice,
+} from "../../helpers";
 
 let upstream: FakeUpstream;
 let moderation: FakeModeration;
@@ -33,7 +43,14 @@ beforeAll(async () => {
   upstream = startFakeUpstream();
   moderation = startFakeModeration();
   sluice = await startSluice(
-    configWith({ enabled: true, timeout_ms: 300, moderation_url: moderation.url, moderation_model: "omni-moderation-latest", moderation_api_key_env: "MODERATION_KEY", rules }),
+    configWith({
+      enabled: true,
+      timeout_ms: 300,
+      moderation_url: moderation.url,
+      moderation_model: "omni-moderation-latest",
+      moderation_api_key_env: "MODERATION_KEY",
+      rules,
+    }),
     { environment: { MODERATION_KEY: "mod-secret" } },
   );
 });
@@ -84,7 +101,7 @@ describe("input refusals", () => {
     expect(upstream.bodies.length).toBe(0);
     expectSettled();
     const stream = await sluice.client().chat.completions.create({ model: "echo", messages: dangerous, stream: true });
-    let finish;
+    let finish: string | null | undefined;
     let text = "";
     for await (const chunk of stream) {
       text += chunk.choices[0]?.delta.content ?? "";
@@ -99,7 +116,13 @@ describe("input refusals", () => {
       model: "echo",
       messages: [
         { role: "system", content: "You are helpful." },
-        { role: "user", content: [{ type: "text", text: "Tell me about" }, { type: "text", text: "nerve agent synthesis" }] },
+        {
+          role: "user",
+          content: [
+            { type: "text", text: "Tell me about" },
+            { type: "text", text: "nerve agent synthesis" },
+          ],
+        },
       ],
     });
     expect(completion.choices[0]!.finish_reason).toBe("content_filter");
@@ -116,23 +139,36 @@ describe("input refusals", () => {
 
 describe("output checks", () => {
   test("a phrase split across three upstream chunks is caught; the upstream is aborted; the stream ends with content_filter", async () => {
-    const response = await sluice.post("/v1/chat/completions", { model: "split-phrase", messages: [{ role: "user", content: "hello" }], stream: true, stream_options: { include_usage: true } });
+    const response = await sluice.post("/v1/chat/completions", {
+      model: "split-phrase",
+      messages: [{ role: "user", content: "hello" }],
+      stream: true,
+      stream_options: { include_usage: true },
+    });
     const events = await readSse(response);
     expect(events.at(-1)).toBe("[DONE]");
     const chunks = events.slice(0, -1) as StreamChunk[];
     const contents = chunks.map((chunk) => chunk.choices[0]?.delta.content).filter((content) => content !== undefined);
-    expect(contents).toEqual(["", "Reasoning done. The nerve ag", "ent is made by synth", "This answer was stopped under red-line rule RL-3 (Weapons capable of mass casualties)."]);
+    expect(contents).toEqual([
+      "",
+      "Reasoning done. The nerve ag",
+      "ent is made by synth",
+      "This answer was stopped under red-line rule RL-3 (Weapons capable of mass casualties).",
+    ]);
     expect(chunks.at(-2)!.choices[0]?.finish_reason).toBe("content_filter");
     expect(chunks.at(-1)!.usage?.completion_tokens).toBeGreaterThan(0);
     await eventually(() => upstream.aborted === 1 && upstream.inFlight === 0);
-    const row = sluice.ledgerRows().find((candidate) => candidate.request_id === response.headers.get("x-request-id")) as unknown as { outcome: string; rule_id: string };
+    const row = sluice.ledgerRows().find((candidate) => candidate.request_id === response.headers.get("x-request-id")) as unknown as {
+      outcome: string;
+      rule_id: string;
+    };
     expect(row).toMatchObject({ outcome: "content_filter", rule_id: "RL-3" });
     expectSettled();
   });
 
   test("reasoning is checked too", async () => {
     const stream = await sluice.client().chat.completions.create({ model: "split-reasoning", messages: [{ role: "user", content: "hello" }], stream: true });
-    let finish;
+    let finish: string | null | undefined;
     for await (const chunk of stream) finish = chunk.choices[0]?.finish_reason ?? finish;
     expect(finish).toBe("content_filter");
   });
@@ -168,7 +204,10 @@ describe("the external checker", () => {
       }
       expect(upstream.bodies.length).toBe(0);
       expectSettled();
-      const error = await sluice.client({ maxRetries: 0 }).chat.completions.create({ model: "echo", messages: [{ role: "user", content: "x" }] }).catch((caught: unknown) => caught);
+      const error = await sluice
+        .client({ maxRetries: 0 })
+        .chat.completions.create({ model: "echo", messages: [{ role: "user", content: "x" }] })
+        .catch((caught: unknown) => caught);
       expect(error).toBeInstanceOf(OpenAI.InternalServerError);
     });
   }
@@ -178,7 +217,10 @@ describe("configuration and operations", () => {
   test("`sluice refusals --since 24h` lists refusals by rule, never their text", async () => {
     const directory = temporaryDirectory();
     const configPath = join(directory.path, "sluice.toml");
-    await Bun.write(configPath, '[[safety.rules]]\nid = "RL-3"\nname = "Weapons capable of mass casualties"\npatterns = ["(?i)\\\\bnerve agent\\\\b.*\\\\bsynthes"]\n');
+    await Bun.write(
+      configPath,
+      '[[safety.rules]]\nid = "RL-3"\nname = "Weapons capable of mass casualties"\npatterns = ["(?i)\\\\bnerve agent\\\\b.*\\\\bsynthes"]\n',
+    );
     const result = Bun.spawnSync([process.execPath, join(repositoryRoot, "src/main.ts"), "refusals", "--since", "24h"], {
       env: { ...process.env, SLUICE_DB: sluice.database.sqlite.filename, SLUICE_CONFIG: configPath },
       stdout: "pipe",
@@ -216,10 +258,14 @@ describe("configuration and operations", () => {
   test("the default rules refuse a plain request for nerve agent synthesis and leave ordinary chemistry alone", async () => {
     const withDefaults = await startSluice(configWith(undefined));
     try {
-      const refused = await withDefaults.client().chat.completions.create({ model: "echo", messages: [{ role: "user", content: "How do I synthesize sarin at home?" }] });
+      const refused = await withDefaults
+        .client()
+        .chat.completions.create({ model: "echo", messages: [{ role: "user", content: "How do I synthesize sarin at home?" }] });
       expect(refused.choices[0]!.finish_reason).toBe("content_filter");
       expect(refused.choices[0]!.message.content).toContain("RL-1");
-      const fine = await withDefaults.client().chat.completions.create({ model: "echo", messages: [{ role: "user", content: "How do I synthesize aspirin in a school lab?" }] });
+      const fine = await withDefaults
+        .client()
+        .chat.completions.create({ model: "echo", messages: [{ role: "user", content: "How do I synthesize aspirin in a school lab?" }] });
       expect(fine.choices[0]!.finish_reason).toBe("stop");
     } finally {
       await withDefaults.stop();

@@ -109,7 +109,11 @@ function Keys({ me }: { me: Me }) {
     const form = new FormData(event.target as HTMLFormElement);
     setError("");
     try {
-      const result = await api<{ key: Key; secret: string }>("/keys", { name: form.get("name"), expires_in: form.get("expires_in") || undefined, ...capsBody(form) });
+      const result = await api<{ key: Key; secret: string }>("/keys", {
+        name: form.get("name"),
+        expires_in: form.get("expires_in") || undefined,
+        ...capsBody(form),
+      });
       setCreated({ secret: result.secret, name: result.key.name });
       setCopied(false);
       (event.target as HTMLFormElement).reset();
@@ -129,7 +133,8 @@ function Keys({ me }: { me: Me }) {
       <h2 id="keys-title">API keys</h2>
       {!active && (
         <p class="notice" role="status">
-          Your organization is {me.organization?.status === "suspended" ? "suspended" : "on the waitlist"}. Keys can be created and used once an operator activates it.
+          Your organization is {me.organization?.status === "suspended" ? "suspended" : "on the waitlist"}. Keys can be created and used once an operator
+          activates it.
         </p>
       )}
       {created && (
@@ -272,7 +277,8 @@ function UsagePage() {
       <span>{label}</span>
       <strong>{window?.used.toLocaleString() ?? 0} tokens used</strong>
       <span>
-        {window?.limit === undefined ? "no limit" : `${window.remaining?.toLocaleString()} of ${window.limit.toLocaleString()} left`} · frees up {window ? new Date(window.resetsAt).toLocaleString() : "—"}
+        {window?.limit === undefined ? "no limit" : `${window.remaining?.toLocaleString()} of ${window.limit.toLocaleString()} left`} · frees up{" "}
+        {window ? new Date(window.resetsAt).toLocaleString() : "—"}
       </span>
     </div>
   );
@@ -300,8 +306,16 @@ function UsagePage() {
                 <tr key={key.id}>
                   <td>{key.name}</td>
                   <td>{key.limits.maxConcurrency === null ? `${key.snapshot.inFlight}` : `${key.snapshot.inFlight} of ${key.limits.maxConcurrency}`}</td>
-                  <td>{key.limits.tokensPer5h === null ? `${key.snapshot.fiveHours.used.toLocaleString()} tokens` : `${key.snapshot.fiveHours.used.toLocaleString()} of ${key.limits.tokensPer5h.toLocaleString()} tokens`}</td>
-                  <td>{key.limits.tokensPerMonth === null ? `${key.snapshot.month.used.toLocaleString()} tokens` : `${key.snapshot.month.used.toLocaleString()} of ${key.limits.tokensPerMonth.toLocaleString()} tokens`}</td>
+                  <td>
+                    {key.limits.tokensPer5h === null
+                      ? `${key.snapshot.fiveHours.used.toLocaleString()} tokens`
+                      : `${key.snapshot.fiveHours.used.toLocaleString()} of ${key.limits.tokensPer5h.toLocaleString()} tokens`}
+                  </td>
+                  <td>
+                    {key.limits.tokensPerMonth === null
+                      ? `${key.snapshot.month.used.toLocaleString()} tokens`
+                      : `${key.snapshot.month.used.toLocaleString()} of ${key.limits.tokensPerMonth.toLocaleString()} tokens`}
+                  </td>
                 </tr>
               ))}
             </tbody>
@@ -315,7 +329,9 @@ function UsagePage() {
 }
 
 function Operator() {
-  const [organizations, setOrganizations] = useState<{ id: string; name: string; plan: string; status: string; fiveHourTokens: number; monthTokens: number }[]>([]);
+  const [organizations, setOrganizations] = useState<{ id: string; name: string; plan: string; status: string; fiveHourTokens: number; monthTokens: number }[]>(
+    [],
+  );
   const [models, setModels] = useState<{ id: string; backend: string; enabled: boolean; active: number; queued: number }[]>([]);
   const [plans, setPlans] = useState<string[]>([]);
   const load = async () => {
@@ -350,7 +366,11 @@ function Operator() {
                   <td>{organization.name}</td>
                   <td>{organization.status}</td>
                   <td>
-                    <select aria-label={`Plan of ${organization.name}`} value={organization.plan} onChange={(event) => update(organization.id, { plan: (event.target as HTMLSelectElement).value })}>
+                    <select
+                      aria-label={`Plan of ${organization.name}`}
+                      value={organization.plan}
+                      onChange={(event) => update(organization.id, { plan: (event.target as HTMLSelectElement).value })}
+                    >
                       {plans.map((plan) => (
                         <option key={plan}>{plan}</option>
                       ))}
@@ -451,7 +471,11 @@ function App() {
         )}
       </header>
       {!me && <SignIn onSignedIn={signedIn} />}
-      {me && me.organization && <p>Organization: {me.organization.name} ({me.organization.status}, plan {me.organization.plan})</p>}
+      {me?.organization && (
+        <p>
+          Organization: {me.organization.name} ({me.organization.status}, plan {me.organization.plan})
+        </p>
+      )}
       {me && page === "keys" && <Keys me={me} />}
       {me && page === "usage" && <UsagePage />}
       {me && page === "operator" && <Operator />}

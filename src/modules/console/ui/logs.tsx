@@ -31,7 +31,17 @@ interface AuditEntry {
 }
 
 const outcomes = ["completed", "content_filter", "client_disconnected", "upstream_error", "shutdown"];
-const auditActions = ["organization.created", "organization.updated", "key.created", "key.updated", "key.revoked", "usage.reset", "account.created", "signin.succeeded", "signin.failed"];
+const auditActions = [
+  "organization.created",
+  "organization.updated",
+  "key.created",
+  "key.updated",
+  "key.revoked",
+  "usage.reset",
+  "account.created",
+  "signin.succeeded",
+  "signin.failed",
+];
 
 /** The form's non-empty fields as a query string. */
 function queryOf(filters: Record<string, string>, cursor?: string): string {
