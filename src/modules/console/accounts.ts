@@ -47,10 +47,17 @@ export class AccountService {
     return password;
   }
 
-  async createUser(input: { email: string; password: string; role: Role; organizationId: string | null }, actor: AuditActor): Promise<User> {
-    const email = AccountService.checkEmail(input.email);
-    const password = AccountService.checkPassword(input.password);
+  /** Checks a new account's email and password, and that the email is free; returns the email as stored. */
+  async checkNewAccount(emailInput: string, password: string): Promise<string> {
+    const email = AccountService.checkEmail(emailInput);
+    AccountService.checkPassword(password);
     if (await this.repository.findUserByEmail(email)) throw invalidRequest("An account with this email already exists.", "email");
+    return email;
+  }
+
+  async createUser(input: { email: string; password: string; role: Role; organizationId: string | null }, actor: AuditActor): Promise<User> {
+    const email = await this.checkNewAccount(input.email, input.password);
+    const password = input.password;
     const user: User = {
       id: randomId("usr_", 12),
       email,

@@ -10,7 +10,7 @@ import { organizationStatuses, type Organization, type OrganizationService, type
 import type { Queue } from "../queue/model-queue";
 import type { AuditEntry, RequestLogFilter, UsageRepository } from "../../storage/types";
 import { auditActions, type AuditActor, type AuditLog } from "../audit/service";
-import { AccountService, type Actor } from "./accounts";
+import type { AccountService, Actor } from "./accounts";
 import type { AuditQueryInput, CreateKey, KeyLimitsInput, RequestLogQueryInput, SignUp, UpdateOrganization } from "./model";
 import { applyKeyLimits } from "../admission/service";
 import type { UsageSnapshot } from "../admission/store";
@@ -70,9 +70,8 @@ export class ConsoleService {
   async signUp(input: SignUp): Promise<void> {
     const name = input.organization.trim();
     if (!name || name.length > 100) throw invalidRequest("Enter your organization's name (at most 100 characters).", "organization");
-    const email = AccountService.checkEmail(input.email);
-    AccountService.checkPassword(input.password);
-    if (await this.deps.accounts.findByEmail(email)) throw invalidRequest("An account with this email already exists.", "email");
+    // Both checked before anything is created, so that a refused sign-up leaves no organization behind.
+    const email = await this.deps.accounts.checkNewAccount(input.email, input.password);
     if (await this.deps.organizations.findByName(name)) throw invalidRequest("An organization with this name already exists.", "organization");
     // The new member is the actor of its own sign-up.
     const actor: AuditActor = { kind: "console", name: email };
