@@ -1,12 +1,22 @@
+/** `bytes` random bytes in base64url: keys, session and CSRF tokens, and the random part of ids. */
+export function randomToken(bytes: number): string {
+  return Buffer.from(crypto.getRandomValues(new Uint8Array(bytes))).toString("base64url");
+}
+
 /** Random identifiers: a readable prefix and 128 bits of randomness in base64url. */
 export function randomId(prefix: string, bytes = 16): string {
-  return `${prefix}${Buffer.from(crypto.getRandomValues(new Uint8Array(bytes))).toString("base64url")}`;
+  return `${prefix}${randomToken(bytes)}`;
 }
 
 /**
- * A request id as sent in `x-request-id`: a UUIDv7 (time-ordered), so that the ledger's primary key grows at its
- * end instead of touching a random B-tree page per row.
+ * A readable prefix and a UUIDv7 in hex: ordered by time, so that a table keyed by it grows at its end instead of
+ * touching a random B-tree page per row, and a page of the newest is the end of its index.
  */
+export function timeOrderedId(prefix: string): string {
+  return `${prefix}${Bun.randomUUIDv7().replaceAll("-", "")}`;
+}
+
+/** A request id as sent in `x-request-id` (and the ledger's primary key). */
 export function newRequestId(): string {
-  return `req_${Bun.randomUUIDv7().replaceAll("-", "")}`;
+  return timeOrderedId("req_");
 }

@@ -1,4 +1,5 @@
 import { userInfo } from "node:os";
+import { timeOrderedId } from "../../ids";
 import type { AuditActor, AuditEntry, AuditFilter, AuditRepository } from "../../storage/types";
 
 export type { AuditActor, AuditEntry, AuditFilter };
@@ -55,7 +56,7 @@ export class AuditLog {
     details: { organizationId?: string | null; changes?: Record<string, [unknown, unknown]> } = {},
   ): Promise<void> {
     await this.repository.insert({
-      id: `aud_${Bun.randomUUIDv7().replaceAll("-", "")}`,
+      id: timeOrderedId("aud_"),
       at: this.clock(),
       actorKind: actor.kind,
       actor: actor.name,

@@ -1,5 +1,5 @@
 import { SluiceError, invalidRequest } from "../../errors";
-import { randomId } from "../../ids";
+import { randomId, randomToken } from "../../ids";
 import type { AccountRepository, Role, User } from "../../storage/types";
 import type { AuditActor, AuditLog } from "../audit/service";
 import { hashKeySecret } from "../keys/secret";
@@ -20,9 +20,6 @@ const minimumPasswordLength = 10;
 const failureWindowMs = 15 * 60_000;
 const maxFailures = 5;
 
-function token(): string {
-  return Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString("base64url");
-}
 
 /**
  * Console accounts and sessions: passwords with Bun.password (argon2id), sessions stored as hashes in the database
@@ -97,8 +94,8 @@ export class AccountService {
       throw new SluiceError("wrong_credentials", "Wrong email or password.");
     }
     if (failure) await this.repository.clearFailures(email);
-    const sessionToken = token();
-    const csrfToken = token();
+    const sessionToken = randomToken(32);
+    const csrfToken = randomToken(32);
     await this.audit.record(attempt, "signin.succeeded", email, { organizationId: user.organizationId });
     await this.repository.openSession(
       { tokenHash: hashKeySecret(sessionToken), userId: user.id, csrfToken, createdAt: now, expiresAt: now + sessionLifetimeMs },

@@ -1,10 +1,12 @@
+import { randomToken } from "../../ids";
+
 export const keyPrefix = "sk-sluice-";
 /** How many leading characters of a key are stored and shown to tell keys apart. */
 const shownLength = keyPrefix.length + 4;
 
 /** A new key: the prefix and 256 random bits in base64url. */
 export function generateKeySecret(): string {
-  return keyPrefix + Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString("base64url");
+  return keyPrefix + randomToken(32);
 }
 
 /** SHA-256 of the key, hex: the only form in which a key is stored. */
