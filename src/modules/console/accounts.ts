@@ -20,7 +20,6 @@ const minimumPasswordLength = 10;
 const failureWindowMs = 15 * 60_000;
 const maxFailures = 5;
 
-
 /**
  * Console accounts and sessions: passwords with Bun.password (argon2id), sessions stored as hashes in the database
  * (so a session opened through one instance works on every instance), failed sign-ins counted there too.
