@@ -87,8 +87,6 @@ export const ConfigFileSchema = Type.Object(
   strict,
 );
 
-export type ModelConfigInput = Static<typeof ModelConfigSchema>;
-export type PlanConfigInput = Static<typeof PlanConfigSchema>;
 export type ConfigFile = Static<typeof ConfigFileSchema>;
 
 /** A model with every default filled in. */

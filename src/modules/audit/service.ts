@@ -2,7 +2,7 @@ import { userInfo } from "node:os";
 import { timeOrderedId } from "../../ids";
 import type { AuditActor, AuditEntry, AuditFilter, AuditRepository } from "../../storage/types";
 
-export type { AuditActor, AuditEntry, AuditFilter };
+export type { AuditActor };
 
 /** Everything the audit trail records. */
 export type AuditAction =

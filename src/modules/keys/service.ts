@@ -3,7 +3,7 @@ import type { ApiKey, ApiKeyInfo, ChangeFeed, KeyLimits, KeyRepository } from ".
 import { changedFields, type AuditActor, type AuditLog } from "../audit/service";
 import { generateKeySecret, hashKeySecret, shownPrefix } from "./secret";
 
-export type { ApiKey, ApiKeyInfo, KeyLimits };
+export type { ApiKeyInfo, KeyLimits };
 
 export const noLimits: KeyLimits = { maxConcurrency: null, tokensPer5h: null, tokensPerMonth: null };
 

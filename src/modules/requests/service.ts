@@ -2,7 +2,7 @@ import { invalidRequest } from "../../errors";
 import type { LedgerRow } from "../../ledger/ledger";
 import type { RequestLogCursor, RequestLogFilter, RequestLogRepository, RequestLogRow } from "../../storage/types";
 
-export type { RequestLogFilter, RequestLogRow };
+export type { RequestLogFilter };
 
 export const outcomes: readonly LedgerRow["outcome"][] = ["completed", "content_filter", "client_disconnected", "upstream_error", "shutdown"];
 
