@@ -4,7 +4,6 @@ import type { AccountRepository, Role, User } from "../../storage/types";
 import type { AuditActor, AuditLog } from "../audit/service";
 import { hashKeySecret } from "../keys/secret";
 
-
 /** Who is asking, once their session is known. */
 export interface Actor {
   userId: string;
