@@ -1,14 +1,13 @@
-// Runs SQLite checkpoints on a thread of its own. A checkpoint copies the WAL into the database file and fsyncs it;
-// here an fsync takes ~1 ms and sometimes 30-150 ms, so a checkpoint never runs inside a commit that an answer waits
-// for (the ledger's writer runs with wal_autocheckpoint = 0).
-// - PASSIVE passes never block the writer. They run once a second, not five times: even beside the writer, a slow
-//   fsync holds up its WAL appends through the filesystem's journal (measured: single-row commits of 120-130 ms
-//   during 150 ms checkpoints), so fewer fsyncs mean fewer stalls.
-// - Under steady writes a PASSIVE pass never finds the WAL idle, so the WAL would grow without end (seen: 370 MB).
-//   Once it holds `restartFrames`, a RESTART right after the PASSIVE pass (which did the copying) lets the next
-//   commit start the WAL from its beginning; it holds the writer back for about one fsync, hence only that rarely.
-// - No busy handler: a RESTART waiting for readers would hold the writer's lock while it slept (measured: answers
-//   stalled up to 180 ms); without one it does what it can at once, and the next pass tries again.
+// Runs SQLite checkpoints on a thread of its own. A checkpoint copies the WAL into the database file and fsyncs it,
+// and an fsync can take a hundred times its usual millisecond, so a checkpoint never runs inside a commit that an
+// answer waits for (the ledger's writer runs with wal_autocheckpoint = 0).
+// - PASSIVE passes never block the writer. They run once a second, not more often: even beside the writer, a slow
+//   fsync holds up its WAL appends through the filesystem's journal, so fewer fsyncs mean fewer stalls.
+// - Under steady writes a PASSIVE pass never finds the WAL idle, so the WAL would grow without end. Once it holds
+//   `restartFrames`, a RESTART right after the PASSIVE pass (which did the copying) lets the next commit start the
+//   WAL from its beginning; it holds the writer back for about one fsync, hence only that rarely.
+// - No busy handler: a RESTART waiting for readers would hold the writer's lock while it slept, and every answer
+//   with it; without one it does what it can at once, and the next pass tries again.
 import { Database } from "bun:sqlite";
 
 declare const self: Worker;

@@ -66,7 +66,7 @@ export function createApp(deps: AppDependencies) {
       const route = routeOf(request.url);
       startRecord(request, requestId, route);
       // Answers carry the id in their own Response (and errors in errorResponse): a header in `set` would make
-      // Elysia copy the whole Response to merge it in (measured: ~5% of the whole-answer throughput).
+      // Elysia copy the whole Response to merge it in, on every answer.
       if (!answerRoutes.has(route)) Object.assign(set.headers, securityHeaders, { "x-request-id": requestId });
     })
     .onError(({ error, code, request }) => {

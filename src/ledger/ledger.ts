@@ -27,11 +27,11 @@ interface Waiter {
 }
 
 /**
- * Handing a batch to the writer thread costs this thread a copy and a wake-up (under load on two cores the woken
- * writer can preempt this thread: measured 160-200 µs of wall time per hand-off), and a commit costs the writer
- * far more than a row (measured: 40 µs alone, 6 µs a row in commits of 32). When traffic is light
- * a row is sent on the next turn of the event loop, adding no wait; once batches carry several rows (the server
- * is busy), they are sent this far apart, so that the rows finishing in between travel and commit together.
+ * Handing a batch to the writer thread costs this thread a copy and a wake-up (and on a busy machine the woken
+ * writer can take this thread's core), and a commit costs the writer several times what one more row does. So when
+ * traffic is light a row is sent on the next turn of the event loop, adding no wait; once batches carry several
+ * rows (the server is busy), they are sent this far apart, so that the rows finishing in between travel and commit
+ * together. (bench/README.md has the figures.)
  */
 const busyIntervalMs = 2;
 const busyRows = 4;

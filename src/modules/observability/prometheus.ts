@@ -1,6 +1,6 @@
-// A small Prometheus registry in the text exposition format (version 0.0.4). prom-client did the same job, but
-// loading it took longer than loading Elysia (it pulls in node:http, zlib and cluster for features Sluice does not
-// use), which kept the executable's start-up over 100 ms; this keeps only what Sluice exports.
+// A small Prometheus registry in the text exposition format (version 0.0.4), rather than prom-client: that loads
+// node:http, zlib and cluster at start-up for features Sluice does not use, more than the executable's start-up
+// budget of 100 ms allows; this holds only what Sluice exports.
 
 type Labels = Record<string, string>;
 
