@@ -1,5 +1,4 @@
-import { monthOf } from "../modules/admission/month";
-import { bucketMs } from "../modules/admission/window";
+import { bucketMs, monthOf } from "../usage-periods";
 
 export interface MinuteTotal {
   organizationId: string;

@@ -6,8 +6,7 @@ import { apiKeys, auditLog, organizations, sessions, usageLedger, users } from "
 import { Ledger } from "../ledger/ledger";
 import { addToMinuteSql, addToMonthSql } from "../ledger/ledger-writer";
 import { UsageFold } from "../ledger/usage-fold";
-import { monthOf, startOfMonth } from "../modules/admission/month";
-import { bucketMs } from "../modules/admission/window";
+import { bucketMs, monthOf, startOfMonth } from "../usage-periods";
 import { startCheckpointer } from "../db/checkpointer";
 import { auditConditions, requestLogConditions, sqliteCommon } from "./log-conditions";
 import { hourMs, oldestNeededMinute, usageByOrganization, usageWindowStart } from "./usage-rows";

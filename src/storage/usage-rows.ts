@@ -1,5 +1,5 @@
 // Reading the usage aggregates back, the same for every backend.
-import { bucketMs, fiveHoursMs } from "../modules/admission/window";
+import { bucketMs, fiveHoursMs } from "../usage-periods";
 import type { OrganizationUsage } from "./types";
 
 /** The hourly series of the console's charts. */

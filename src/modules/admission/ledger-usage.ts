@@ -1,5 +1,5 @@
 import type { KeyRepository, LimitedKey, UsageRepository } from "../../storage/types";
-import { startOfMonth } from "./month";
+import { startOfMonth } from "../../usage-periods";
 import type { AdmissionStore } from "./store";
 
 /**

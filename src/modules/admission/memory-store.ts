@@ -1,9 +1,9 @@
 import type { PlanConfig } from "../../config/schema";
-import { monthOf, startOfNextMonth } from "./month";
+import { fiveHoursMs, monthOf, startOfNextMonth } from "../../usage-periods";
 import { OutputEstimate } from "./estimate";
 import { quotaRejection, rateLimitHeaders, usageSnapshot, type QuotaState } from "./quota-answers";
 import type { AdmissionRequest, AdmissionStore, KeyAdmission, LedgerBucket, Lease, Limits, SpentTokens, Subject, UsageSnapshot } from "./store";
-import { RollingWindow, fiveHoursMs } from "./window";
+import { RollingWindow } from "./window";
 
 /** The usage of one subject of admission: an organization, or a key with caps of its own. */
 class SubjectState {

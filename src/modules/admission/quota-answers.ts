@@ -1,8 +1,7 @@
 // What admission tells the caller, the same whichever store decided (in memory, or Redis for several instances):
 // the 429 of the limit that said no, the x-ratelimit headers of an admitted request, and a usage snapshot.
-import { startOfNextMonth } from "./month";
+import { fiveHoursMs, startOfNextMonth } from "../../usage-periods";
 import { AdmissionRejected, type Limits, type RejectionKind, type Subject, type UsageSnapshot } from "./store";
-import { fiveHoursMs } from "./window";
 
 /** Go-style duration as OpenAI writes `x-ratelimit-reset-tokens`: `1h2m3s`, `45s`, `0s`. */
 export function formatReset(milliseconds: number): string {

@@ -6,10 +6,9 @@ import { restoreLimitedKeys } from "./ledger-usage";
 import { withTimeout } from "../../storage/with-timeout";
 import { OutputEstimate } from "./estimate";
 import { leaseMs, type LeaseKeeper } from "./lease-keeper";
-import { monthOf, startOfNextMonth } from "./month";
+import { bucketMs, monthOf, startOfNextMonth } from "../../usage-periods";
 import { quotaRejection, rateLimitHeaders, usageSnapshot, type QuotaState } from "./quota-answers";
 import type { AdmissionRequest, AdmissionStore, KeyAdmission, LedgerBucket, Lease, Limits, SpentTokens, UsageSnapshot } from "./store";
-import { bucketMs } from "./window";
 
 const readyKey = `${keyPrefix}ready`;
 const rebuildLockKey = `${keyPrefix}rebuilding`;

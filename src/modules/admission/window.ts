@@ -1,5 +1,4 @@
-export const fiveHoursMs = 5 * 60 * 60 * 1000;
-export const bucketMs = 60_000;
+import { bucketMs, fiveHoursMs } from "../../usage-periods";
 
 interface Bucket {
   tokens: number;

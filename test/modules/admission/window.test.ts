@@ -1,8 +1,8 @@
 import { describe, expect, test } from "bun:test";
 import { MemoryAdmissionStore } from "../../../src/modules/admission/memory-store";
 import { formatReset } from "../../../src/modules/admission/quota-answers";
-import { startOfNextMonth } from "../../../src/modules/admission/month";
-import { RollingWindow, fiveHoursMs } from "../../../src/modules/admission/window";
+import { fiveHoursMs, startOfNextMonth } from "../../../src/usage-periods";
+import { RollingWindow } from "../../../src/modules/admission/window";
 import { SluiceError } from "../../../src/errors";
 import type { PlanConfig } from "../../../src/config/schema";
 

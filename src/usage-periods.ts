@@ -1,3 +1,12 @@
+// The periods usage is counted in, shared by admission (which enforces quotas over them) and the ledger (which
+// sums its rows per minute and per month for them).
+
+/** The rolling window of the 5-hour quota. */
+export const fiveHoursMs = 5 * 60 * 60 * 1000;
+
+/** Usage is kept per minute: the window's buckets and the ledger's per-minute aggregates. */
+export const bucketMs = 60_000;
+
 /** The UTC calendar month of a time, as a comparable number (year × 12 + month). */
 export function monthOf(time: number): number {
   const date = new Date(time);
