@@ -190,19 +190,8 @@ export class ChatService {
       completionTokens: countTextTokens(text),
       reasoningTokens: 0,
     };
-    const endedAt = this.deps.clock();
-    lease.settle(usage, endedAt);
-    this.note(context, prepared.modelId, usage, { outcome: "content_filter", ruleId: rule.id });
-    await this.deps.ledger.record(
-      this.ledgerRow(
-        prepared,
-        context,
-        usage,
-        "tokenizer",
-        { startedAt: endedAt, endedAt, firstTokenMs: null },
-        { outcome: "content_filter", ruleId: rule.id },
-      ),
-    );
+    // Refused at once: it starts and ends in the same moment.
+    await this.end(lease, prepared, context, usage, "tokenizer", { firstTokenMs: null }, { outcome: "content_filter", ruleId: rule.id });
     const completion = { content: text, reasoning: null, toolCalls: null, finishReason: "content_filter", usage };
     if (!prepared.stream) return { kind: "whole", body: format.whole(identity, completion, usage), headers: lease.headers };
     if (context.record) context.record.deferred = true;
@@ -349,13 +338,37 @@ export class ChatService {
       run.permit.release(null, this.deps.clock());
       throw error;
     }
-    const endedAt = this.deps.clock();
-    run.permit.release(measured.usage, endedAt);
-    this.note(context, prepared.modelId, measured.usage, ending);
-    await this.deps.ledger.record(
-      this.ledgerRow(prepared, context, measured.usage, measured.source, { startedAt: run.startedAt, endedAt, firstTokenMs: run.firstTokenMs ?? null }, ending),
+    await this.end(
+      run.permit,
+      prepared,
+      context,
+      measured.usage,
+      measured.source,
+      { startedAt: run.startedAt, firstTokenMs: run.firstTokenMs ?? null },
+      ending,
     );
     return measured.usage;
+  }
+
+  /**
+   * The last steps of every request that did work, in this order: its places are freed with what it used, it is
+   * noted in its log record and the metrics, and its ledger row is written (resolving once committed).
+   */
+  private async end(
+    places: Permit | Lease,
+    prepared: PreparedRequest,
+    context: RequestContext,
+    usage: Usage,
+    source: LedgerRow["usageSource"],
+    timing: { startedAt?: number; firstTokenMs: number | null },
+    ending: Ending,
+  ): Promise<void> {
+    const endedAt = this.deps.clock();
+    if (places instanceof Permit) places.release(usage, endedAt);
+    else places.settle(usage, endedAt);
+    this.note(context, prepared.modelId, usage, ending);
+    const times = { startedAt: timing.startedAt ?? endedAt, endedAt, firstTokenMs: timing.firstTokenMs };
+    await this.deps.ledger.record(this.ledgerRow(prepared, context, usage, source, times, ending));
   }
 
   /** Puts what was billed into the request's record and the token and refusal metrics. */
