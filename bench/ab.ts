@@ -1,0 +1,117 @@
+// A/B of whole chat answers between the executable built from a git revision (A) and the working tree (B), in one
+// run: the same fake upstream, the same configuration as `make bench` (every product check on), wrk rounds
+// interleaved A, B, A, B so that drift in the machine affects both alike; medians and B ÷ A.
+//   bun bench/ab.ts REVISION [--rounds 4] [--seconds 6]
+import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { freePort, waitForPort } from "./ports";
+
+const { values, positionals } = parseArgs({
+  options: { rounds: { type: "string", default: "4" }, seconds: { type: "string", default: "6" } },
+  allowPositionals: true,
+});
+const revision = positionals[0];
+if (!revision) throw new Error("usage: bun bench/ab.ts REVISION [--rounds 4] [--seconds 6]");
+const rounds = Number(values.rounds);
+const seconds = Number(values.seconds);
+const root = join(import.meta.dir, "..");
+const bun = process.execPath;
+const work = mkdtempSync(join(tmpdir(), "sluice-ab-"));
+const children: Bun.Subprocess[] = [];
+const entryPoints = ["src/main.ts", "src/cli/run.ts", "src/db/checkpoint-worker.ts", "src/ledger/ledger-worker.ts"];
+
+function log(message: string): void {
+  process.stderr.write(`[bench ab] ${message}\n`);
+}
+
+function median(samples: number[]): number {
+  const sorted = [...samples].sort((left, right) => left - right);
+  return sorted[Math.floor(sorted.length / 2)] ?? Number.NaN;
+}
+
+/** The executable of a source tree, built as `make build` builds it. */
+function build(tree: string, outfile: string): void {
+  const result = Bun.spawnSync([bun, "build", "--compile", "--minify", "--sourcemap", ...entryPoints, "--outfile", outfile], {
+    cwd: tree,
+    stdout: "ignore",
+    stderr: "inherit",
+  });
+  if (result.exitCode !== 0) throw new Error(`build of ${tree} failed`);
+}
+
+async function startSluice(binary: string, name: string, upstreamPort: number): Promise<{ port: number; key: string }> {
+  const directory = join(work, name);
+  mkdirSync(directory);
+  const config = join(directory, "sluice.toml");
+  await Bun.write(
+    config,
+    `[[models]]\nid = "bench"\nbackend = "openai"\nbase_url = "http://127.0.0.1:${upstreamPort}/v1"\nupstream_model = "bench-upstream"\n\n` +
+      `[[plans]]\nid = "default"\nmodels = ["*"]\ntokens_per_5h = 1000000000000\ntokens_per_month = 1000000000000\nmax_concurrency = 100000\n`,
+  );
+  const environment = { PATH: process.env.PATH, HOME: process.env.HOME, SLUICE_DB: join(directory, "sluice.db"), SLUICE_CONFIG: config };
+  Bun.spawnSync([binary, "org", "create", "bench"], { env: environment });
+  const key = Bun.spawnSync([binary, "key", "create", "--org", "bench"], { env: environment, stdout: "pipe", stderr: "ignore" })
+    .stdout.toString()
+    .trim()
+    .split("\n")
+    .at(-1) as string;
+  const port = freePort();
+  children.push(Bun.spawn([binary, "serve"], { env: { ...environment, SLUICE_PORT: String(port) }, stdout: "ignore", stderr: "ignore" }));
+  await waitForPort(port);
+  return { port, key };
+}
+
+async function wrk(port: number, key: string, duration: number): Promise<number> {
+  const script = join(work, `wrk-${port}.lua`);
+  const body = JSON.stringify({ model: "bench", messages: [{ role: "user", content: "What is 2+2? Answer briefly." }] });
+  await Bun.write(
+    script,
+    `wrk.method = "POST"\nwrk.body = ${JSON.stringify(body)}\nwrk.headers["Authorization"] = "Bearer ${key}"\nwrk.headers["Content-Type"] = "application/json"\n`,
+  );
+  const output = Bun.spawnSync(["wrk", "-t2", "-c64", `-d${duration}s`, "-s", script, `http://127.0.0.1:${port}/v1/chat/completions`], {
+    stdout: "pipe",
+  }).stdout.toString();
+  if (/Non-2xx or 3xx responses: (\d+)/.test(output)) log(`port ${port}: non-2xx responses`);
+  return Number(/Requests\/sec:\s+([\d.]+)/.exec(output)?.[1] ?? Number.NaN);
+}
+
+const worktree = join(work, "a");
+try {
+  if (Bun.spawnSync(["git", "worktree", "add", "--detach", worktree, revision], { cwd: root, stdout: "ignore", stderr: "inherit" }).exitCode !== 0)
+    throw new Error(`no revision ${revision}`);
+  if (!existsSync(join(worktree, "node_modules"))) symlinkSync(join(root, "node_modules"), join(worktree, "node_modules"));
+  log(`building A (${revision}) and B (the working tree)`);
+  build(worktree, join(work, "sluice-a"));
+  build(root, join(work, "sluice-b"));
+  const upstreamPort = freePort();
+  children.push(Bun.spawn([bun, join(import.meta.dir, "fake-upstream.ts"), String(upstreamPort), "200", "20"], { stdout: "ignore", stderr: "ignore" }));
+  await waitForPort(upstreamPort);
+  const a = await startSluice(join(work, "sluice-a"), "data-a", upstreamPort);
+  const b = await startSluice(join(work, "sluice-b"), "data-b", upstreamPort);
+  await wrk(a.port, a.key, 3);
+  await wrk(b.port, b.key, 3);
+  const samples = { a: [] as number[], b: [] as number[] };
+  for (let round = 0; round < rounds; round++) {
+    samples.a.push(await wrk(a.port, a.key, seconds));
+    samples.b.push(await wrk(b.port, b.key, seconds));
+    log(`round ${round + 1}: A ${samples.a.at(-1)} rps, B ${samples.b.at(-1)} rps`);
+  }
+  const result = {
+    revision,
+    rounds,
+    seconds,
+    a_rps: samples.a,
+    b_rps: samples.b,
+    a_median: median(samples.a),
+    b_median: median(samples.b),
+    b_vs_a: median(samples.b) / median(samples.a),
+  };
+  console.log(JSON.stringify(result));
+} finally {
+  for (const child of children) child.kill();
+  await Promise.all(children.map((child) => child.exited));
+  Bun.spawnSync(["git", "worktree", "remove", "--force", worktree], { cwd: root });
+  rmSync(work, { recursive: true, force: true });
+}
