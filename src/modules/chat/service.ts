@@ -7,7 +7,7 @@ import { AdmissionRejected, type Lease } from "../admission/store";
 import { abortAfter } from "../../upstream/deadlines";
 import { ClientGoneError, ServerShutdown } from "../../upstream/errors";
 import type { Metrics } from "../observability/metrics";
-import type { RequestRecord } from "../observability/request-record";
+import { deferRecord, noteBilled, noteFailure, noteFirstToken, type RequestRecord } from "../observability/request-record";
 import type { CompletionEvent, Usage } from "../../upstream/types";
 import type { AdmissionStore } from "../admission/store";
 import type { Caller } from "../auth/service";
@@ -194,7 +194,7 @@ export class ChatService {
     await this.end(lease, prepared, context, usage, "tokenizer", { firstTokenMs: null }, { outcome: "content_filter", ruleId: rule.id });
     const completion = { content: text, reasoning: null, toolCalls: null, finishReason: "content_filter", usage };
     if (!prepared.stream) return { kind: "whole", body: format.whole(identity, completion, usage), headers: lease.headers };
-    if (context.record) context.record.deferred = true;
+    deferRecord(context.record);
     const encoder = format.stream(identity, { includeUsage: prepared.includeUsage, promptTokens: promptEstimate });
     async function* frames() {
       try {
@@ -239,7 +239,7 @@ export class ChatService {
       await this.fail(run, error);
       throw asCallerError(error);
     }
-    if (context.record) context.record.deferred = true;
+    deferRecord(context.record);
     const encoder = run.format.stream(run.identity, { includeUsage: prepared.includeUsage, promptTokens: run.promptEstimate });
     return { kind: "stream", frames: this.relay(run, encoder, events, first), headers: run.permit.lease.headers };
   }
@@ -263,7 +263,7 @@ export class ChatService {
           run.meter.observe(event);
           if (event.type === "delta" && run.firstTokenMs === undefined) {
             run.firstTokenMs = this.deps.clock() - run.startedAt;
-            if (record) record.firstTokenAt = performance.now();
+            noteFirstToken(record);
           }
           const rule = event.type === "delta" ? monitor?.observe(event.content, event.reasoning) : undefined;
           if (rule) {
@@ -293,7 +293,7 @@ export class ChatService {
       }
       if (!(error instanceof ClientGoneError)) {
         const callerError = asCallerError(error);
-        if (record) record.code = callerError.code;
+        noteFailure(record, callerError.code);
         const closing: string[] = [];
         encoder.fail(callerError, closing);
         yield closing;
@@ -304,7 +304,7 @@ export class ChatService {
         if (!settled) await this.settle(run, { outcome: "client_disconnected" });
       } catch {
         // The ledger could not take the row (the permit was released before): nobody is left to tell but the log.
-        if (record) record.code = "internal_error";
+        noteFailure(record, "internal_error");
       }
       // Whatever happened, the upstream is let go and the request logged.
       await events.return(undefined);
@@ -373,14 +373,7 @@ export class ChatService {
 
   /** Puts what was billed into the request's record and the token and refusal metrics. */
   private note(context: RequestContext, modelId: string, usage: Usage, ending: Ending): void {
-    const record = context.record;
-    if (record) {
-      record.outcome = ending.outcome;
-      record.ruleId = ending.ruleId ?? undefined;
-      record.promptTokens = usage.promptTokens;
-      record.completionTokens = usage.completionTokens;
-      record.reasoningTokens = usage.reasoningTokens;
-    }
+    noteBilled(context.record, ending, usage);
     const metrics = this.deps.metrics;
     if (!metrics) return;
     if (usage.promptTokens) metrics.tokens.inc({ model: modelId, kind: "prompt" }, usage.promptTokens);

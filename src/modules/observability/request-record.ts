@@ -30,3 +30,32 @@ export function startRecord(request: Request, requestId: string, route: string):
 export function recordOf(request: Request): RequestRecord | undefined {
   return records.get(request);
 }
+
+/** The answer goes on after the response started (a stream): its log line is written when it ends. */
+export function deferRecord(record: RequestRecord | undefined): void {
+  if (record) record.deferred = true;
+}
+
+/** The first token went out (for the time-to-first-token metric). */
+export function noteFirstToken(record: RequestRecord | undefined): void {
+  if (record && record.firstTokenAt === undefined) record.firstTokenAt = performance.now();
+}
+
+/** A stream failed after its response started: the error code goes in its log line. */
+export function noteFailure(record: RequestRecord | undefined, code: string): void {
+  if (record) record.code = code;
+}
+
+/** How the request ended and what it was billed. */
+export function noteBilled(
+  record: RequestRecord | undefined,
+  ending: { outcome: string; ruleId?: string | null },
+  usage: { promptTokens: number; completionTokens: number; reasoningTokens: number },
+): void {
+  if (!record) return;
+  record.outcome = ending.outcome;
+  record.ruleId = ending.ruleId ?? undefined;
+  record.promptTokens = usage.promptTokens;
+  record.completionTokens = usage.completionTokens;
+  record.reasoningTokens = usage.reasoningTokens;
+}
