@@ -1,4 +1,5 @@
 import type { Database } from "bun:sqlite";
+import type { Outcome } from "../modules/requests/row";
 import { encodeRow, LedgerWriter, type LedgerValue } from "./ledger-writer";
 import { workerModule } from "../workers";
 import type { LedgerWorkerMessage, LedgerWorkerReply } from "./ledger-worker";
@@ -11,7 +12,7 @@ export interface LedgerRow {
   promptTokens: number;
   completionTokens: number;
   reasoningTokens: number;
-  outcome: "completed" | "client_disconnected" | "upstream_error" | "content_filter" | "shutdown";
+  outcome: Outcome;
   errorCode: string | null;
   ruleId: string | null;
   usageSource: "upstream" | "tokenizer";

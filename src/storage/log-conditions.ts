@@ -41,6 +41,30 @@ export function requestLogConditions(ledger: LedgerColumns, filter: RequestLogFi
   return and(...conditions);
 }
 
+const requestLogFields = [
+  "requestId",
+  "startedAt",
+  "endedAt",
+  "organizationId",
+  "keyId",
+  "model",
+  "outcome",
+  "errorCode",
+  "ruleId",
+  "promptTokens",
+  "completionTokens",
+  "reasoningTokens",
+  "firstTokenMs",
+  "usageSource",
+] as const;
+
+type RequestLogField = (typeof requestLogFields)[number];
+
+/** The columns a request log row shows, from either dialect's ledger table (its organization and key names join in). */
+export function requestLogColumns<T extends Record<RequestLogField, AnyColumn>>(ledger: T): Pick<T, RequestLogField> {
+  return Object.fromEntries(requestLogFields.map((field) => [field, ledger[field]])) as Pick<T, RequestLogField>;
+}
+
 interface AuditColumns {
   id: AnyColumn;
   at: AnyColumn;

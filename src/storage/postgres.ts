@@ -9,7 +9,7 @@ import { PostgresLedger } from "../ledger/postgres-ledger";
 import { bucketMs, monthOf, startOfMonth } from "../usage-periods";
 import { UsageFold } from "../ledger/usage-fold";
 import { hourMs, oldestNeededMinute, usageByOrganization, usageWindowStart } from "./usage-rows";
-import { auditConditions, requestLogConditions } from "./log-conditions";
+import { auditConditions, requestLogColumns, requestLogConditions } from "./log-conditions";
 import type {
   AccountRepository,
   AuditEntry,
@@ -309,24 +309,7 @@ function usageRepository(db: Database): UsageRepository {
 }
 
 function requestLogRepository(db: Database): RequestLogRepository {
-  const columns = {
-    requestId: usageLedger.requestId,
-    startedAt: usageLedger.startedAt,
-    endedAt: usageLedger.endedAt,
-    organizationId: usageLedger.organizationId,
-    keyId: usageLedger.keyId,
-    model: usageLedger.model,
-    outcome: usageLedger.outcome,
-    errorCode: usageLedger.errorCode,
-    ruleId: usageLedger.ruleId,
-    promptTokens: usageLedger.promptTokens,
-    completionTokens: usageLedger.completionTokens,
-    reasoningTokens: usageLedger.reasoningTokens,
-    firstTokenMs: usageLedger.firstTokenMs,
-    usageSource: usageLedger.usageSource,
-    organization: organizations.name,
-    keyName: apiKeys.name,
-  };
+  const columns = { ...requestLogColumns(usageLedger), organization: organizations.name, keyName: apiKeys.name };
   return {
     async page(filter) {
       return await timed(

@@ -8,7 +8,7 @@ import { addToMinuteSql, addToMonthSql } from "../ledger/ledger-writer";
 import { UsageFold } from "../ledger/usage-fold";
 import { bucketMs, monthOf, startOfMonth } from "../usage-periods";
 import { startCheckpointer } from "../db/checkpointer";
-import { auditConditions, requestLogConditions, sqliteCommon } from "./log-conditions";
+import { auditConditions, requestLogColumns, requestLogConditions, sqliteCommon } from "./log-conditions";
 import { hourMs, oldestNeededMinute, usageByOrganization, usageWindowStart } from "./usage-rows";
 import type {
   AccountRepository,
@@ -241,7 +241,7 @@ function usageRepository({ sqlite }: DatabaseHandle): UsageRepository {
 /** The request log's query; exported so that a test can ask SQLite which index answers it. */
 export function requestLogQuery({ db }: DatabaseHandle, filter: RequestLogFilter) {
   return db
-    .select({ ...requestLogColumns, organization: organizations.name, keyName: apiKeys.name })
+    .select({ ...requestLogColumns(usageLedger), organization: organizations.name, keyName: apiKeys.name })
     .from(usageLedger)
     .leftJoin(organizations, eq(organizations.id, usageLedger.organizationId))
     .leftJoin(apiKeys, eq(apiKeys.id, usageLedger.keyId))
@@ -257,23 +257,6 @@ function requestLogRepository(database: DatabaseHandle): RequestLogRepository {
     },
   };
 }
-
-const requestLogColumns = {
-  requestId: usageLedger.requestId,
-  startedAt: usageLedger.startedAt,
-  endedAt: usageLedger.endedAt,
-  organizationId: usageLedger.organizationId,
-  keyId: usageLedger.keyId,
-  model: usageLedger.model,
-  outcome: usageLedger.outcome,
-  errorCode: usageLedger.errorCode,
-  ruleId: usageLedger.ruleId,
-  promptTokens: usageLedger.promptTokens,
-  completionTokens: usageLedger.completionTokens,
-  reasoningTokens: usageLedger.reasoningTokens,
-  firstTokenMs: usageLedger.firstTokenMs,
-  usageSource: usageLedger.usageSource,
-};
 
 function auditRepository({ db }: DatabaseHandle): AuditRepository {
   return {

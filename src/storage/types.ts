@@ -1,6 +1,10 @@
 // What the services need from a database, whichever runs: SQLite (one instance, the default) or PostgreSQL (several
 // instances, with Redis). Routes and services see only these interfaces; the SQL of each dialect lives beside it.
 import type { LedgerRow } from "../ledger/ledger";
+import type { AuditActor, AuditEntry } from "../modules/audit/entry";
+import type { RequestLogRow } from "../modules/requests/row";
+
+export type { AuditActor, AuditEntry, RequestLogRow };
 
 export type OrganizationStatus = "active" | "waitlist" | "suspended";
 
@@ -168,24 +172,6 @@ export interface UsageRepository {
   recentRefusals(since: number, limit: number): Promise<RecentRefusal[]>;
 }
 
-/** Who made an administrative change: a console account (its email) or the CLI (the operating-system user). */
-export interface AuditActor {
-  kind: "console" | "cli";
-  name: string;
-}
-
-/** One administrative change or sign-in. `changes` maps a field to [old, new] (old null for what was created). */
-export interface AuditEntry {
-  id: string;
-  at: number;
-  actorKind: AuditActor["kind"];
-  actor: string;
-  action: string;
-  target: string;
-  organizationId: string | null;
-  changes: Record<string, [unknown, unknown]> | null;
-}
-
 export interface AuditFilter {
   since?: number;
   action?: string;
@@ -222,26 +208,6 @@ export interface RequestLogFilter {
   until?: number;
   after?: RequestLogCursor;
   limit: number;
-}
-
-/** A ledger row as the request log shows it, with its key's label and its organization's name. */
-export interface RequestLogRow {
-  requestId: string;
-  startedAt: number;
-  endedAt: number;
-  organizationId: string;
-  organization: string | null;
-  keyId: string;
-  keyName: string | null;
-  model: string;
-  outcome: string;
-  errorCode: string | null;
-  ruleId: string | null;
-  promptTokens: number;
-  completionTokens: number;
-  reasoningTokens: number;
-  firstTokenMs: number | null;
-  usageSource: string;
 }
 
 export interface RequestLogRepository {

@@ -1,32 +1,11 @@
 import { userInfo } from "node:os";
 import { timeOrderedId } from "../../ids";
 import type { AuditActor, AuditEntry, AuditFilter, AuditRepository } from "../../storage/types";
+import type { AuditAction } from "./entry";
 
 export type { AuditActor };
 
-/** Everything the audit trail records. */
-export type AuditAction =
-  | "organization.created"
-  | "organization.updated"
-  | "key.created"
-  | "key.updated"
-  | "key.revoked"
-  | "usage.reset"
-  | "account.created"
-  | "signin.succeeded"
-  | "signin.failed";
-
-export const auditActions: readonly AuditAction[] = [
-  "organization.created",
-  "organization.updated",
-  "key.created",
-  "key.updated",
-  "key.revoked",
-  "usage.reset",
-  "account.created",
-  "signin.succeeded",
-  "signin.failed",
-];
+export { auditActions, type AuditAction } from "./entry";
 
 /** The actor of a command-line change: the operating-system user who ran it. */
 export function cliActor(): AuditActor {

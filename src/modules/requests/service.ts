@@ -1,10 +1,10 @@
 import { invalidRequest } from "../../errors";
-import type { LedgerRow } from "../../ledger/ledger";
+import { outcomes } from "./row";
 import type { RequestLogCursor, RequestLogFilter, RequestLogRepository, RequestLogRow } from "../../storage/types";
 
 export type { RequestLogFilter };
 
-export const outcomes: readonly LedgerRow["outcome"][] = ["completed", "content_filter", "client_disconnected", "upstream_error", "shutdown"];
+export { outcomes } from "./row";
 
 export const defaultPageSize = 50;
 export const maxPageSize = 500;

@@ -3,6 +3,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { userInfo } from "node:os";
 import { join } from "node:path";
+import type { AuditEntry } from "../../../src/modules/audit/entry";
 import { startFakeUpstream, type FakeUpstream } from "../../fake-upstream";
 import { fakeModel, repositoryRoot, startSluice, temporaryDirectory, testActor, type TestSluice } from "../../helpers";
 import { ConsoleClient } from "../console/console-client";
@@ -10,17 +11,6 @@ import { ConsoleClient } from "../console/console-client";
 let upstream: FakeUpstream;
 let sluice: TestSluice;
 const password = "correct horse battery";
-
-interface Entry {
-  id: string;
-  at: number;
-  actorKind: string;
-  actor: string;
-  action: string;
-  target: string;
-  organizationId: string | null;
-  changes: Record<string, [unknown, unknown]> | null;
-}
 
 beforeAll(async () => {
   upstream = startFakeUpstream();
@@ -44,8 +34,8 @@ async function operator(): Promise<ConsoleClient> {
   return client;
 }
 
-async function trail(client: ConsoleClient, query = ""): Promise<{ entries: Entry[]; nextCursor: string | null }> {
-  const response = await client.json<{ entries: Entry[]; nextCursor: string | null }>("GET", `/operator/audit${query}`);
+async function trail(client: ConsoleClient, query = ""): Promise<{ entries: AuditEntry[]; nextCursor: string | null }> {
+  const response = await client.json<{ entries: AuditEntry[]; nextCursor: string | null }>("GET", `/operator/audit${query}`);
   expect(response.status).toBe(200);
   return response.body;
 }

@@ -2,6 +2,7 @@
 // organization, operators every one; CSV streamed; the same from `sluice requests`.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
+import type { RequestLogRow } from "../../../src/modules/requests/row";
 import { startFakeUpstream, type FakeUpstream } from "../../fake-upstream";
 import { fakeModel, repositoryRoot, startSluice, testActor, type TestSluice } from "../../helpers";
 import { ConsoleClient } from "../console/console-client";
@@ -14,24 +15,6 @@ let admin: ConsoleClient;
 const ids = { whole: "", stream: "", refused: "", failed: "", secondKey: "" };
 let otherOrganizationRequest = "";
 let acmeKeyId = "";
-
-interface Row {
-  requestId: string;
-  startedAt: number;
-  endedAt: number;
-  organizationId: string;
-  organization: string | null;
-  keyId: string;
-  keyName: string | null;
-  model: string;
-  outcome: string;
-  errorCode: string | null;
-  ruleId: string | null;
-  promptTokens: number;
-  completionTokens: number;
-  reasoningTokens: number;
-  firstTokenMs: number | null;
-}
 
 async function chat(key: string, body: Record<string, unknown>): Promise<string> {
   const response = await sluice.post("/v1/chat/completions", body, { authorization: `Bearer ${key}` });
@@ -67,8 +50,8 @@ afterAll(async () => {
   await upstream.stop();
 });
 
-async function page(client: ConsoleClient, query = ""): Promise<{ rows: Row[]; nextCursor: string | null }> {
-  const response = await client.json<{ rows: Row[]; nextCursor: string | null }>("GET", `/requests${query}`);
+async function page(client: ConsoleClient, query = ""): Promise<{ rows: RequestLogRow[]; nextCursor: string | null }> {
+  const response = await client.json<{ rows: RequestLogRow[]; nextCursor: string | null }>("GET", `/requests${query}`);
   expect(response.status).toBe(200);
   return response.body;
 }
@@ -89,7 +72,7 @@ describe("the console's request log", () => {
       organization: "acme",
       firstTokenMs: null,
     });
-    const stream = byId.get(ids.stream) as Row;
+    const stream = byId.get(ids.stream) as RequestLogRow;
     expect(stream.outcome).toBe("completed");
     expect(stream.firstTokenMs).toBeGreaterThanOrEqual(0);
     expect(stream.endedAt - stream.startedAt).toBeGreaterThanOrEqual(stream.firstTokenMs as number);
@@ -108,7 +91,7 @@ describe("the console's request log", () => {
     expect((await page(acme, `?id=${ids.stream}`)).rows.map((row) => row.requestId)).toEqual([ids.stream]);
     expect((await page(acme, "?since=2099-01-01")).rows).toEqual([]);
     expect((await page(acme, "?since=1h")).rows.length).toBe(5);
-    const whole = (await page(acme, `?id=${ids.whole}`)).rows[0] as Row;
+    const whole = (await page(acme, `?id=${ids.whole}`)).rows[0] as RequestLogRow;
     // `until` is exclusive, `since` inclusive.
     expect((await page(acme, `?until=${whole.endedAt}`)).rows.some((row) => row.requestId === ids.whole)).toBe(false);
     expect((await page(acme, `?since=${whole.endedAt}&until=${whole.endedAt + 1}`)).rows.map((row) => row.requestId)).toContain(ids.whole);
@@ -143,7 +126,7 @@ describe("the console's request log", () => {
     let cursor: string | null = null;
     let pages = 0;
     do {
-      const result: { rows: Row[]; nextCursor: string | null } = await page(acme, `?model=paged&limit=7${cursor ? `&cursor=${cursor}` : ""}`);
+      const result: { rows: RequestLogRow[]; nextCursor: string | null } = await page(acme, `?model=paged&limit=7${cursor ? `&cursor=${cursor}` : ""}`);
       seen.push(...result.rows.map((row) => row.requestId));
       cursor = result.nextCursor;
       pages++;

@@ -1,47 +1,8 @@
 // The request log (members: their organization; operators: every one) and the operator's audit trail.
 import { useEffect, useState } from "preact/hooks";
+import { type AuditEntry, auditActions } from "../../audit/entry";
+import { outcomes, type RequestLogRow } from "../../requests/row";
 import { api } from "./api";
-
-interface RequestRow {
-  requestId: string;
-  startedAt: number;
-  endedAt: number;
-  organizationId: string;
-  organization: string | null;
-  keyId: string;
-  keyName: string | null;
-  model: string;
-  outcome: string;
-  errorCode: string | null;
-  ruleId: string | null;
-  promptTokens: number;
-  completionTokens: number;
-  reasoningTokens: number;
-  firstTokenMs: number | null;
-}
-
-interface AuditEntry {
-  id: string;
-  at: number;
-  actorKind: string;
-  actor: string;
-  action: string;
-  target: string;
-  changes: Record<string, [unknown, unknown]> | null;
-}
-
-const outcomes = ["completed", "content_filter", "client_disconnected", "upstream_error", "shutdown"];
-const auditActions = [
-  "organization.created",
-  "organization.updated",
-  "key.created",
-  "key.updated",
-  "key.revoked",
-  "usage.reset",
-  "account.created",
-  "signin.succeeded",
-  "signin.failed",
-];
 
 /** The form's non-empty fields as a query string. */
 function queryOf(filters: Record<string, string>, cursor?: string): string {
@@ -80,7 +41,7 @@ function usePages<T>(path: string, itemsOf: (page: Record<string, unknown>) => T
 }
 
 export function RequestsPage({ operator }: { operator: boolean }) {
-  const { filters, items, cursor, error, load } = usePages<RequestRow>("/requests", (page) => page.rows as RequestRow[]);
+  const { filters, items, cursor, error, load } = usePages<RequestLogRow>("/requests", (page) => page.rows as RequestLogRow[]);
   const submit = (event: Event) => {
     event.preventDefault();
     void load(formValues(event.target as HTMLFormElement));

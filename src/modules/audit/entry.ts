@@ -1,0 +1,33 @@
+// What the audit trail records, without imports: the server, the console's pages and the tests share it.
+
+export const auditActions = [
+  "organization.created",
+  "organization.updated",
+  "key.created",
+  "key.updated",
+  "key.revoked",
+  "usage.reset",
+  "account.created",
+  "signin.succeeded",
+  "signin.failed",
+] as const;
+
+export type AuditAction = (typeof auditActions)[number];
+
+/** Who made an administrative change: a console account (its email) or the CLI (the operating-system user). */
+export interface AuditActor {
+  kind: "console" | "cli";
+  name: string;
+}
+
+/** One administrative change or sign-in. `changes` maps a field to [old, new] (old null for what was created). */
+export interface AuditEntry {
+  id: string;
+  at: number;
+  actorKind: AuditActor["kind"];
+  actor: string;
+  action: string;
+  target: string;
+  organizationId: string | null;
+  changes: Record<string, [unknown, unknown]> | null;
+}
