@@ -7,6 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { freePort, waitForPort } from "./ports";
+import { prepareSluice } from "./sluice-setup";
 
 const { values, positionals } = parseArgs({
   options: { rounds: { type: "string", default: "4" }, seconds: { type: "string", default: "6" } },
@@ -44,19 +45,7 @@ function build(tree: string, outfile: string): void {
 async function startSluice(binary: string, name: string, upstreamPort: number): Promise<{ port: number; key: string }> {
   const directory = join(work, name);
   mkdirSync(directory);
-  const config = join(directory, "sluice.toml");
-  await Bun.write(
-    config,
-    `[[models]]\nid = "bench"\nbackend = "openai"\nbase_url = "http://127.0.0.1:${upstreamPort}/v1"\nupstream_model = "bench-upstream"\n\n` +
-      `[[plans]]\nid = "default"\nmodels = ["*"]\ntokens_per_5h = 1000000000000\ntokens_per_month = 1000000000000\nmax_concurrency = 100000\n`,
-  );
-  const environment = { PATH: process.env.PATH, HOME: process.env.HOME, SLUICE_DB: join(directory, "sluice.db"), SLUICE_CONFIG: config };
-  Bun.spawnSync([binary, "org", "create", "bench"], { env: environment });
-  const key = Bun.spawnSync([binary, "key", "create", "--org", "bench"], { env: environment, stdout: "pipe", stderr: "ignore" })
-    .stdout.toString()
-    .trim()
-    .split("\n")
-    .at(-1) as string;
+  const { environment, key } = await prepareSluice(binary, directory, upstreamPort);
   const port = freePort();
   children.push(Bun.spawn([binary, "serve"], { env: { ...environment, SLUICE_PORT: String(port) }, stdout: "ignore", stderr: "ignore" }));
   await waitForPort(port);

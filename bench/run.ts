@@ -6,6 +6,7 @@ import { existsSync, mkdtempSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { freePort, waitForPort } from "./ports";
+import { prepareSluice } from "./sluice-setup";
 import { hashKeySecret } from "../src/modules/keys/secret";
 
 const smoke = process.argv.includes("--smoke");
@@ -132,24 +133,6 @@ async function runLoad(mode: "open" | "closed", target: Target, amount: number, 
   return JSON.parse(output) as { requests: number; errors: number; rps: number; p50_ms: number; p99_ms: number };
 }
 
-/** A Sluice data directory: config, database, one organization and key. Every product check is on. */
-async function prepareSluice(directory: string, upstreamPort: number): Promise<{ environment: Record<string, string | undefined>; key: string }> {
-  const config = join(directory, "sluice.toml");
-  await Bun.write(
-    config,
-    `[[models]]\nid = "bench"\nbackend = "openai"\nbase_url = "http://127.0.0.1:${upstreamPort}/v1"\nupstream_model = "bench-upstream"\n\n` +
-      `[[plans]]\nid = "default"\nmodels = ["*"]\ntokens_per_5h = 1000000000000\ntokens_per_month = 1000000000000\nmax_concurrency = 100000\n`,
-  );
-  const environment = { PATH: process.env.PATH, HOME: process.env.HOME, SLUICE_DB: join(directory, "sluice.db"), SLUICE_CONFIG: config };
-  Bun.spawnSync([sluiceBinary, "org", "create", "bench"], { env: environment });
-  const key = Bun.spawnSync([sluiceBinary, "key", "create", "--org", "bench"], { env: environment, stdout: "pipe", stderr: "ignore" })
-    .stdout.toString()
-    .trim()
-    .split("\n")
-    .at(-1) as string;
-  return { environment, key };
-}
-
 async function startSluice(environment: Record<string, string | undefined>): Promise<{ child: Bun.Subprocess; port: number }> {
   const port = freePort();
   const child = start([sluiceBinary, "serve"], { ...environment, SLUICE_PORT: String(port) });
@@ -193,7 +176,7 @@ async function main(): Promise<void> {
   await waitForPort(barePort);
   const sluiceDirectory = join(work, "sluice");
   require("node:fs").mkdirSync(sluiceDirectory);
-  const { environment, key } = await prepareSluice(sluiceDirectory, upstreamPort);
+  const { environment, key } = await prepareSluice(sluiceBinary, sluiceDirectory, upstreamPort);
   let sluice = await startSluice(environment);
 
   const direct: Target = {
@@ -338,7 +321,7 @@ async function main(): Promise<void> {
     const scaleServer = async (name: string, rows: number) => {
       const directory = join(work, name);
       require("node:fs").mkdirSync(directory);
-      const prepared = await prepareSluice(directory, upstreamPort);
+      const prepared = await prepareSluice(sluiceBinary, directory, upstreamPort);
       if (rows > 0) fillDatabase(prepared.environment.SLUICE_DB as string, rows);
       const server = await startSluice(prepared.environment);
       return { child: server.child, target: { ...sluiceTarget(server.port), headers: { Authorization: `Bearer ${prepared.key}` } } };

@@ -4,6 +4,7 @@ import { useEffect, useRef, useState } from "preact/hooks";
 import uPlot from "uplot";
 import "uplot/dist/uPlot.min.css";
 import { api, setCsrfToken } from "./api";
+import { ErrorText } from "./error-text";
 import { capsBody, CapsFields, capsSummary, EditCaps, type Caps } from "./key-caps";
 import { AuditPage, RequestsPage } from "./logs";
 
@@ -36,14 +37,6 @@ interface Usage {
 }
 
 const time = (value: number | null) => (value === null ? "—" : new Date(value).toLocaleString());
-
-function ErrorText({ error }: { error: string }) {
-  return error ? (
-    <p class="error" role="alert">
-      {error}
-    </p>
-  ) : null;
-}
 
 function SignIn({ onSignedIn }: { onSignedIn: (me: Me) => void }) {
   const [mode, setMode] = useState<"signin" | "signup">("signin");

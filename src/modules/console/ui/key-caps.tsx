@@ -1,6 +1,7 @@
 // A key's own caps inside the organization's plan: the fields of the key form, a summary, and the form that changes them.
 import { useState } from "preact/hooks";
 import { api } from "./api";
+import { ErrorText } from "./error-text";
 
 export interface Caps {
   maxConcurrency: number | null;
@@ -70,11 +71,7 @@ export function EditCaps({ keyId, name, caps, onDone }: { keyId: string; name: s
           Cancel
         </button>
       </div>
-      {error && (
-        <p class="error" role="alert">
-          {error}
-        </p>
-      )}
+      <ErrorText error={error} />
     </form>
   );
 }

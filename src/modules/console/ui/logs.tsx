@@ -3,6 +3,7 @@ import { useEffect, useState } from "preact/hooks";
 import { type AuditEntry, auditActions } from "../../audit/entry";
 import { outcomes, type RequestLogRow } from "../../requests/row";
 import { api } from "./api";
+import { ErrorText } from "./error-text";
 
 /** The form's non-empty fields as a query string. */
 function queryOf(filters: Record<string, string>, cursor?: string): string {
@@ -95,11 +96,7 @@ export function RequestsPage({ operator }: { operator: boolean }) {
           </a>
         </div>
       </form>
-      {error && (
-        <p class="error" role="alert">
-          {error}
-        </p>
-      )}
+      <ErrorText error={error} />
       <div class="table-wrap">
         <table data-testid="request-log">
           <thead>
@@ -181,11 +178,7 @@ export function AuditPage() {
           </button>
         </div>
       </form>
-      {error && (
-        <p class="error" role="alert">
-          {error}
-        </p>
-      )}
+      <ErrorText error={error} />
       <div class="table-wrap">
         <table data-testid="audit-trail">
           <thead>
