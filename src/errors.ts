@@ -154,13 +154,39 @@ export function missingParameter(param: string): SluiceError {
 }
 
 /**
+ * What a failed request knows about the upstream's part in it: whether the upstream had the request (and so did work
+ * that is recorded in the ledger and billed). Both failures that can happen once a request is on its way carry it.
+ */
+export interface UpstreamContact {
+  /** False when no connection was made, or the caller left before the upstream had the request. */
+  readonly reachedUpstream: boolean;
+}
+
+/** Whether the upstream did work for a request that ended with `error`: anything else than these two did. */
+export function reachedUpstream(error: unknown): boolean {
+  return !(error instanceof UpstreamError || error instanceof ClientGoneError) || error.reachedUpstream;
+}
+
+/** The caller went away; nobody is left to answer, but the work done so far is still accounted. */
+export class ClientGoneError extends Error implements UpstreamContact {
+  override name = "ClientGoneError";
+
+  constructor(
+    message: string,
+    readonly reachedUpstream = true,
+    options?: ErrorOptions,
+  ) {
+    super(message, options);
+  }
+}
+
+/**
  * A failure of an upstream model server. `isRetryable` says whether trying again (here or on another upstream)
  * can help, as vercel/ai's APICallError does.
  */
-export class UpstreamError extends SluiceError {
+export class UpstreamError extends SluiceError implements UpstreamContact {
   readonly isRetryable: boolean;
   readonly upstreamStatus: number | undefined;
-  /** False when no connection was made, so the upstream did no work and the ledger gets no row. */
   readonly reachedUpstream: boolean;
 
   constructor(

@@ -14,7 +14,7 @@ import { finishRecord, observabilityRoutes, type Lifecycle } from "../modules/ob
 import type { Logger } from "../modules/observability/logger";
 import type { Metrics } from "../modules/observability/metrics";
 import { recordOf, startRecord, type RequestRecord } from "../modules/observability/request-record";
-import { ClientGoneError } from "../upstream/errors";
+import { ClientGoneError } from "../errors";
 import { errorResponse, toSluiceError } from "./error-response";
 import { openApiDocument } from "./openapi";
 

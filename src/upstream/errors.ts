@@ -1,19 +1,5 @@
-import { SluiceError, UpstreamError } from "../errors";
+import { ClientGoneError, SluiceError, UpstreamError } from "../errors";
 import { DeadlineExceeded } from "./deadlines";
-
-/** The caller went away; nobody is left to answer, but the work done so far is still accounted. */
-export class ClientGoneError extends Error {
-  override name = "ClientGoneError";
-
-  /** False when the caller left before the upstream answered at all: then there is nothing to bill or record. */
-  constructor(
-    message: string,
-    readonly reachedUpstream = true,
-    options?: ErrorOptions,
-  ) {
-    super(message, options);
-  }
-}
 
 const contextLengthPattern = /context length|context window|maximum context|too many tokens|prompt is too long|exceeds? the (?:model'?s? )?(?:max|context)/i;
 

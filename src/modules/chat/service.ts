@@ -1,11 +1,11 @@
 import type { SafetyRuleConfig } from "../../config/schema";
-import { SluiceError, UpstreamError } from "../../errors";
+import { ClientGoneError, reachedUpstream, SluiceError, UpstreamError } from "../../errors";
 import type { LedgerRow } from "../../ledger/ledger";
 import type { LedgerStore } from "../../storage/types";
 import { countChatTokens, countTextTokens, estimateChatTokens, loadTokenizer } from "../../tokens/count";
 import { AdmissionRejected, type Lease } from "../admission/store";
 import { abortAfter } from "../../upstream/deadlines";
-import { ClientGoneError, ServerShutdown } from "../../upstream/errors";
+import { ServerShutdown } from "../../upstream/errors";
 import type { Metrics } from "../observability/metrics";
 import { deferRecord, noteBilled, noteFailure, noteFirstToken, type RequestRecord } from "../observability/request-record";
 import type { CompletionEvent, Usage } from "../../upstream/types";
@@ -83,12 +83,6 @@ function outcomeOf(error: unknown): { outcome: Outcome; errorCode: string | null
   if (error instanceof SluiceError && error.cause instanceof ServerShutdown) return { outcome: "shutdown", errorCode: error.code };
   if (error instanceof SluiceError) return { outcome: "upstream_error", errorCode: error.code };
   return { outcome: "upstream_error", errorCode: "upstream_error" };
-}
-
-/** Whether the upstream did work for this request, so that it belongs in the ledger and is billed. */
-function reachedUpstream(error: unknown): boolean {
-  if (error instanceof UpstreamError || error instanceof ClientGoneError) return error.reachedUpstream;
-  return true;
 }
 
 /** Internal failures are never shown raw: the caller gets a 502 naming the request. */

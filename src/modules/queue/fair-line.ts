@@ -1,5 +1,5 @@
 import { SluiceError } from "../../errors";
-import { ClientGoneError } from "../../upstream/errors";
+import { ClientGoneError } from "../../errors";
 import type { Slot } from "./model-queue";
 
 interface Waiter {

@@ -2,7 +2,7 @@ import { expect, test } from "bun:test";
 import { resolveConfig } from "../../../src/config/load";
 import { SluiceError } from "../../../src/errors";
 import { ModelQueue, type Slot } from "../../../src/modules/queue/model-queue";
-import { ClientGoneError } from "../../../src/upstream/errors";
+import { ClientGoneError } from "../../../src/errors";
 
 function queue(maxConcurrency: number, queueSize = 100, queueTimeoutMs = 10_000) {
   const [model] = resolveConfig({
