@@ -1,5 +1,5 @@
 import { auditActions } from "../modules/audit/service";
-import { parseTimeBound } from "../modules/keys/duration";
+import { parseTimeBound, timeBoundForms } from "../modules/keys/duration";
 import { formatTime, withCliContext } from "./context";
 import { UsageError, parseCommand } from "./usage";
 
@@ -7,8 +7,7 @@ import { UsageError, parseCommand } from "./usage";
 export async function runAudit(args: string[]): Promise<number> {
   const { values } = parseCommand(args, { since: { type: "string" }, action: { type: "string" }, org: { type: "string" }, limit: { type: "string" } }, 0);
   const since = parseTimeBound(values.since ?? "7d", Date.now());
-  if (since === undefined)
-    throw new UsageError(`--since must be a time back from now (24h, 7d), an ISO 8601 time or epoch milliseconds, got "${values.since}"`);
+  if (since === undefined) throw new UsageError(`--since must be ${timeBoundForms}; got "${values.since}"`);
   if (values.action !== undefined && !(auditActions as readonly string[]).includes(values.action))
     throw new UsageError(`--action must be one of ${auditActions.join(", ")}`);
   const limit = values.limit === undefined ? 200 : Number(values.limit);

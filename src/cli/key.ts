@@ -1,4 +1,4 @@
-import { applyKeyLimits } from "../modules/admission/service";
+import { restoreKeyFromLedger } from "../modules/admission/ledger-usage";
 import { RedisAdmissionStore } from "../modules/admission/redis-store";
 import { parseDuration } from "../modules/keys/duration";
 import { noLimits, type KeyLimits } from "../modules/keys/service";
@@ -64,7 +64,7 @@ export async function runKey(args: string[]): Promise<number> {
       if (context.redis) {
         const shared = new RedisAdmissionStore(context.redis, context.storage.usage, context.storage.keys);
         try {
-          await applyKeyLimits(shared, context.storage.usage, updated, Date.now());
+          await restoreKeyFromLedger(shared, context.storage.usage, updated, Date.now());
         } finally {
           shared.close();
         }

@@ -1,4 +1,4 @@
-import { parseTimeBound } from "../modules/keys/duration";
+import { parseTimeBound, timeBoundForms } from "../modules/keys/duration";
 import { checkOutcome, maxPageSize, RequestLogService, type RequestLogFilter } from "../modules/requests/service";
 import { formatTime, withCliContext } from "./context";
 import { UsageError, parseCommand } from "./usage";
@@ -18,7 +18,7 @@ const options = {
 function timeOption(name: string, value: string | undefined, now: number): number | undefined {
   if (value === undefined) return undefined;
   const time = parseTimeBound(value, now);
-  if (time === undefined) throw new UsageError(`--${name} must be a time back from now (24h, 7d), an ISO 8601 time or epoch milliseconds, got "${value}"`);
+  if (time === undefined) throw new UsageError(`--${name} must be ${timeBoundForms}; got "${value}"`);
   return time;
 }
 

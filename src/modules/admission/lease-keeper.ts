@@ -12,8 +12,8 @@ const renewEveryMs = leaseMs / 3;
  * every five seconds, so that a lease outlives its request only when the instance dies.
  */
 export class LeaseKeeper {
-  /** lease id → the sorted sets it lives in (an organization's, and its key's when the key has caps) */
-  private readonly held = new Map<string, readonly string[]>();
+  /** lease id → the sorted set it lives in, or the sets (an organization's, and its key's when the key has caps) */
+  private readonly held = new Map<string, string | readonly string[]>();
   private readonly timer: Timer;
 
   constructor(private readonly redis: RedisConnection) {
@@ -22,7 +22,7 @@ export class LeaseKeeper {
   }
 
   hold(sets: string | readonly string[], leaseId: string): void {
-    this.held.set(leaseId, typeof sets === "string" ? [sets] : sets);
+    this.held.set(leaseId, sets);
   }
 
   release(leaseId: string): void {
@@ -38,7 +38,7 @@ export class LeaseKeeper {
     const keys: string[] = [];
     const args: string[] = [String(leaseMs)];
     for (const [leaseId, sets] of this.held) {
-      for (const set of sets) {
+      for (const set of typeof sets === "string" ? [sets] : sets) {
         keys.push(set);
         args.push(leaseId);
       }

@@ -2,7 +2,18 @@ import type { PlanConfig } from "../../config/schema";
 import { fiveHoursMs, monthOf, startOfNextMonth } from "../../usage-periods";
 import { OutputEstimate } from "./estimate";
 import { quotaRejection, rateLimitHeaders, usageSnapshot, type QuotaState } from "./quota-answers";
-import type { AdmissionRequest, AdmissionStore, KeyAdmission, LedgerBucket, Lease, Limits, SpentTokens, Subject, UsageSnapshot } from "./store";
+import {
+  hasQuota,
+  type AdmissionRequest,
+  type AdmissionStore,
+  type KeyAdmission,
+  type LedgerBucket,
+  type Lease,
+  type Limits,
+  type SpentTokens,
+  type Subject,
+  type UsageSnapshot,
+} from "./store";
 import { RollingWindow } from "./window";
 
 /** The usage of one subject of admission: an organization, or a key with caps of its own. */
@@ -45,19 +56,25 @@ class SubjectState {
     return room;
   }
 
-  record(tokens: number, at: number): void {
-    this.window.add(tokens, at);
+  /** Takes a place in flight and reserves tokens. */
+  take(reservation: number): void {
+    this.reserved += reservation;
+    this.inFlight++;
+  }
+
+  /** Gives the place and the reservation back, and records what was really spent. */
+  give(reservation: number, spent: SpentTokens | null, at: number): void {
+    this.reserved -= reservation;
+    this.inFlight--;
+    if (!spent) return;
+    this.window.add(spent.promptTokens + spent.completionTokens, at);
     this.monthUsedAt(at);
-    this.monthUsed += tokens;
+    this.monthUsed += spent.promptTokens + spent.completionTokens;
   }
 
   quotaState(now: number, windowUsed: number): QuotaState {
     return { now, windowUsed, monthUsed: this.monthUsedAt(now), reserved: this.reserved, inFlight: this.inFlight, untilEmpty: this.window.timeUntilEmpty(now) };
   }
-}
-
-function hasQuota(limits: Limits): boolean {
-  return limits.tokensPer5h !== undefined || limits.tokensPerMonth !== undefined;
 }
 
 /**
@@ -84,10 +101,8 @@ export class MemoryAdmissionStore implements AdmissionStore {
       organization.headroom(plan, organizationWindow, now),
       key && keyLimits ? key.headroom(keyLimits, keyWindow, now) : Number.POSITIVE_INFINITY,
     );
-    for (const subject of key ? [organization, key] : [organization]) {
-      subject.reserved += reservation;
-      subject.inFlight++;
-    }
+    organization.take(reservation);
+    key?.take(reservation);
     this.reservedTotal += reservation;
     this.inFlightTotal++;
     const headers = rateLimitHeaders(
@@ -101,11 +116,8 @@ export class MemoryAdmissionStore implements AdmissionStore {
       settle: (spent: SpentTokens | null, at: number) => {
         if (settled) return;
         settled = true;
-        for (const subject of key ? [organization, key] : [organization]) {
-          subject.reserved -= reservation;
-          subject.inFlight--;
-          if (spent) subject.record(spent.promptTokens + spent.completionTokens, at);
-        }
+        organization.give(reservation, spent, at);
+        key?.give(reservation, spent, at);
         this.reservedTotal -= reservation;
         this.inFlightTotal--;
         if (spent) this.estimate.observe(request.modelId, spent.completionTokens);

@@ -8,7 +8,17 @@ import { OutputEstimate } from "./estimate";
 import { leaseMs, type LeaseKeeper } from "./lease-keeper";
 import { bucketMs, monthOf, startOfNextMonth } from "../../usage-periods";
 import { quotaRejection, rateLimitHeaders, usageSnapshot, type QuotaState } from "./quota-answers";
-import type { AdmissionRequest, AdmissionStore, KeyAdmission, LedgerBucket, Lease, Limits, SpentTokens, UsageSnapshot } from "./store";
+import {
+  hasQuota,
+  type AdmissionRequest,
+  type AdmissionStore,
+  type KeyAdmission,
+  type LedgerBucket,
+  type Lease,
+  type Limits,
+  type SpentTokens,
+  type UsageSnapshot,
+} from "./store";
 
 const readyKey = `${keyPrefix}ready`;
 const rebuildLockKey = `${keyPrefix}rebuilding`;
@@ -101,7 +111,6 @@ export class RedisAdmissionStore implements AdmissionStore {
     const leaseId = crypto.randomUUID();
     const key = request.key;
     const keys = [...subjectKeys(request.organizationId), ...(key ? subjectKeys(request.organizationId, key.id) : [])];
-    const hasQuota = (limits: Limits) => limits.tokensPer5h !== undefined || limits.tokensPerMonth !== undefined;
     const wanted = hasQuota(plan) || (key && hasQuota(key.limits)) ? request.promptTokens + this.estimate.expected(request.modelId, request.maxTokens) : 0;
     const args = ["admit", request.promptTokens + 1, wanted, leaseId, leaseMs, ...limitArgs(plan), ...(key ? limitArgs(key.limits) : [])];
     const reply = await this.runRebuilt(keys, args);
@@ -115,7 +124,7 @@ export class RedisAdmissionStore implements AdmissionStore {
         byKey ? "key" : "organization",
       );
     }
-    this.keeper?.hold(key ? [keys[3] as string, keys[8] as string] : [keys[3] as string], leaseId);
+    this.keeper?.hold(key ? [keys[3] as string, keys[8] as string] : (keys[3] as string), leaseId);
     this.localInFlight++;
     this.localReserved += reply.reservation;
     let settled = false;

@@ -1,4 +1,4 @@
-import type { LedgerStore, Storage, UsageRepository } from "../../storage/types";
+import type { LedgerStore, Storage } from "../../storage/types";
 import type { AuditActor, AuditLog } from "../audit/service";
 import { restoreFromLedger, restoreKeyFromLedger, restoreLimitedKeys } from "./ledger-usage";
 import type { AdmissionStore } from "./store";
@@ -54,13 +54,4 @@ export async function resetUsage(
   }
   await storage.changes.announce();
   await audit.log.record(audit.actor, "usage.reset", organization.name, { organizationId: organization.id, changes: { resetAt: [null, now] } });
-}
-
-/**
- * After a key's caps changed (CLI or console): its usage so far, from its ledger rows, into the admission state that
- * enforces them: Redis for every instance in shared mode, or this process's store. A server in another process on
- * the same SQLite file picks the change up itself (see syncAdmissionWithLedger).
- */
-export async function applyKeyLimits(store: AdmissionStore, usage: UsageRepository, key: { id: string; organizationId: string }, now: number): Promise<void> {
-  await restoreKeyFromLedger(store, usage, key, now);
 }

@@ -18,6 +18,11 @@ export class AdmissionRejected extends SluiceError {
 /** The caps of one subject of admission: an organization (its plan's) or a key (its own). Undefined: none. */
 export type Limits = Pick<PlanConfig, "tokensPer5h" | "tokensPerMonth" | "maxConcurrency">;
 
+/** Whether a subject has a token quota (and so needs a reservation). */
+export function hasQuota(limits: Limits): boolean {
+  return limits.tokensPer5h !== undefined || limits.tokensPerMonth !== undefined;
+}
+
 /** Whose limit said no: the organization's plan, or the key's own caps. */
 export type Subject = "organization" | "key";
 

@@ -3,6 +3,7 @@ import { SluiceError } from "../../errors";
 import type { ChangeFeed, KeyCredentials, KeyLimits, KeyRepository } from "../../storage/types";
 import type { Limits } from "../admission/store";
 import { hashesEqual, hashKeySecret, keyPrefix } from "../keys/secret";
+import { hasLimits } from "../keys/service";
 
 /** Who is asking: the key, its organization and the organization's plan. */
 export interface Caller {
@@ -16,7 +17,7 @@ export interface Caller {
 
 /** A key's caps as admission reads them; undefined when it has none (most keys: no object is made for them). */
 export function keyLimitsOf(limits: KeyLimits): Limits | undefined {
-  if (limits.maxConcurrency === null && limits.tokensPer5h === null && limits.tokensPerMonth === null) return undefined;
+  if (!hasLimits(limits)) return undefined;
   return {
     maxConcurrency: limits.maxConcurrency ?? undefined,
     tokensPer5h: limits.tokensPer5h ?? undefined,

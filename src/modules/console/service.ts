@@ -2,8 +2,8 @@ import type { Config } from "../../config/schema";
 import { SluiceError, invalidRequest } from "../../errors";
 import type { AdmissionStore } from "../admission/store";
 import type { AuthService } from "../auth/service";
-import { parseDuration, parseTimeBound } from "../keys/duration";
-import { checkOutcome, defaultPageSize, type RequestLogPage, type RequestLogService } from "../requests/service";
+import { parseDuration, parseTimeBound, timeBoundForms } from "../keys/duration";
+import { checkOutcome, defaultPageSize, maxPageSize, type RequestLogPage, type RequestLogService } from "../requests/service";
 import type { ApiKeyInfo, KeyService } from "../keys/service";
 import type { ModelRegistry } from "../models/registry";
 import { organizationStatuses, type Organization, type OrganizationService, type OrganizationStatus } from "../organizations/service";
@@ -12,7 +12,7 @@ import type { AuditEntry, RequestLogFilter, UsageRepository } from "../../storag
 import { auditActions, type AuditActor, type AuditLog } from "../audit/service";
 import type { AccountService, Actor } from "./accounts";
 import type { AuditQueryInput, CreateKey, KeyLimitsInput, RequestLogQueryInput, SignUp, UpdateOrganization } from "./model";
-import { applyKeyLimits } from "../admission/service";
+import { restoreKeyFromLedger } from "../admission/ledger-usage";
 import type { UsageSnapshot } from "../admission/store";
 import { keyLimitsOf } from "../auth/service";
 import type { KeyLimits } from "../../storage/types";
@@ -47,7 +47,7 @@ function limitsOf(input: KeyLimitsInput): KeyLimits {
 
 function pageSize(limit: string | undefined): number {
   const size = limit === undefined ? defaultPageSize : Number(limit);
-  if (!(size >= 1 && size <= 500)) throw invalidRequest("limit must be from 1 to 500.", "limit");
+  if (!(size >= 1 && size <= maxPageSize)) throw invalidRequest(`limit must be from 1 to ${maxPageSize}.`, "limit");
   return size;
 }
 
@@ -117,7 +117,9 @@ export class ConsoleService {
     if (!key || key.organizationId !== organization.id) throw new SluiceError("not_found", "No such key.");
     const updated = await this.deps.keys.setLimits(keyId, limitsOf(input), auditActor(actor));
     this.deps.auth.invalidate();
-    await applyKeyLimits(this.deps.admission, this.deps.usage, updated, this.deps.clock());
+    // The caps hold from the key's next request, counting what it used before: its usage into the store that
+    // enforces them (Redis in shared mode; a server on the same SQLite file in another process notices by itself).
+    await restoreKeyFromLedger(this.deps.admission, this.deps.usage, updated, this.deps.clock());
     return updated;
   }
 
@@ -243,7 +245,7 @@ export class ConsoleService {
 
   private timeBound(text: string, param: string): number {
     const time = parseTimeBound(text, this.deps.clock());
-    if (time === undefined) throw invalidRequest(`${param} must be a time back from now (24h, 7d), an ISO 8601 time, or milliseconds since the epoch.`, param);
+    if (time === undefined) throw invalidRequest(`${param} must be ${timeBoundForms}.`, param);
     return time;
   }
 

@@ -9,6 +9,9 @@ export function parseDuration(text: string): number | undefined {
   return amount * unitMs[match[2] as keyof typeof unitMs];
 }
 
+/** What parseTimeBound takes, for the message that refuses anything else. */
+export const timeBoundForms = "a time back from now (24h, 7d), an ISO 8601 time, or milliseconds since the epoch";
+
 /**
  * A point in time as people write it in a filter: a duration back from now (`24h`, `7d`), an ISO 8601 time, or
  * milliseconds since the epoch; undefined when it is none of these.
