@@ -13,7 +13,7 @@ run: $(STAMP)
 	$(BUN) src/main.ts serve
 
 test: $(STAMP) chromium shared-services
-	node_modules/.bin/biome check .
+	node_modules/.bin/biome check --error-on-warnings .
 	node_modules/.bin/tsc --noEmit -p .
 	node_modules/.bin/tsc --noEmit -p src/modules/console/ui
 	$(BUN) test --timeout 20000

@@ -5,6 +5,7 @@ import { join } from "node:path";
 import type { ConfigFile } from "../../../src/config/schema";
 import type { KeyLimits } from "../../../src/storage/types";
 import { countChatTokens, loadTokenizer } from "../../../src/tokens/count";
+import { sluiceCommand } from "../../support/sluice-process";
 import {
   eventually,
   expectFiveHourQuotaAnswers,
@@ -181,22 +182,24 @@ describe("caps over time", () => {
       const { key, secret } = await sluice.keys.create({ organizationId: organization.id, name: "later" }, testActor);
       for (let index = 0; index < 4; index++) expect((await post(sluice, secret)).status).toBe(200);
       const cli = (...args: string[]) =>
-        Bun.spawnSync([process.execPath, join(repositoryRoot, "src/main.ts"), "key", ...args], {
-          env: { ...process.env, SLUICE_DB: sluice.database.sqlite.filename, SLUICE_CONFIG: join(repositoryRoot, "test/fixtures/absent.toml") },
-        });
+        sluiceCommand(
+          { ...process.env, SLUICE_DB: sluice.database.sqlite.filename, SLUICE_CONFIG: join(repositoryRoot, "test/fixtures/absent.toml") },
+          "key",
+          ...args,
+        );
       const updated = cli("update", key.id, "--tokens-per-5h", "50", "--max-concurrency", "1");
-      expect(updated.exitCode).toBe(0);
-      expect(updated.stdout.toString()).toBe(`${key.id}\t1\t50\t-\n`);
+      expect(updated.code).toBe(0);
+      expect(updated.stdout).toBe(`${key.id}\t1\t50\t-\n`);
       // 60 tokens used before the cap existed: already over it.
       const refused = await post(sluice, secret);
       expect(refused.status).toBe(429);
       expect((await errorOf(refused)).message).toContain("5-hour quota of 50 tokens");
-      expect(cli("update", key.id, "--tokens-per-5h", "none").exitCode).toBe(0);
+      expect(cli("update", key.id, "--tokens-per-5h", "none").code).toBe(0);
       const [slow, second] = await Promise.all([post(sluice, secret), Bun.sleep(50).then(() => post(sluice, secret))]);
       expect([slow.status, second.status].sort()).toEqual([200, 429]);
-      expect(cli("update", key.id, "--max-concurrency", "0").stderr.toString()).toContain("--max-concurrency must be a whole number of at least 1, or none");
-      expect(cli("update", key.id).stderr.toString()).toContain("give at least one of");
-      const listed = cli("list", "--org", "acme").stdout.toString();
+      expect(cli("update", key.id, "--max-concurrency", "0").stderr).toContain("--max-concurrency must be a whole number of at least 1, or none");
+      expect(cli("update", key.id).stderr).toContain("give at least one of");
+      const listed = cli("list", "--org", "acme").stdout;
       expect(listed).toContain(`${key.id}\tlater\t`);
       expect(
         listed

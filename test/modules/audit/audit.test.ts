@@ -5,7 +5,8 @@ import { userInfo } from "node:os";
 import { join } from "node:path";
 import type { AuditEntry } from "../../../src/modules/audit/entry";
 import { startFakeUpstream, type FakeUpstream } from "../../fake-upstream";
-import { fakeModel, repositoryRoot, startSluice, temporaryDirectory, testActor, type TestSluice } from "../../helpers";
+import { fakeModel, startSluice, temporaryDirectory, testActor, type TestSluice } from "../../helpers";
+import { sluiceCommand } from "../../support/sluice-process";
 import { ConsoleClient } from "../console/console-client";
 
 let upstream: FakeUpstream;
@@ -46,12 +47,10 @@ await Bun.write(configPath, '[[models]]\nid = "m"\nbackend = "demo"\n\n[[plans]]
 afterAll(() => configDirectory.remove());
 
 function cli(...args: string[]) {
-  const result = Bun.spawnSync([process.execPath, join(repositoryRoot, "src/main.ts"), ...args], {
-    env: { ...process.env, SLUICE_DB: sluice.database.sqlite.filename, SLUICE_CONFIG: configPath, SLUICE_OPERATOR_PASSWORD: "another long password" },
-    stdout: "pipe",
-    stderr: "pipe",
-  });
-  return { code: result.exitCode, stdout: result.stdout.toString(), stderr: result.stderr.toString() };
+  return sluiceCommand(
+    { ...process.env, SLUICE_DB: sluice.database.sqlite.filename, SLUICE_CONFIG: configPath, SLUICE_OPERATOR_PASSWORD: "another long password" },
+    ...args,
+  );
 }
 
 describe("changes made in the console", () => {

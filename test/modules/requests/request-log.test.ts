@@ -5,6 +5,7 @@ import { join } from "node:path";
 import type { RequestLogRow } from "../../../src/modules/requests/row";
 import { startFakeUpstream, type FakeUpstream } from "../../fake-upstream";
 import { fakeModel, repositoryRoot, startSluice, testActor, type TestSluice } from "../../helpers";
+import { sluiceCommand } from "../../support/sluice-process";
 import { ConsoleClient } from "../console/console-client";
 
 let upstream: FakeUpstream;
@@ -174,12 +175,11 @@ describe("the console's request log", () => {
 
 describe("sluice requests", () => {
   function cli(...args: string[]) {
-    const result = Bun.spawnSync([process.execPath, join(repositoryRoot, "src/main.ts"), "requests", ...args], {
-      env: { ...process.env, SLUICE_DB: sluice.database.sqlite.filename, SLUICE_CONFIG: join(repositoryRoot, "test/fixtures/absent.toml") },
-      stdout: "pipe",
-      stderr: "pipe",
-    });
-    return { code: result.exitCode, stdout: result.stdout.toString(), stderr: result.stderr.toString() };
+    return sluiceCommand(
+      { ...process.env, SLUICE_DB: sluice.database.sqlite.filename, SLUICE_CONFIG: join(repositoryRoot, "test/fixtures/absent.toml") },
+      "requests",
+      ...args,
+    );
   }
 
   test("--org, --since, --outcome, --id, --csv", () => {
