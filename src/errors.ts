@@ -157,7 +157,7 @@ export function missingParameter(param: string): SluiceError {
  * What a failed request knows about the upstream's part in it: whether the upstream had the request (and so did work
  * that is recorded in the ledger and billed). Both failures that can happen once a request is on its way carry it.
  */
-export interface UpstreamContact {
+interface UpstreamContact {
   /** False when no connection was made, or the caller left before the upstream had the request. */
   readonly reachedUpstream: boolean;
 }

@@ -57,7 +57,7 @@ function describe(error: ValueError, param: string): string {
 }
 
 /** Deeper than this, a body is refused: it would only serve to exhaust the stack of whoever walks it next. */
-export const maxNestingDepth = 64;
+const maxNestingDepth = 64;
 
 /** Whether a parsed JSON value nests deeper than `limit` (walked without recursion). */
 function nestsDeeperThan(value: unknown, limit: number): boolean {

@@ -1,7 +1,7 @@
 import { SluiceError } from "../errors";
 
 /** 413 request_too_large, in the caller's error format like every other error. */
-export function bodyTooLarge(limit: number): SluiceError {
+function bodyTooLarge(limit: number): SluiceError {
   return new SluiceError("request_too_large", `The request body is larger than the limit of ${limit} bytes.`);
 }
 

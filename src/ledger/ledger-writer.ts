@@ -4,7 +4,7 @@ import { UsageFold } from "./usage-fold";
 
 /** A row as it crosses to the writer thread: its 14 fields in a flat array (cheaper to copy than objects). */
 export type LedgerValue = string | number | null;
-export const fieldsPerRow = 14;
+const fieldsPerRow = 14;
 
 /** Adds tokens to an organization's minute: (organization_id, minute, tokens, last ended_at). */
 export const addToMinuteSql = `INSERT INTO usage_minutes (organization_id, minute, tokens, last_time) VALUES (?1, ?2, ?3, ?4)

@@ -6,7 +6,7 @@ import { readBodyText } from "../../http/read-body";
 import { validateBody } from "../../validation";
 
 /** Console bodies are small; nothing the pages send comes near this. */
-export const consoleBodyLimit = 64 * 1024;
+const consoleBodyLimit = 64 * 1024;
 
 export const SignUpBody = Type.Object({
   email: Type.String({ maxLength: 254 }),

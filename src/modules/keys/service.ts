@@ -13,7 +13,7 @@ export function hasLimits(limits: KeyLimits): boolean {
 }
 
 /** Checks caps: each a whole number from 1 up, or null for none; the name of the first wrong one otherwise. */
-export function checkLimits(limits: KeyLimits): { field: keyof KeyLimits; message: string } | undefined {
+function checkLimits(limits: KeyLimits): { field: keyof KeyLimits; message: string } | undefined {
   for (const field of ["maxConcurrency", "tokensPer5h", "tokensPerMonth"] as const) {
     const value = limits[field];
     if (value !== null && !(Number.isSafeInteger(value) && value >= 1)) return { field, message: `${field} must be a whole number of at least 1, or none` };
@@ -92,10 +92,6 @@ export class KeyService {
     await this.changes?.announce();
     await this.audit.record(actor, "key.updated", keyId, { organizationId: existing.organizationId, changes: changed });
     return updated;
-  }
-
-  limited() {
-    return this.repository.limited();
   }
 
   /** Revokes a key; revoking twice keeps the first revocation time. */

@@ -18,12 +18,12 @@ export interface RequestLogPage {
 }
 
 /** The cursor as the caller sees it: opaque, but only the last row's time and id. */
-export function encodeCursor(row: RequestLogCursor): string {
+function encodeCursor(row: RequestLogCursor): string {
   return Buffer.from(`${row.endedAt}.${row.requestId}`).toString("base64url");
 }
 
 /** Reads a cursor back; 400 naming `cursor` when it is not one this server wrote. */
-export function decodeCursor(cursor: string): RequestLogCursor {
+function decodeCursor(cursor: string): RequestLogCursor {
   const text = Buffer.from(cursor, "base64url").toString();
   const match = /^(\d{1,15})\.(req_[0-9a-zA-Z_-]{1,64})$/.exec(text);
   if (!match) throw invalidRequest("This cursor is not one the request log gave out; start again without it.", "cursor");
