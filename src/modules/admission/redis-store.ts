@@ -227,7 +227,7 @@ export class RedisAdmissionStore implements AdmissionStore {
 
   /** One rebuild at a time in this instance; across instances, a lock in Redis lets one do it while others wait. */
   private rebuildOnce(): Promise<void> {
-    this.rebuilding ??= withTimeout(this.rebuild(), rebuildWaitMs, "the admission rebuild")
+    this.rebuilding ??= withTimeout(this.rebuildFromLedger(), rebuildWaitMs, "the admission rebuild")
       .catch(() => {})
       .finally(() => {
         this.rebuilding = undefined;
@@ -235,7 +235,11 @@ export class RedisAdmissionStore implements AdmissionStore {
     return this.rebuilding;
   }
 
-  private async rebuild(): Promise<void> {
+  /**
+   * Rebuilds every organization's (and capped key's) usage in Redis from the ledger, unless the state is already
+   * there: asked for by a request that found it missing, which another instance may have rebuilt since.
+   */
+  async rebuildFromLedger(): Promise<void> {
     const owner = crypto.randomUUID();
     const locked = await this.redis.call("SET", [rebuildLockKey, owner, "NX", "PX", "30000"]);
     if (locked === null) {
@@ -245,6 +249,9 @@ export class RedisAdmissionStore implements AdmissionStore {
       return;
     }
     try {
+      // Rebuilt by another instance between this one's look and its lock: a second rebuild would start a new
+      // generation, and the settles of every request admitted in between would be dropped with their leases held.
+      if ((await this.redis.call("EXISTS", [readyKey])) === 1) return;
       const now = Number(((await this.redis.call("TIME", [])) as string[])[0]) * 1000;
       const usage = await this.usage.read(now);
       await Promise.all([...usage].map(([organizationId, entry]) => this.restore(organizationId, entry.buckets, entry.monthTokens, now)));
