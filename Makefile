@@ -28,6 +28,7 @@ bench: $(STAMP) shared-services
 	BUN_CONFIG_MAX_HTTP_REQUESTS=65535 $(BUN) bench/run.ts
 	BUN_CONFIG_MAX_HTTP_REQUESTS=65535 $(BUN) bench/shared.ts
 	$(BUN) bench/request-log.ts
+	$(BUN) bench/ledger-pages.ts
 
 soak: $(STAMP)
 	BUN_CONFIG_MAX_HTTP_REQUESTS=65535 $(BUN) bench/soak.ts --seconds 600

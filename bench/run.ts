@@ -174,6 +174,13 @@ async function main(): Promise<void> {
   const barePort = freePort();
   let bare = start([bun, join(import.meta.dir, "bare-proxy.ts"), String(barePort), `http://127.0.0.1:${upstreamPort}`], lifted);
   await waitForPort(barePort);
+  // The yardsticks of the unavoidable work (bench/reference-proxy.ts): JSON parsed both ways, then that plus a
+  // durable row per request. Sluice is reported against them as well as against the bare pipe.
+  const referencePorts = { parse: freePort(), durable: freePort() };
+  for (const [mode, port] of Object.entries(referencePorts)) {
+    start([bun, join(import.meta.dir, "reference-proxy.ts"), mode, String(port), `http://127.0.0.1:${upstreamPort}`, join(work, "reference.db")], lifted);
+    await waitForPort(port);
+  }
   const sluiceDirectory = join(work, "sluice");
   require("node:fs").mkdirSync(sluiceDirectory);
   const { environment, key } = await prepareSluice(sluiceBinary, sluiceDirectory, upstreamPort);
@@ -193,7 +200,15 @@ async function main(): Promise<void> {
     bodyFile: join(work, "sluice.json"),
   });
   await writeBody("sluice", "bench", false);
-  const targets: Target[] = [direct, bareTarget, sluiceTarget(sluice.port)];
+  const referenceTarget = (name: "parse" | "durable"): Target => ({
+    name: `${name}_reference`,
+    url: `http://127.0.0.1:${referencePorts[name]}/v1/chat/completions`,
+    headers: {},
+    bodyFile: join(work, "sluice.json"),
+  });
+  const targets: Target[] = [direct, bareTarget, sluiceTarget(sluice.port), referenceTarget("parse"), referenceTarget("durable")];
+  /** The latency phase: the bare pipe, Sluice, and the reference that commits a row per request as Sluice does. */
+  const latencyTargets = [direct, bareTarget, sluiceTarget(sluice.port), referenceTarget("durable")];
 
   let portkeyTarget: Target | undefined;
   if (settings.portkey) {
@@ -247,9 +262,9 @@ async function main(): Promise<void> {
 
   log(`2/5 latency at ${settings.rate} requests per second, open loop`);
   const latency: Record<string, { p50: number[]; p99: number[] }> = {};
-  if (phase("latency")) for (const target of targets.slice(0, 3)) await runLoad("open", target, settings.rate, settings.warmupSeconds);
+  if (phase("latency")) for (const target of latencyTargets) await runLoad("open", target, settings.rate, settings.warmupSeconds);
   for (let round = 0; phase("latency") && round < settings.rounds; round++) {
-    for (const target of targets.slice(0, 3)) {
+    for (const target of latencyTargets) {
       const result = await runLoad("open", target, settings.rate, settings.latencySeconds);
       const entry = latency[target.name] ?? { p50: [], p99: [] };
       latency[target.name] = entry;
@@ -373,6 +388,8 @@ async function main(): Promise<void> {
 
   const bareRps = nonstreamMedian("bare") ?? Number.NaN;
   const portkeyRps = nonstreamMedian("portkey");
+  const parseRps = nonstreamMedian("parse_reference") ?? Number.NaN;
+  const durableRps = nonstreamMedian("durable_reference") ?? Number.NaN;
   const results = {
     date: new Date().toISOString(),
     smoke,
@@ -386,6 +403,12 @@ async function main(): Promise<void> {
       portkey_rps: portkeyRps,
       sluice_vs_bare: sluiceRps / bareRps,
       sluice_vs_portkey: portkeyRps ? sluiceRps / portkeyRps : null,
+      parse_reference_rps: parseRps,
+      durable_reference_rps: durableRps,
+      parse_reference_vs_bare: parseRps / bareRps,
+      durable_reference_vs_bare: durableRps / bareRps,
+      sluice_vs_parse_reference: sluiceRps / parseRps,
+      sluice_vs_durable_reference: sluiceRps / durableRps,
     },
     latency: {
       rate: settings.rate,
@@ -395,6 +418,8 @@ async function main(): Promise<void> {
       bare_p99_ms: median(latency.bare?.p99 ?? []),
       sluice_p50_ms: median(latency.sluice?.p50 ?? []),
       sluice_p99_ms: median(latency.sluice?.p99 ?? []),
+      durable_reference_p50_ms: median(latency.durable_reference?.p50 ?? []),
+      durable_reference_p99_ms: median(latency.durable_reference?.p99 ?? []),
     },
     streams: {
       concurrent: settings.streams,
@@ -424,9 +449,11 @@ async function main(): Promise<void> {
 Whole answers (closed loop, ${settings.connections} connections, median of ${settings.rounds})
   direct ${fixed(n.direct_rps, 0)} rps | bare proxy ${fixed(n.bare_proxy_rps, 0)} | Sluice ${fixed(n.sluice_rps, 0)} | Portkey ${fixed(n.portkey_rps, 0)}
   Sluice / bare proxy ${fixed(n.sluice_vs_bare)} (target >= 0.8) | Sluice / Portkey ${fixed(n.sluice_vs_portkey)} (target >= 3)
+  references: JSON parsed both ways ${fixed(n.parse_reference_rps, 0)} rps (${fixed(n.parse_reference_vs_bare)} x bare), plus a durable row ${fixed(n.durable_reference_rps, 0)} rps (${fixed(n.durable_reference_vs_bare)} x bare); Sluice / durable reference ${fixed(n.sluice_vs_durable_reference)}
 Latency at ${l.rate} rps (open loop): p50 / p99 ms
   direct ${fixed(l.direct_p50_ms)} / ${fixed(l.direct_p99_ms)} | bare ${fixed(l.bare_p50_ms)} / ${fixed(l.bare_p99_ms)} | Sluice ${fixed(l.sluice_p50_ms)} / ${fixed(l.sluice_p99_ms)}
   Sluice - bare: p50 +${fixed(l.sluice_p50_ms - l.bare_p50_ms)} ms (target <= 0.3), p99 +${fixed(l.sluice_p99_ms - l.bare_p99_ms)} ms (target <= 1)
+  durable reference ${fixed(l.durable_reference_p50_ms)} / ${fixed(l.durable_reference_p99_ms)}
 Streams: ${s.concurrent} x ${s.tokens} tokens
   completed: bare ${s.bare_completed}, Sluice ${s.completed} | peak RSS: bare ${fixed(s.bare_peak_rss_mb, 0)} MB, Sluice ${fixed(s.sluice_peak_rss_mb, 0)} MB (target < 200)
   TTFT p50 / p99 ms: bare ${fixed(s.bare_ttft_p50_ms)} / ${fixed(s.bare_ttft_p99_ms)}, Sluice ${fixed(s.sluice_ttft_p50_ms)} / ${fixed(s.sluice_ttft_p99_ms)} (target p99 <= 1.3 x bare: ${fixed(s.sluice_ttft_p99_ms / s.bare_ttft_p99_ms)})

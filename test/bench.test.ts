@@ -13,10 +13,22 @@ test("the benchmark runner completes every phase and writes every key (smoke run
   expect(run.exitCode).toBe(0);
   const results = (await Bun.file(join(repositoryRoot, "bench/results/smoke.json")).json()) as Record<string, Record<string, unknown>>;
   expect(Object.keys(results.nonstream ?? {})).toEqual(
-    expect.arrayContaining(["direct_rps", "bare_proxy_rps", "sluice_rps", "portkey_rps", "sluice_vs_bare", "sluice_vs_portkey"]),
+    expect.arrayContaining(["direct_rps", "bare_proxy_rps", "sluice_rps", "portkey_rps", "sluice_vs_bare", "sluice_vs_portkey", "sluice_vs_durable_reference"]),
   );
+  // The reference servers answered (a reference that failed every request would report NaN).
+  expect(Number(results.nonstream?.parse_reference_rps)).toBeGreaterThan(0);
+  expect(Number(results.nonstream?.durable_reference_rps)).toBeGreaterThan(0);
   expect(Object.keys(results.latency ?? {})).toEqual(
-    expect.arrayContaining(["rate", "direct_p50_ms", "direct_p99_ms", "bare_p50_ms", "bare_p99_ms", "sluice_p50_ms", "sluice_p99_ms"]),
+    expect.arrayContaining([
+      "rate",
+      "direct_p50_ms",
+      "direct_p99_ms",
+      "bare_p50_ms",
+      "bare_p99_ms",
+      "sluice_p50_ms",
+      "sluice_p99_ms",
+      "durable_reference_p99_ms",
+    ]),
   );
   expect(Object.keys(results.streams ?? {})).toEqual(
     expect.arrayContaining(["concurrent", "completed", "bare_peak_rss_mb", "sluice_peak_rss_mb", "bare_ttft_p99_ms", "sluice_ttft_p99_ms"]),

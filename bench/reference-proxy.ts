@@ -1,0 +1,84 @@
+// The unavoidable work of a gateway, with nothing of Sluice's: the yardsticks `make bench` reports Sluice against.
+//   parse:   parses the request's JSON, re-encodes it upstream, parses the answer, renames its id and model,
+//            re-encodes it.
+//   durable: the same, plus one ledger row per answered request in SQLite (WAL, synchronous=NORMAL), group-committed
+//            on the server's thread once per tick; the answer is sent after its row's commit (Sluice's promise).
+//            The table has an integer rowid and no index: the fewest pages a durable row can touch.
+// Usage: BUN_CONFIG_MAX_HTTP_REQUESTS=65535 bun bench/reference-proxy.ts parse|durable PORT UPSTREAM_BASE_URL [DB_PATH]
+import { Database } from "bun:sqlite";
+
+const mode = process.argv[2] === "durable" ? "durable" : "parse";
+const port = Number(process.argv[3] ?? 9300);
+const upstream = process.argv[4] ?? "http://127.0.0.1:9100";
+
+interface Row {
+  id: string;
+  model: string;
+  promptTokens: number;
+  completionTokens: number;
+  endedAt: number;
+}
+
+/** Rows waiting for the next commit, each with the answer that waits for it. */
+let pending: { row: Row; committed: () => void }[] = [];
+let insert: ((row: Row) => void) | undefined;
+let commit: ((rows: Row[]) => void) | undefined;
+
+if (mode === "durable") {
+  const database = new Database(process.argv[5] ?? `/tmp/sluice-reference-${port}.db`, { create: true });
+  database.run("PRAGMA journal_mode = WAL");
+  database.run("PRAGMA synchronous = NORMAL");
+  database.run(
+    "CREATE TABLE IF NOT EXISTS ledger (id INTEGER PRIMARY KEY, request_id TEXT NOT NULL, model TEXT NOT NULL, prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL, ended_at INTEGER NOT NULL)",
+  );
+  const statement = database.prepare("INSERT INTO ledger (request_id, model, prompt_tokens, completion_tokens, ended_at) VALUES (?, ?, ?, ?, ?)");
+  insert = (row) => statement.run(row.id, row.model, row.promptTokens, row.completionTokens, row.endedAt);
+  commit = database.transaction((rows: Row[]) => {
+    for (const row of rows) insert?.(row);
+  });
+}
+
+function flush(): void {
+  const batch = pending;
+  pending = [];
+  commit?.(batch.map((entry) => entry.row));
+  for (const entry of batch) entry.committed();
+}
+
+function recorded(row: Row): Promise<void> {
+  return new Promise((resolve) => {
+    if (pending.length === 0) setImmediate(flush);
+    pending.push({ row, committed: resolve });
+  });
+}
+
+let counter = 0;
+
+Bun.serve({
+  port,
+  hostname: "127.0.0.1",
+  idleTimeout: 0,
+  async fetch(request) {
+    const body = (await request.json()) as { model?: string; [field: string]: unknown };
+    const model = body.model ?? "";
+    const upstreamResponse = await fetch(`${upstream}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ ...body, model: "bench-upstream" }),
+    });
+    const answer = (await upstreamResponse.json()) as { id: string; model: string; usage?: { prompt_tokens?: number; completion_tokens?: number } };
+    answer.id = `chatcmpl-${(counter++).toString(36)}`;
+    answer.model = model;
+    if (mode === "durable") {
+      await recorded({
+        id: answer.id,
+        model,
+        promptTokens: answer.usage?.prompt_tokens ?? 0,
+        completionTokens: answer.usage?.completion_tokens ?? 0,
+        endedAt: Date.now(),
+      });
+    }
+    return new Response(JSON.stringify(answer), { status: upstreamResponse.status, headers: { "content-type": "application/json" } });
+  },
+});
+console.log(`reference proxy (${mode}) on ${port}`);
