@@ -21,7 +21,7 @@ test: $(STAMP) chromium shared-services
 build: dist/sluice
 
 dist/sluice: $(STAMP) $(shell find src -type f)
-	$(BUN) build --compile --minify --sourcemap src/main.ts src/cli/run.ts src/db/checkpoint-worker.ts src/ledger/ledger-worker.ts --outfile dist/sluice
+	$(BUN) build --compile --minify --sourcemap src/main.ts src/cli/run.ts src/ledger/ledger-worker.ts --outfile dist/sluice
 
 bench: $(STAMP) shared-services
 	@command -v wrk >/dev/null || (command -v apt-get >/dev/null && (apt-get install -y -qq wrk >/dev/null 2>&1 || (apt-get update -qq >/dev/null && apt-get install -y -qq wrk >/dev/null))) || echo "wrk not installed: bench/load.ts is used instead"

@@ -1,7 +1,11 @@
 // The writer thread of the request path: ledger rows, and keys' last-used times. A commit writes every page it
 // touched to the WAL; on the server's event loop that was ~15% of the CPU of a whole answer. Here it runs beside
 // the server: rows arrive in batches (grouped by the server, see ledger.ts), and every batch that arrived while a
-// commit ran shares the next transaction.
+// commit ran shares the next transaction. This thread also checkpoints, right after the commit that fills
+// `checkpointPages` of WAL: nothing else appends meanwhile, so each pass copies the whole WAL and the next commit
+// starts it again from its beginning. Small passes keep each fsync short: a separate checkpoint thread, whose
+// passes chased a WAL that kept growing under its feet, stalled commits behind fsyncs of tens of megabytes
+// (p99 at 1,000 requests a second after a burst: 40-260 ms, against 8-13 ms this way; bench/README.md).
 import { Database } from "bun:sqlite";
 import { LedgerWriter, type LedgerValue } from "./ledger-writer";
 
@@ -9,11 +13,9 @@ declare const self: Worker;
 
 /** What the server sends: first where the database is, then rows and last-used times. */
 export type LedgerWorkerMessage =
-  | { type: "open"; path: string; progress: SharedArrayBuffer; autocheckpoint: boolean }
+  | { type: "open"; path: string; progress: SharedArrayBuffer }
   | { type: "rows"; sequence: number; values: LedgerValue[]; urgent: boolean }
   | { type: "touch"; entries: [string, number][] }
-  /** Whether SQLite checkpoints after this thread's commits (when no checkpoint thread runs). */
-  | { type: "autocheckpoint"; enabled: boolean }
   | { type: "close" };
 
 /** What the writer answers after each transaction: every batch up to `upTo` is committed, or failed. */
@@ -22,6 +24,9 @@ export interface LedgerWorkerReply {
   failures: number;
   error?: string;
 }
+
+/** About 28 single-row commits of ~9 pages (bench/ledger-pages.ts); 1,000 pages gave p99s twice as long. */
+const checkpointPages = 250;
 
 let writerDatabase: Database;
 let writer: LedgerWriter;
@@ -61,8 +66,7 @@ self.onmessage = (event: MessageEvent<LedgerWorkerMessage>) => {
     database.run("PRAGMA synchronous = NORMAL");
     // After a WAL restart, a WAL file grown by a burst is cut back to this size.
     database.run("PRAGMA journal_size_limit = 67108864");
-    // The checkpoint thread does this; a checkpoint here would make the answers waiting for a commit wait for fsync.
-    database.run(`PRAGMA wal_autocheckpoint = ${message.autocheckpoint ? 1000 : 0}`);
+    database.run(`PRAGMA wal_autocheckpoint = ${checkpointPages}`);
     writerDatabase = database;
     writer = new LedgerWriter(database);
     progress = new Int32Array(message.progress);
@@ -73,10 +77,6 @@ self.onmessage = (event: MessageEvent<LedgerWorkerMessage>) => {
     writerDatabase.close();
     Atomics.store(progress, 2, 1);
     Atomics.notify(progress, 2);
-    return;
-  }
-  if (message.type === "autocheckpoint") {
-    writerDatabase.run(`PRAGMA wal_autocheckpoint = ${message.enabled ? 1000 : 0}`);
     return;
   }
   if (message.type === "touch") {

@@ -63,12 +63,15 @@ export class Ledger {
   private progress = new Int32Array(new SharedArrayBuffer(12));
   private readonly local: LedgerWriter | undefined;
   private workerStartedAt = 0;
-  private autocheckpoint = false;
 
-  constructor(sqlite: Database) {
+  constructor(private readonly sqlite: Database) {
     const path = sqlite.filename;
     if (!path || path === ":memory:") this.local = new LedgerWriter(sqlite);
-    else this.startWorker(path);
+    else {
+      // The writer thread checkpoints (see ledger-worker.ts); this connection, on the event loop, never does.
+      sqlite.run("PRAGMA wal_autocheckpoint = 0");
+      this.startWorker(path);
+    }
   }
 
   /** Queues a row for the next group commit; resolves when it is committed. */
@@ -114,25 +117,24 @@ export class Ledger {
     }
   }
 
-  /** Lets SQLite checkpoint after the writer's commits: for when the checkpoint thread cannot run. */
-  checkpointAfterCommits(): void {
-    this.autocheckpoint = true;
-    const message: LedgerWorkerMessage = { type: "autocheckpoint", enabled: true };
-    this.worker?.postMessage(message);
-  }
-
-  /** Flushes, then stops the writer thread; rows it never committed are refused. */
+  /** Flushes, then stops the writer thread; rows it never committed are refused. The WAL is emptied. */
   close(): void {
     this.flush();
-    if (this.worker) {
-      // The writer closes its connection first: the last connection to close empties the WAL, so the next start
-      // does not have to read it back.
+    const worker = this.worker;
+    if (worker) {
+      // The writer closes its connection first, then this one empties and truncates the WAL, so that the next start
+      // does not read it back (start-up 150-170 ms with an 86 MB WAL left behind, instead of ~100).
       const message: LedgerWorkerMessage = { type: "close" };
-      this.worker.postMessage(message);
+      worker.postMessage(message);
       Atomics.wait(this.progress, 2, 0, flushTimeoutMs);
+      worker.terminate();
+      this.worker = undefined;
+      try {
+        this.sqlite.run("PRAGMA wal_checkpoint(TRUNCATE)");
+      } catch {
+        // another process is writing: it leaves the WAL to whoever closes last
+      }
     }
-    this.worker?.terminate();
-    this.worker = undefined;
     this.acknowledge(Number.POSITIVE_INFINITY, "the ledger was closed before the row was written");
   }
 
@@ -196,7 +198,7 @@ export class Ledger {
     this.failuresSeen = 0;
     this.worker = worker;
     this.workerStartedAt = performance.now();
-    const open: LedgerWorkerMessage = { type: "open", path, progress: this.progress.buffer as SharedArrayBuffer, autocheckpoint: this.autocheckpoint };
+    const open: LedgerWorkerMessage = { type: "open", path, progress: this.progress.buffer as SharedArrayBuffer };
     worker.postMessage(open);
   }
 }

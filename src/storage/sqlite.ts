@@ -7,7 +7,6 @@ import { Ledger } from "../ledger/ledger";
 import { addToMinuteSql, addToMonthSql } from "../ledger/ledger-writer";
 import { UsageFold } from "../ledger/usage-fold";
 import { bucketMs, monthOf, startOfMonth } from "../usage-periods";
-import { startCheckpointer } from "../db/checkpointer";
 import { auditConditions, requestLogColumns, requestLogConditions, sqliteCommon } from "./log-conditions";
 import { hourMs, oldestNeededMinute, usageByOrganization, usageWindowStart } from "./usage-rows";
 import type {
@@ -276,7 +275,7 @@ function auditRepository({ db }: DatabaseHandle): AuditRepository {
   };
 }
 
-function ledgerStore(ledger: Ledger, stopCheckpointer: () => void): LedgerStore {
+function ledgerStore(ledger: Ledger): LedgerStore {
   return {
     record: (row) => ledger.record(row),
     touchKeys: (entries) => ledger.touchKeys(entries),
@@ -285,7 +284,6 @@ function ledgerStore(ledger: Ledger, stopCheckpointer: () => void): LedgerStore 
     },
     async close() {
       ledger.close();
-      stopCheckpointer();
     },
   };
 }
@@ -297,7 +295,7 @@ export function isSqliteStorage(storage: Storage): storage is SqliteStorage {
   return storage.kind === "sqlite" && "database" in storage;
 }
 
-/** Storage over one SQLite file (or `:memory:`), with its writer and checkpoint threads for a serving process. */
+/** Storage over one SQLite file (or `:memory:`), with its writer thread for a serving process. */
 export function sqliteStorage(database: DatabaseHandle): SqliteStorage {
   const listeners: (() => void | Promise<void>)[] = [];
   let running: Promise<unknown> | undefined;
@@ -328,9 +326,7 @@ export function sqliteStorage(database: DatabaseHandle): SqliteStorage {
     audit: auditRepository(database),
     changes,
     openLedger() {
-      const ledger = new Ledger(database.sqlite);
-      const stopCheckpointer = startCheckpointer(database, () => ledger.checkpointAfterCommits());
-      return ledgerStore(ledger, stopCheckpointer);
+      return ledgerStore(new Ledger(database.sqlite));
     },
     available: () => true,
     async problems() {
