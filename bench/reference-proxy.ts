@@ -21,7 +21,6 @@ interface Row {
 
 /** Rows waiting for the next commit, each with the answer that waits for it. */
 let pending: { row: Row; committed: () => void }[] = [];
-let insert: ((row: Row) => void) | undefined;
 let commit: ((rows: Row[]) => void) | undefined;
 
 if (mode === "durable") {
@@ -31,10 +30,9 @@ if (mode === "durable") {
   database.run(
     "CREATE TABLE IF NOT EXISTS ledger (id INTEGER PRIMARY KEY, request_id TEXT NOT NULL, model TEXT NOT NULL, prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL, ended_at INTEGER NOT NULL)",
   );
-  const statement = database.prepare("INSERT INTO ledger (request_id, model, prompt_tokens, completion_tokens, ended_at) VALUES (?, ?, ?, ?, ?)");
-  insert = (row) => statement.run(row.id, row.model, row.promptTokens, row.completionTokens, row.endedAt);
+  const insert = database.prepare("INSERT INTO ledger (request_id, model, prompt_tokens, completion_tokens, ended_at) VALUES (?, ?, ?, ?, ?)");
   commit = database.transaction((rows: Row[]) => {
-    for (const row of rows) insert?.(row);
+    for (const row of rows) insert.run(row.id, row.model, row.promptTokens, row.completionTokens, row.endedAt);
   });
 }
 
