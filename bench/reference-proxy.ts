@@ -4,6 +4,9 @@
 //   durable: the same, plus one ledger row per answered request in SQLite (WAL, synchronous=NORMAL), group-committed
 //            on the server's thread once per tick; the answer is sent after its row's commit (Sluice's promise).
 //            The table has an integer rowid and no index: the fewest pages a durable row can touch.
+// A streamed request (`"stream": true`) is relayed event by event: each upstream read is split into server-sent
+// events, each event's JSON parsed, renamed and re-encoded, and the read's events written in one write (what any
+// gateway that meters a stream must do); in durable mode the row is committed before `[DONE]` goes out.
 // Usage: BUN_CONFIG_MAX_HTTP_REQUESTS=65535 bun bench/reference-proxy.ts parse|durable PORT UPSTREAM_BASE_URL [DB_PATH]
 import { Database } from "bun:sqlite";
 
@@ -52,6 +55,51 @@ function recorded(row: Row): Promise<void> {
 
 let counter = 0;
 
+interface StreamController {
+  write(text: string): void;
+  flush(): Promise<void> | number;
+  close(): void;
+}
+
+/** Relays an upstream event stream, each event parsed and re-encoded under our id and model. */
+function relay(upstreamBody: AsyncIterable<Uint8Array>, model: string): ReadableStream<Uint8Array> {
+  const id = `chatcmpl-${(counter++).toString(36)}`;
+  return new ReadableStream({
+    type: "direct",
+    async pull(controller: StreamController) {
+      const decoder = new TextDecoder();
+      let buffered = "";
+      let usage: { prompt_tokens?: number; completion_tokens?: number } | undefined;
+      for await (const bytes of upstreamBody) {
+        buffered += decoder.decode(bytes, { stream: true });
+        const events = buffered.split("\n\n");
+        buffered = events.pop() ?? "";
+        let out = "";
+        for (const event of events) {
+          const data = event.slice(6);
+          if (data === "[DONE]") {
+            if (mode === "durable") {
+              await recorded({ id, model, promptTokens: usage?.prompt_tokens ?? 0, completionTokens: usage?.completion_tokens ?? 0, endedAt: Date.now() });
+            }
+            out += "data: [DONE]\n\n";
+            continue;
+          }
+          const chunk = JSON.parse(data) as { id: string; model: string; usage?: typeof usage };
+          chunk.id = id;
+          chunk.model = model;
+          if (chunk.usage) usage = chunk.usage;
+          out += `data: ${JSON.stringify(chunk)}\n\n`;
+        }
+        if (out) {
+          controller.write(out);
+          await controller.flush();
+        }
+      }
+      controller.close();
+    },
+  } as unknown as ConstructorParameters<typeof ReadableStream<Uint8Array>>[0]);
+}
+
 Bun.serve({
   port,
   hostname: "127.0.0.1",
@@ -59,11 +107,26 @@ Bun.serve({
   async fetch(request) {
     const body = (await request.json()) as { model?: string; [field: string]: unknown };
     const model = body.model ?? "";
+    if (body.stream && process.env.REFERENCE_CLIENT === "http") {
+      const upstreamBody = await new Promise<import("node:http").IncomingMessage>((resolve, reject) => {
+        const target = new URL(`${upstream}/v1/chat/completions`);
+        const outgoing = require("node:http").request(
+          { host: target.hostname, port: target.port, path: target.pathname, method: "POST", headers: { "content-type": "application/json" } },
+          resolve,
+        );
+        outgoing.on("error", reject);
+        outgoing.end(JSON.stringify({ ...body, model: "bench-upstream" }));
+      });
+      return new Response(relay(upstreamBody, model), { headers: { "content-type": "text/event-stream" } });
+    }
     const upstreamResponse = await fetch(`${upstream}/v1/chat/completions`, {
       method: "POST",
       headers: { "content-type": "application/json" },
       body: JSON.stringify({ ...body, model: "bench-upstream" }),
     });
+    if (body.stream && upstreamResponse.body) {
+      return new Response(relay(upstreamResponse.body, model), { headers: { "content-type": "text/event-stream" } });
+    }
     const answer = (await upstreamResponse.json()) as { id: string; model: string; usage?: { prompt_tokens?: number; completion_tokens?: number } };
     answer.id = `chatcmpl-${(counter++).toString(36)}`;
     answer.model = model;
@@ -80,3 +143,4 @@ Bun.serve({
   },
 });
 console.log(`reference proxy (${mode}) on ${port}`);
+process.on("SIGTERM", () => process.exit(0));

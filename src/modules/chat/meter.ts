@@ -1,34 +1,66 @@
 import { countChatTokens, countTextTokens, loadTokenizer, type CountableMessage } from "../../tokens/count";
 import type { Completion, CompletionEvent, Usage } from "../../upstream/types";
 
+/** Pieces kept loose before they are joined into one flat block. */
+const piecesPerBlock = 64;
+
+/**
+ * A text that grows a piece at a time, held compactly. Appending with `+=` builds a rope: a string object per
+ * piece that lives until the answer ends (with 2,000 streams, most of the server's live memory). Joining every
+ * 64 pieces into one flat block keeps a few objects instead, and never copies the text twice.
+ */
+class GrowingText {
+  private blocks: string[] = [];
+  private pieces: string[] = [];
+
+  add(piece: string): void {
+    this.pieces.push(piece);
+    if (this.pieces.length === piecesPerBlock) {
+      this.blocks.push(this.pieces.join(""));
+      this.pieces = [];
+    }
+  }
+
+  get empty(): boolean {
+    return this.blocks.length === 0 && this.pieces.length === 0;
+  }
+
+  toString(): string {
+    return this.blocks.join("") + this.pieces.join("");
+  }
+}
+
 /**
  * Follows what an answer produced, so that it can be billed even when the upstream never reports usage
  * (it has none, the client left, or the stream broke): then Sluice counts with its own tokenizer.
  */
 export class UsageMeter {
-  private content = "";
-  private reasoning = "";
-  private toolText = "";
+  private content = new GrowingText();
+  private reasoning = new GrowingText();
+  private toolText = new GrowingText();
   private reported: Usage | undefined;
 
   observe(event: CompletionEvent): void {
     if (event.type === "usage") this.reported = event.usage;
     else if (event.type === "delta") {
-      if (event.content) this.content += event.content;
-      if (event.reasoning) this.reasoning += event.reasoning;
-      if (event.toolCalls) this.toolText += JSON.stringify(event.toolCalls);
+      if (event.content) this.content.add(event.content);
+      if (event.reasoning) this.reasoning.add(event.reasoning);
+      if (event.toolCalls) this.toolText.add(JSON.stringify(event.toolCalls));
     }
   }
 
   /** Whether the upstream produced anything (or reported usage) for this request. */
   producedAnything(): boolean {
-    return this.reported !== undefined || this.content !== "" || this.reasoning !== "" || this.toolText !== "";
+    return this.reported !== undefined || !this.content.empty || !this.reasoning.empty || !this.toolText.empty;
   }
 
   observeCompletion(completion: Completion): void {
-    this.content = completion.content ?? "";
-    this.reasoning = completion.reasoning ?? "";
-    this.toolText = completion.toolCalls ? JSON.stringify(completion.toolCalls) : "";
+    this.content = new GrowingText();
+    this.reasoning = new GrowingText();
+    this.toolText = new GrowingText();
+    if (completion.content) this.content.add(completion.content);
+    if (completion.reasoning) this.reasoning.add(completion.reasoning);
+    if (completion.toolCalls) this.toolText.add(JSON.stringify(completion.toolCalls));
     this.reported = completion.usage;
   }
 
@@ -36,17 +68,17 @@ export class UsageMeter {
   async usage(messages: CountableMessage[], knownPromptTokens: number | undefined): Promise<{ usage: Usage; source: "upstream" | "tokenizer" }> {
     if (this.reported) {
       // Some servers (vLLM among them) report no reasoning_tokens; the reasoning they streamed still counts.
-      if (this.reported.reasoningTokens > 0 || !this.reasoning) return { usage: this.reported, source: "upstream" };
+      if (this.reported.reasoningTokens > 0 || this.reasoning.empty) return { usage: this.reported, source: "upstream" };
       await loadTokenizer();
-      const reasoningTokens = Math.min(countTextTokens(this.reasoning), this.reported.completionTokens);
+      const reasoningTokens = Math.min(countTextTokens(this.reasoning.toString()), this.reported.completionTokens);
       return { usage: { ...this.reported, reasoningTokens }, source: "upstream" };
     }
     await loadTokenizer();
-    const reasoningTokens = countTextTokens(this.reasoning);
+    const reasoningTokens = countTextTokens(this.reasoning.toString());
     return {
       usage: {
         promptTokens: knownPromptTokens ?? countChatTokens(messages),
-        completionTokens: reasoningTokens + countTextTokens(this.content) + countTextTokens(this.toolText),
+        completionTokens: reasoningTokens + countTextTokens(this.content.toString()) + countTextTokens(this.toolText.toString()),
         reasoningTokens,
       },
       source: "tokenizer",

@@ -2,51 +2,30 @@ import type { SafetyRuleConfig } from "../../config/schema";
 
 export type Direction = "input" | "output";
 
-/** The first rule for this direction with a pattern that matches the text. */
-export function matchRule(rules: readonly SafetyRuleConfig[], text: string, direction: Direction): SafetyRuleConfig | undefined {
-  if (!text) return undefined;
-  for (const rule of rules) {
-    if (!rule.appliesTo[direction]) continue;
-    for (const pattern of rule.patterns) if (pattern.test(text)) return rule;
-  }
-  return undefined;
-}
-
 /**
- * The rules of one direction folded into at most two regular expressions (one per set of flags), so that a text
- * is scanned twice rather than once per pattern; which rule matched is worked out only after a hit.
+ * The rules of one direction, matched pattern by pattern. Each pattern is tested on its own, not folded into one
+ * alternation: the regular expression engine skips ahead on a pattern's few possible first letters, which an
+ * alternation of every pattern defeats (measured with the default rules: 20-25% faster on English prose and
+ * reasoning text, 3x on the benchmark's repetitive tokens, even on code; see bench/output-monitor.ts).
  */
 export class RuleMatcher {
-  private readonly combined: RegExp[];
+  private readonly applicable: readonly SafetyRuleConfig[];
 
-  constructor(
-    private readonly rules: readonly SafetyRuleConfig[],
-    private readonly direction: Direction,
-  ) {
-    const byFlags = new Map<string, string[]>();
-    for (const rule of rules) {
-      if (!rule.appliesTo[direction]) continue;
-      for (const pattern of rule.patterns) byFlags.set(pattern.flags, [...(byFlags.get(pattern.flags) ?? []), pattern.source]);
-    }
-    this.combined = [...byFlags]
-      .map(([flags, sources]) => {
-        // A back-reference would point at the wrong group once patterns are joined: keep such sets apart.
-        if (sources.some((source) => /\\[1-9]|\\k</.test(source))) return undefined;
-        return new RegExp(sources.map((source) => `(?:${source})`).join("|"), flags);
-      })
-      .filter((pattern): pattern is RegExp => pattern !== undefined);
-    if (this.combined.length !== byFlags.size) this.combined = [];
+  constructor(rules: readonly SafetyRuleConfig[], direction: Direction) {
+    this.applicable = rules.filter((rule) => rule.appliesTo[direction] && rule.patterns.length > 0);
   }
 
   /** Whether any rule can apply at all. */
   get empty(): boolean {
-    return !this.rules.some((rule) => rule.appliesTo[this.direction] && rule.patterns.length > 0);
+    return this.applicable.length === 0;
   }
 
   match(text: string): SafetyRuleConfig | undefined {
     if (!text) return undefined;
-    if (this.combined.length > 0 && !this.combined.some((pattern) => pattern.test(text))) return undefined;
-    return matchRule(this.rules, text, this.direction);
+    for (const rule of this.applicable) {
+      for (const pattern of rule.patterns) if (pattern.test(text)) return rule;
+    }
+    return undefined;
   }
 }
 
@@ -69,8 +48,12 @@ const overlapChars = 256;
 
 /** One text stream (content, or reasoning) of an answer being watched. */
 class WatchedText {
+  /** The last `overlapChars` characters seen. */
+  private tail = "";
+  /** The last `outputWindowChars` characters as of the last whole-window scan. */
   private window = "";
-  private sinceFullScan = 0;
+  /** Characters that arrived since that scan. */
+  private unscanned = 0;
 
   constructor(private readonly matcher: RuleMatcher) {}
 
@@ -78,16 +61,24 @@ class WatchedText {
    * A match must end in the new piece (it was not there before). Matches up to `overlapChars` long are found
    * with the piece that completes them; longer ones, up to the window, by a scan of the whole window at least
    * every `overlapChars` characters. Scanning the whole window on every chunk cost a third of a busy server's
-   * CPU with 2,000 streams.
+   * CPU with 2,000 streams; rebuilding it on every chunk, or keeping the pieces since the last whole scan, was
+   * most of their garbage and live objects. Only two flat strings of bounded length are kept.
    */
   add(piece: string): SafetyRuleConfig | undefined {
-    this.window = (this.window + piece).slice(-outputWindowChars);
-    this.sinceFullScan += piece.length;
-    if (this.sinceFullScan >= overlapChars) {
-      this.sinceFullScan = 0;
-      return this.matcher.match(this.window);
+    const recent = this.tail + piece;
+    this.unscanned += piece.length;
+    let rule: SafetyRuleConfig | undefined;
+    if (this.unscanned >= overlapChars) {
+      // Fewer than overlapChars characters came before this piece since the last whole scan: all are in `recent`.
+      this.window = (this.window + recent.slice(-this.unscanned)).slice(-outputWindowChars);
+      this.unscanned = 0;
+      // A piece longer than the window is scanned whole as well: a match early in it is still new.
+      rule = this.matcher.match(this.window) ?? (recent.length > outputWindowChars ? this.matcher.match(recent) : undefined);
+    } else {
+      rule = this.matcher.match(recent);
     }
-    return this.matcher.match(this.window.slice(-(piece.length + overlapChars)));
+    this.tail = recent.length > overlapChars ? recent.slice(-overlapChars) : recent;
+    return rule;
   }
 }
 
