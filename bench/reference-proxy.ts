@@ -7,6 +7,7 @@
 // A streamed request (`"stream": true`) is relayed event by event: each upstream read is split into server-sent
 // events, each event's JSON parsed, renamed and re-encoded, and the read's events written in one write (what any
 // gateway that meters a stream must do); in durable mode the row is committed before `[DONE]` goes out.
+// REFERENCE_CLIENT=http reads streams through node:http instead of fetch (a measurement of the upstream client).
 // Usage: BUN_CONFIG_MAX_HTTP_REQUESTS=65535 bun bench/reference-proxy.ts parse|durable PORT UPSTREAM_BASE_URL [DB_PATH]
 import { Database } from "bun:sqlite";
 
@@ -143,4 +144,5 @@ Bun.serve({
   },
 });
 console.log(`reference proxy (${mode}) on ${port}`);
+// Exits normally on SIGTERM, so that a profile asked for with --cpu-prof is written.
 process.on("SIGTERM", () => process.exit(0));

@@ -302,13 +302,31 @@ async function main(): Promise<void> {
     return { ...result, peakMb: memoryOf(pid).peakMb };
   };
   type StreamRound = Awaited<ReturnType<typeof streamRound>>;
-  const streamRounds: Record<"bare" | "sluice", StreamRound[]> = { bare: [], sluice: [] };
+  const streamRounds: Record<"bare" | "durable_reference" | "sluice", StreamRound[]> = { bare: [], durable_reference: [], sluice: [] };
   for (let round = 0; phase("streams") && round < settings.rounds; round++) {
     // Fresh processes every round, so that memory and queues left by one round do not carry into the next.
     await stop(bare);
     bare = start([bun, join(import.meta.dir, "bare-proxy.ts"), String(barePort), `http://127.0.0.1:${upstreamPort}`], lifted);
     await waitForPort(barePort);
     streamRounds.bare.push(await streamRound(bare.pid as number, bareTarget.url, streamBody, {}));
+    // The unavoidable work of a metered stream: every event parsed and re-encoded, a durable row before [DONE].
+    const referencePort = freePort();
+    const reference = start(
+      [
+        bun,
+        join(import.meta.dir, "reference-proxy.ts"),
+        "durable",
+        String(referencePort),
+        `http://127.0.0.1:${upstreamPort}`,
+        join(work, `streams-${round}.db`),
+      ],
+      lifted,
+    );
+    await waitForPort(referencePort);
+    streamRounds.durable_reference.push(
+      await streamRound(reference.pid as number, `http://127.0.0.1:${referencePort}/v1/chat/completions`, sluiceStreamBody, {}),
+    );
+    await stop(reference);
     await stop(sluice.child);
     sluice = await startSluice(environment);
     streamRounds.sluice.push(
@@ -324,6 +342,7 @@ async function main(): Promise<void> {
   });
   const bareStreams = streamSummary(streamRounds.bare);
   const sluiceStreams = streamSummary(streamRounds.sluice);
+  const referenceStreams = streamSummary(streamRounds.durable_reference);
 
   log(`4/5 scale: ${settings.scaleRows} keys and ${settings.scaleRows} ledger rows`);
   let emptyRps = Number.NaN;
@@ -432,6 +451,10 @@ async function main(): Promise<void> {
       bare_ttft_p99_ms: bareStreams.ttftP99,
       sluice_ttft_p50_ms: sluiceStreams.ttftP50,
       sluice_ttft_p99_ms: sluiceStreams.ttftP99,
+      durable_reference_completed: referenceStreams.completed,
+      durable_reference_peak_rss_mb: referenceStreams.peakMb,
+      durable_reference_ttft_p50_ms: referenceStreams.ttftP50,
+      durable_reference_ttft_p99_ms: referenceStreams.ttftP99,
     },
     scale: { keys: settings.scaleRows, ledger_rows: settings.scaleRows, empty_rps: emptyRps, full_rps: fullRps, rps_full_vs_empty: fullRps / emptyRps },
     binary: { startup_ms: median(startups), idle_rss_mb: median(idleRsses), size_mb: statSync(sluiceBinary).size / 1024 / 1024 },
@@ -455,8 +478,8 @@ Latency at ${l.rate} rps (open loop): p50 / p99 ms
   Sluice - bare: p50 +${fixed(l.sluice_p50_ms - l.bare_p50_ms)} ms (target <= 0.3), p99 +${fixed(l.sluice_p99_ms - l.bare_p99_ms)} ms (target <= 1)
   durable reference ${fixed(l.durable_reference_p50_ms)} / ${fixed(l.durable_reference_p99_ms)}
 Streams: ${s.concurrent} x ${s.tokens} tokens
-  completed: bare ${s.bare_completed}, Sluice ${s.completed} | peak RSS: bare ${fixed(s.bare_peak_rss_mb, 0)} MB, Sluice ${fixed(s.sluice_peak_rss_mb, 0)} MB (target < 200)
-  TTFT p50 / p99 ms: bare ${fixed(s.bare_ttft_p50_ms)} / ${fixed(s.bare_ttft_p99_ms)}, Sluice ${fixed(s.sluice_ttft_p50_ms)} / ${fixed(s.sluice_ttft_p99_ms)} (target p99 <= 1.3 x bare: ${fixed(s.sluice_ttft_p99_ms / s.bare_ttft_p99_ms)})
+  completed: bare ${s.bare_completed}, durable reference ${s.durable_reference_completed}, Sluice ${s.completed} | peak RSS: bare ${fixed(s.bare_peak_rss_mb, 0)} MB, durable reference ${fixed(s.durable_reference_peak_rss_mb, 0)} MB, Sluice ${fixed(s.sluice_peak_rss_mb, 0)} MB (target < 200)
+  TTFT p50 / p99 ms: bare ${fixed(s.bare_ttft_p50_ms)} / ${fixed(s.bare_ttft_p99_ms)}, durable reference ${fixed(s.durable_reference_ttft_p50_ms)} / ${fixed(s.durable_reference_ttft_p99_ms)}, Sluice ${fixed(s.sluice_ttft_p50_ms)} / ${fixed(s.sluice_ttft_p99_ms)} (target p99 <= 1.3 x bare: ${fixed(s.sluice_ttft_p99_ms / s.bare_ttft_p99_ms)})
 Scale: ${results.scale.keys} keys, ${results.scale.ledger_rows} ledger rows: ${fixed(results.scale.full_rps, 0)} rps vs ${fixed(results.scale.empty_rps, 0)} empty = ${fixed(results.scale.rps_full_vs_empty)} (target >= 0.9)
 Executable: start-up to first answer ${fixed(results.binary.startup_ms, 0)} ms (target < 100), idle RSS ${fixed(results.binary.idle_rss_mb, 0)} MB (target < 60), ${fixed(results.binary.size_mb, 0)} MB
 Safety rules alone: input check of a ${results.safety.prompt_chars ?? "-"}-character prompt ${fixed(results.safety.input_check_us, 1)} µs, output check per streamed chunk ${fixed(results.safety.output_chunk_us, 1)} µs

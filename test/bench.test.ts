@@ -31,11 +31,21 @@ test("the benchmark runner completes every phase and writes every key (smoke run
     ]),
   );
   expect(Object.keys(results.streams ?? {})).toEqual(
-    expect.arrayContaining(["concurrent", "completed", "bare_peak_rss_mb", "sluice_peak_rss_mb", "bare_ttft_p99_ms", "sluice_ttft_p99_ms"]),
+    expect.arrayContaining([
+      "concurrent",
+      "completed",
+      "bare_peak_rss_mb",
+      "sluice_peak_rss_mb",
+      "bare_ttft_p99_ms",
+      "sluice_ttft_p99_ms",
+      "durable_reference_peak_rss_mb",
+      "durable_reference_ttft_p99_ms",
+    ]),
   );
   expect(Object.keys(results.scale ?? {})).toEqual(expect.arrayContaining(["keys", "ledger_rows", "rps_full_vs_empty"]));
   expect(Object.keys(results.binary ?? {})).toEqual(expect.arrayContaining(["startup_ms", "idle_rss_mb", "size_mb"]));
   expect(results.streams?.completed).toBe(results.streams?.concurrent);
+  expect(results.streams?.durable_reference_completed).toBe(results.streams?.concurrent);
   expect(Number(results.nonstream?.sluice_rps)).toBeGreaterThan(0);
 }, 120_000);
 

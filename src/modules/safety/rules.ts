@@ -5,8 +5,8 @@ export type Direction = "input" | "output";
 /**
  * The rules of one direction, matched pattern by pattern. Each pattern is tested on its own, not folded into one
  * alternation: the regular expression engine skips ahead on a pattern's few possible first letters, which an
- * alternation of every pattern defeats (measured with the default rules: 20-25% faster on English prose and
- * reasoning text, 3x on the benchmark's repetitive tokens, even on code; see bench/output-monitor.ts).
+ * alternation of every pattern defeats. bench/safety.ts measures it with the default rules: the alternation is
+ * 1.2-2x slower on prose and reasoning text and even on code; only on one word repeated does it sometimes win.
  */
 export class RuleMatcher {
   private readonly applicable: readonly SafetyRuleConfig[];
