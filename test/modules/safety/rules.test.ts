@@ -28,16 +28,20 @@ function piecesOf(text: string, size: number): string[] {
   return pieces;
 }
 
+/** The index of the piece after which the text so far first contains `phrase`. */
+function completingPiece(pieces: string[], phrase: string): number {
+  let text = "";
+  return pieces.findIndex((piece) => {
+    text += piece;
+    return text.includes(phrase);
+  });
+}
+
 describe("output monitor", () => {
   test("a phrase split over tiny pieces is caught by the piece that completes it, not before", () => {
     const text = `${"harmless words. ".repeat(40)}here is nerve agent synthesis and more`;
     const pieces = piecesOf(text, 3);
-    const completing = pieces.findIndex((_, index) =>
-      pieces
-        .slice(0, index + 1)
-        .join("")
-        .includes("nerve agent synthesis"),
-    );
+    const completing = completingPiece(pieces, "nerve agent synthesis");
     expect(firstHit(monitor(), pieces)).toEqual({ index: completing, rule: "RL-1" });
   });
 
@@ -51,12 +55,7 @@ describe("output monitor", () => {
   test("a match longer than the overlap is caught within the window, at most a window's scan interval late", () => {
     const text = `begin-marker ${"x".repeat(500)} end-marker ${"y".repeat(400)}`;
     const pieces = piecesOf(text, 5);
-    const completing = pieces.findIndex((_, index) =>
-      pieces
-        .slice(0, index + 1)
-        .join("")
-        .includes("end-marker"),
-    );
+    const completing = completingPiece(pieces, "end-marker");
     const hit = firstHit(monitor(), pieces);
     expect(hit?.rule).toBe("RL-2");
     expect(hit!.index).toBeGreaterThanOrEqual(completing);
