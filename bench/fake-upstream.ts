@@ -43,7 +43,7 @@ function stream(): ReadableStream<Uint8Array> {
   let sent = 0;
   return new ReadableStream({
     type: "direct",
-    async pull(controller: { write(bytes: Uint8Array): void; flush(): Promise<void> | number; close(): void }) {
+    async pull(controller) {
       controller.write(roleFrame);
       await controller.flush();
       while (sent < streamTokens) {
@@ -58,7 +58,7 @@ function stream(): ReadableStream<Uint8Array> {
       await controller.flush();
       controller.close();
     },
-  } as unknown as ConstructorParameters<typeof ReadableStream<Uint8Array>>[0]);
+  });
 }
 
 Bun.serve({

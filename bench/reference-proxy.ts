@@ -10,10 +10,12 @@
 // REFERENCE_CLIENT=http reads streams through node:http instead of fetch (a measurement of the upstream client).
 // Usage: BUN_CONFIG_MAX_HTTP_REQUESTS=65535 bun bench/reference-proxy.ts parse|durable PORT UPSTREAM_BASE_URL [DB_PATH]
 import { Database } from "bun:sqlite";
+import { type IncomingMessage, request as httpRequest } from "node:http";
 
 const mode = process.argv[2] === "durable" ? "durable" : "parse";
 const port = Number(process.argv[3] ?? 9300);
 const upstream = process.argv[4] ?? "http://127.0.0.1:9100";
+const upstreamChat = new URL(`${upstream}/v1/chat/completions`);
 
 interface Row {
   id: string;
@@ -56,18 +58,12 @@ function recorded(row: Row): Promise<void> {
 
 let counter = 0;
 
-interface StreamController {
-  write(text: string): void;
-  flush(): Promise<void> | number;
-  close(): void;
-}
-
 /** Relays an upstream event stream, each event parsed and re-encoded under our id and model. */
 function relay(upstreamBody: AsyncIterable<Uint8Array>, model: string): ReadableStream<Uint8Array> {
   const id = `chatcmpl-${(counter++).toString(36)}`;
   return new ReadableStream({
     type: "direct",
-    async pull(controller: StreamController) {
+    async pull(controller) {
       const decoder = new TextDecoder();
       let buffered = "";
       let usage: { prompt_tokens?: number; completion_tokens?: number } | undefined;
@@ -98,7 +94,7 @@ function relay(upstreamBody: AsyncIterable<Uint8Array>, model: string): Readable
       }
       controller.close();
     },
-  } as unknown as ConstructorParameters<typeof ReadableStream<Uint8Array>>[0]);
+  });
 }
 
 Bun.serve({
@@ -109,18 +105,14 @@ Bun.serve({
     const body = (await request.json()) as { model?: string; [field: string]: unknown };
     const model = body.model ?? "";
     if (body.stream && process.env.REFERENCE_CLIENT === "http") {
-      const upstreamBody = await new Promise<import("node:http").IncomingMessage>((resolve, reject) => {
-        const target = new URL(`${upstream}/v1/chat/completions`);
-        const outgoing = require("node:http").request(
-          { host: target.hostname, port: target.port, path: target.pathname, method: "POST", headers: { "content-type": "application/json" } },
-          resolve,
-        );
+      const upstreamBody = await new Promise<IncomingMessage>((resolve, reject) => {
+        const outgoing = httpRequest(upstreamChat, { method: "POST", headers: { "content-type": "application/json" } }, resolve);
         outgoing.on("error", reject);
         outgoing.end(JSON.stringify({ ...body, model: "bench-upstream" }));
       });
       return new Response(relay(upstreamBody, model), { headers: { "content-type": "text/event-stream" } });
     }
-    const upstreamResponse = await fetch(`${upstream}/v1/chat/completions`, {
+    const upstreamResponse = await fetch(upstreamChat, {
       method: "POST",
       headers: { "content-type": "application/json" },
       body: JSON.stringify({ ...body, model: "bench-upstream" }),

@@ -17,11 +17,15 @@ export async function prepareSluice(
       `[[plans]]\nid = "default"\nmodels = ["*"]\ntokens_per_5h = 1000000000000\ntokens_per_month = 1000000000000\nmax_concurrency = 100000\n`,
   );
   const environment = { PATH: process.env.PATH, HOME: process.env.HOME, SLUICE_DB: join(directory, "sluice.db"), SLUICE_CONFIG: config };
-  Bun.spawnSync([binary, "org", "create", "bench"], { env: environment });
-  const key = Bun.spawnSync([binary, "key", "create", "--org", "bench"], { env: environment, stdout: "pipe", stderr: "ignore" })
+  return { environment, key: createOrganizationKey(binary, environment, "bench") };
+}
+
+/** Creates an organization through `binary`'s CLI and returns a new key of it (the last line the CLI prints). */
+export function createOrganizationKey(binary: string, environment: Record<string, string | undefined>, organization: string): string {
+  Bun.spawnSync([binary, "org", "create", organization], { env: environment });
+  return Bun.spawnSync([binary, "key", "create", "--org", organization], { env: environment, stdout: "pipe", stderr: "ignore" })
     .stdout.toString()
     .trim()
     .split("\n")
     .at(-1) as string;
-  return { environment, key };
 }

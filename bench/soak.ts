@@ -5,6 +5,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { freePort, waitForPort } from "./ports";
+import { createOrganizationKey } from "./sluice-setup";
 
 const secondsArgument = process.argv.indexOf("--seconds");
 const seconds = secondsArgument === -1 ? 600 : Number(process.argv[secondsArgument + 1]);
@@ -30,12 +31,7 @@ async function main(): Promise<number> {
   );
   const port = freePort();
   const environment = { PATH: process.env.PATH, SLUICE_DB: join(work, "soak.db"), SLUICE_CONFIG: config, SLUICE_PORT: String(port), SLUICE_LOG_LEVEL: "warn" };
-  Bun.spawnSync([binary, "org", "create", "soak"], { env: environment });
-  const key = Bun.spawnSync([binary, "key", "create", "--org", "soak"], { env: environment, stdout: "pipe", stderr: "ignore" })
-    .stdout.toString()
-    .trim()
-    .split("\n")
-    .at(-1) as string;
+  const key = createOrganizationKey(binary, environment, "soak");
   const server = Bun.spawn([binary, "serve"], { env: environment, stdout: "ignore", stderr: "ignore" });
   children.push(server);
   await waitForPort(port);

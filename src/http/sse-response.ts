@@ -34,7 +34,7 @@ export function sseResponse(frames: AsyncGenerator<string[]>, options: SseOption
   first.catch(() => undefined);
   const body = new ReadableStream({
     type: "direct",
-    async pull(controller: ReadableStreamDirectController) {
+    async pull(controller) {
       let wrote = false;
       if (options.heartbeat) {
         const frame = options.heartbeat.frame;
@@ -66,7 +66,7 @@ export function sseResponse(frames: AsyncGenerator<string[]>, options: SseOption
       options.onCancel();
       void frames.return(undefined);
     },
-  } as unknown as ConstructorParameters<typeof ReadableStream<Uint8Array>>[0]);
+  });
   return new Response(body, {
     headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", ...options.headers },
   });

@@ -6,8 +6,9 @@ const piecesPerBlock = 64;
 
 /**
  * A text that grows a piece at a time, held compactly. Appending with `+=` builds a rope: a string object per
- * piece that lives until the answer ends (with 2,000 streams, most of the server's live memory). Joining every
- * 64 pieces into one flat block keeps a few objects instead, and never copies the text twice.
+ * piece that lives until the answer ends (with 2,000 streams, most of the server's live strings). Joining every
+ * 64 pieces into one flat block keeps a few objects instead; each character is copied once into its block and
+ * once more if the text is read at the end.
  */
 class GrowingText {
   private blocks: string[] = [];
