@@ -87,6 +87,33 @@ describe("keys (spec section 5)", () => {
     expect(await errorOf(await sluice.post("/v1/chat/completions", chat, headers))).toEqual({ status: 401, code: "invalid_api_key" });
   });
 
+  test("under load, every request sent after another process's revocation is refused (the feed is read once a turn)", async () => {
+    const { key, keyId } = await sluice.addOrganization("revoke-under-load");
+    const headers = { authorization: `Bearer ${key}` };
+    let revokedAt = Number.POSITIVE_INFINITY;
+    const late: number[] = [];
+    let stop = false;
+    // 64 clients in closed loops keep the server's turns full; each notes the status of what it sent after the revocation.
+    const clients = Array.from({ length: 64 }, async () => {
+      while (!stop) {
+        const sentAt = performance.now();
+        const response = await sluice.post("/v1/chat/completions", chat, headers);
+        await response.arrayBuffer();
+        if (sentAt > revokedAt) late.push(response.status);
+      }
+    });
+    await Bun.sleep(300);
+    const other = otherProcess();
+    await other.keys.revoke(keyId, testActor);
+    other.close();
+    revokedAt = performance.now();
+    await Bun.sleep(300);
+    stop = true;
+    await Promise.all(clients);
+    expect(late.length).toBeGreaterThan(64);
+    expect(late.filter((status) => status !== 401)).toEqual([]);
+  });
+
   test("an expired key: 401 invalid_api_key", async () => {
     const organization = (await sluice.organizations.findByName("acme"))!;
     const { secret } = await sluice.keys.create({ organizationId: organization.id, expiresInMs: 1000, now: Date.now() - 2000 }, testActor);
