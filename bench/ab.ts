@@ -1,8 +1,11 @@
 // A/B of whole chat answers between the executable built from a git revision (A) and the working tree (B), in one
 // run: the same fake upstream, the same configuration as `make bench` (every product check on), wrk rounds
-// interleaved A, B, A, B so that drift in the machine affects both alike; medians and B ÷ A.
+// interleaved A, B, A, B so that drift in the machine affects both alike; medians and B ÷ A. Besides requests a
+// second it reports each side's CPU time per request (the event loop's thread, and the whole process with its
+// writer and HTTP client threads), read from /proc: steadier than requests a second when this VM's speed moves
+// between rounds, since a slower machine slows both the work and the clock alike.
 //   bun bench/ab.ts REVISION [--rounds 4] [--seconds 6]
-import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
@@ -44,14 +47,26 @@ function build(tree: string, outfile: string): void {
   if (result.exitCode !== 0) throw new Error(`build of ${tree} failed`);
 }
 
-async function startSluice(binary: string, name: string, upstreamPort: number): Promise<{ port: number; key: string }> {
+/** CPU time so far in microseconds: of the process's main thread (the event loop) and of all its threads. */
+function cpuMicroseconds(pid: number): { main: number; process: number } {
+  const fields = (path: string) => {
+    const stat = readFileSync(path, "utf8");
+    const rest = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    // utime and stime, in clock ticks of 10 ms (fields 14 and 15 of proc(5), 12 and 13 after the name)
+    return (Number(rest[11]) + Number(rest[12])) * 10_000;
+  };
+  return { main: fields(`/proc/${pid}/task/${pid}/stat`), process: fields(`/proc/${pid}/stat`) };
+}
+
+async function startSluice(binary: string, name: string, upstreamPort: number): Promise<{ port: number; key: string; pid: number }> {
   const directory = join(work, name);
   mkdirSync(directory);
   const { environment, key } = await prepareSluice(binary, directory, upstreamPort);
   const port = freePort();
-  children.push(Bun.spawn([binary, "serve"], { env: { ...environment, SLUICE_PORT: String(port) }, stdout: "ignore", stderr: "ignore" }));
+  const child = Bun.spawn([binary, "serve"], { env: { ...environment, SLUICE_PORT: String(port) }, stdout: "ignore", stderr: "ignore" });
+  children.push(child);
   await waitForPort(port);
-  return { port, key };
+  return { port, key, pid: child.pid };
 }
 
 async function wrk(port: number, key: string, duration: number): Promise<number> {
@@ -84,10 +99,19 @@ try {
   await wrk(a.port, a.key, 3);
   await wrk(b.port, b.key, 3);
   const samples = { a: [] as number[], b: [] as number[] };
+  const cpu = { a: { main: [] as number[], process: [] as number[] }, b: { main: [] as number[], process: [] as number[] } };
+  const measure = async (side: "a" | "b", server: { port: number; key: string; pid: number }) => {
+    const before = cpuMicroseconds(server.pid);
+    const rps = await wrk(server.port, server.key, seconds);
+    const after = cpuMicroseconds(server.pid);
+    samples[side].push(rps);
+    cpu[side].main.push(Math.round((after.main - before.main) / (rps * seconds)));
+    cpu[side].process.push(Math.round((after.process - before.process) / (rps * seconds)));
+  };
   for (let round = 0; round < rounds; round++) {
-    samples.a.push(await wrk(a.port, a.key, seconds));
-    samples.b.push(await wrk(b.port, b.key, seconds));
-    log(`round ${round + 1}: A ${samples.a.at(-1)} rps, B ${samples.b.at(-1)} rps`);
+    await measure("a", a);
+    await measure("b", b);
+    log(`round ${round + 1}: A ${samples.a.at(-1)} rps ${cpu.a.main.at(-1)} µs, B ${samples.b.at(-1)} rps ${cpu.b.main.at(-1)} µs (event loop a request)`);
   }
   const result = {
     revision,
@@ -98,6 +122,11 @@ try {
     a_median: median(samples.a),
     b_median: median(samples.b),
     b_vs_a: median(samples.b) / median(samples.a),
+    a_event_loop_us_per_request: cpu.a.main,
+    b_event_loop_us_per_request: cpu.b.main,
+    a_process_us_per_request: cpu.a.process,
+    b_process_us_per_request: cpu.b.process,
+    b_vs_a_event_loop_us: median(cpu.b.main) / median(cpu.a.main),
   };
   console.log(JSON.stringify(result));
 } finally {
