@@ -53,3 +53,4 @@ await Bun.spawn(["wrk", "-t2", "-c64", `-d${seconds}s`, server.url.href], { stdo
 prober.terminate();
 server.stop(true);
 console.log(JSON.stringify({ requests, turns, requests_per_turn: Number((requests / turns).toFixed(1)), probes, violations }));
+export {};
