@@ -52,7 +52,7 @@ function cpuMicroseconds(pid: number): { main: number; process: number } {
   const fields = (path: string) => {
     const stat = readFileSync(path, "utf8");
     const rest = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    // utime and stime, in clock ticks of 10 ms (fields 14 and 15 of proc(5), 12 and 13 after the name)
+    // utime and stime, in clock ticks (USER_HZ: 100 a second on Linux; fields 14 and 15 of proc(5), 12 and 13 after the name)
     return (Number(rest[11]) + Number(rest[12])) * 10_000;
   };
   return { main: fields(`/proc/${pid}/task/${pid}/stat`), process: fields(`/proc/${pid}/stat`) };

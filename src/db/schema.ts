@@ -163,7 +163,7 @@ export const sessions = sqliteTable(
  * One row whose `version` triggers (migration 0006) raise on every change that a running server caches: keys,
  * organizations (status, plan) and usage resets. The ledger's writer thread commits constantly, so SQLite's
  * `data_version` cannot tell the server that someone else (the CLI, the console of another process) changed what
- * it caches; this row can, and the server reads it on every request.
+ * it caches; this row can, and the server reads it once per turn of its event loop (see AuthService).
  */
 export const changeCounter = sqliteTable("change_counter", {
   id: integer("id").primaryKey(),

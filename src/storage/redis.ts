@@ -111,9 +111,9 @@ export class RedisConnection {
 
 /**
  * The change epoch: a random value that every change to keys, organizations or usage resets replaces. An instance
- * reads it before authenticating a request and drops its caches when it moved, so a revocation through any instance
- * or the CLI applies to the very next request everywhere. (A random value rather than a counter: a Redis that
- * restarted empty cannot bring back the value an instance last saw.)
+ * reads it before authenticating requests (once per turn of its event loop, see AuthService) and drops its caches
+ * when it moved, so a revocation through any instance or the CLI applies to the very next request everywhere. (A
+ * random value rather than a counter: a Redis that restarted empty cannot bring back the value an instance last saw.)
  */
 export function redisChangeFeed(redis: RedisConnection): ChangeFeed {
   const listeners: (() => void | Promise<void>)[] = [];

@@ -305,7 +305,7 @@ export function sqliteStorage(database: DatabaseHandle): SqliteStorage {
   const changes: ChangeFeed = {
     onChange: (listener) => listeners.push(listener),
     check() {
-      // Synchronous unless something changed: the hot path pays one PRAGMA, not a promise.
+      // Synchronous unless something changed: the hot path pays one statement (once a turn, see AuthService), not a promise.
       database.pollExternalChanges();
       if (running === undefined) return;
       const finished = running;

@@ -10,7 +10,8 @@ import type { ChangeFeed } from "../../../src/storage/types";
 import { testActor } from "../../helpers";
 
 test("the requests of one turn of the event loop share one read of the change feed; the next turn reads again", async () => {
-  const storage = sqliteStorage(openDatabase(":memory:"));
+  const database = openDatabase(":memory:");
+  const storage = sqliteStorage(database);
   const organization = await new OrganizationService(storage.organizations, new Set(["default"]), new AuditLog(storage.audit)).create(
     { name: "acme" },
     testActor,
@@ -36,4 +37,5 @@ test("the requests of one turn of the event loop share one read of the change fe
   auth.authenticate(secret);
   expect(reads - readsBefore).toBe(2);
   auth.close();
+  database.close();
 });
