@@ -27,6 +27,14 @@ export function keyLimitsOf(limits: KeyLimits): Limits | undefined {
 
 const maxCachedKeys = 100_000;
 
+/** A key as the cache holds it: its stored hash as bytes for the comparison, and its caller, made once. */
+interface CachedKey {
+  credentials: KeyCredentials;
+  hashBytes: Buffer;
+  /** Undefined while the key cannot be used (then every request goes through the checks that say why). */
+  caller: Caller | undefined;
+}
+
 function invalidKey(): SluiceError {
   return new SluiceError("invalid_api_key", "Incorrect API key provided. Check the key, or create a new one in the console.");
 }
@@ -40,7 +48,7 @@ const lastUsedFlushMs = 1000;
  * that turn arrived before it was read (see checkChanges). `last_used_at` is written in batches, once a second.
  */
 export class AuthService {
-  private readonly cache = new Map<string, KeyCredentials>();
+  private readonly cache = new Map<string, CachedKey>();
   private readonly lastUsed = new Map<string, number>();
   private readonly flushTimer: Timer;
   /** Whether this turn of the event loop has read the change feed, and what the read returned. */
@@ -112,24 +120,35 @@ export class AuthService {
     } catch (error) {
       throw this.unavailable(error);
     }
-    let record = this.cache.get(hash);
-    if (!record) {
+    let cached = this.cache.get(hash);
+    if (!cached) {
+      let record: KeyCredentials | undefined;
       try {
         record = await this.keys.credentials(hash);
       } catch (error) {
         throw this.unavailable(error);
       }
-      if (record) {
-        if (this.cache.size >= maxCachedKeys) this.cache.clear();
-        this.cache.set(hash, record);
-      }
+      if (!record) throw invalidKey();
+      cached = { credentials: record, hashBytes: Buffer.from(record.hash), caller: undefined };
+      if (this.cache.size >= maxCachedKeys) this.cache.clear();
+      this.cache.set(hash, cached);
     }
-    return this.callerOf(record, hash, now);
+    return this.callerOf(cached, hash, now);
   }
 
-  private callerOf(record: KeyCredentials | undefined, hash: string, now: number): Caller {
-    if (!record || !hashesEqual(record.hash, hash)) throw invalidKey();
-    if (record.revokedAt !== null || (record.expiresAt !== null && record.expiresAt <= now)) throw invalidKey();
+  /** The caller of a usable key; the same object for every request until the cache is dropped (callers are read-only). */
+  private callerOf(cached: CachedKey, hash: string, now: number): Caller {
+    const record = cached.credentials;
+    if (!hashesEqual(cached.hashBytes, hash)) throw invalidKey();
+    // Expiry is checked on every request: a cached caller does not outlive its key.
+    if (record.expiresAt !== null && record.expiresAt <= now) throw invalidKey();
+    cached.caller ??= this.newCaller(record);
+    this.lastUsed.set(record.keyId, now);
+    return cached.caller;
+  }
+
+  private newCaller(record: KeyCredentials): Caller {
+    if (record.revokedAt !== null) throw invalidKey();
     if (record.organizationStatus !== "active") {
       throw new SluiceError(
         "organization_inactive",
@@ -140,7 +159,6 @@ export class AuthService {
     }
     const plan = this.plans.get(record.planId);
     if (!plan) throw new SluiceError("organization_inactive", `Your organization's plan "${record.planId}" is not configured; contact the operator.`);
-    this.lastUsed.set(record.keyId, now);
     return { keyId: record.keyId, organizationId: record.organizationId, organizationName: record.organizationName, plan, keyLimits: keyLimitsOf(record) };
   }
 

@@ -11,16 +11,17 @@ export function generateKeySecret(): string {
 
 /** SHA-256 of the key, hex: the only form in which a key is stored. */
 export function hashKeySecret(secret: string): string {
-  return new Bun.CryptoHasher("sha256").update(secret).digest("hex");
+  return Bun.SHA256.hash(secret, "hex");
 }
 
 export function shownPrefix(secret: string): string {
   return secret.slice(0, shownLength);
 }
 
-/** Constant-time comparison of two hex hashes of equal length. */
-export function hashesEqual(left: string, right: string): boolean {
-  if (left.length !== right.length) return false;
+/** Constant-time comparison of two hex hashes of equal length; `left` may be given as its bytes, kept from before. */
+export function hashesEqual(left: string | Buffer, right: string): boolean {
+  const leftBytes = typeof left === "string" ? Buffer.from(left) : left;
+  if (leftBytes.length !== right.length) return false;
   // Bun's crypto.timingSafeEqual (as node:crypto's, without loading node:crypto at start-up).
-  return crypto.timingSafeEqual(Buffer.from(left), Buffer.from(right));
+  return crypto.timingSafeEqual(leftBytes, Buffer.from(right));
 }

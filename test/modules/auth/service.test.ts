@@ -39,3 +39,44 @@ test("the requests of one turn of the event loop share one read of the change fe
   auth.close();
   database.close();
 });
+
+test("a cached key is refused from the moment it expires; an inactive organization's key stays refused while cached", async () => {
+  const database = openDatabase(":memory:");
+  const storage = sqliteStorage(database);
+  const audit = new AuditLog(storage.audit);
+  const organizations = new OrganizationService(storage.organizations, new Set(["default"]), audit);
+  const organization = await organizations.create({ name: "acme" }, testActor);
+  const now = Date.now();
+  const keys = new KeyService(storage.keys, audit);
+  const { secret } = await keys.create({ organizationId: organization.id, name: "k", expiresInMs: 60_000, now }, testActor);
+  const plans = new Map(resolveConfig({}).plans.map((plan) => [plan.id, plan]));
+  const touched: string[] = [];
+  const auth = new AuthService(storage.keys, storage.changes, plans, (entries) => touched.push(...entries.map(([keyId]) => keyId)));
+  const first = await auth.authenticate(secret, now);
+  await new Promise((resolve) => setImmediate(resolve));
+  // The same caller object for the next request: it is made once per cached key.
+  expect(auth.authenticate(secret, now + 1)).toBe(first);
+  expect(() => auth.authenticate(secret, now + 60_000)).toThrow(expect.objectContaining({ code: "invalid_api_key" }));
+  expect(auth.authenticate(secret, now + 59_999)).toBe(first);
+
+  await organizations.update("acme", { status: "suspended" }, testActor);
+  // The next turn of the event loop reads the change feed, which drops the cache.
+  await new Promise((resolve) => setImmediate(resolve));
+  auth.flushLastUsed();
+  touched.length = 0;
+  const refused = async () => {
+    try {
+      await auth.authenticate(secret, now + 2);
+      return "accepted";
+    } catch (error) {
+      return (error as { code: string }).code;
+    }
+  };
+  expect(await refused()).toBe("organization_inactive");
+  await new Promise((resolve) => setImmediate(resolve));
+  expect(await refused()).toBe("organization_inactive");
+  auth.flushLastUsed();
+  expect(touched).toEqual([]);
+  auth.close();
+  database.close();
+});
