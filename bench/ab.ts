@@ -1,7 +1,7 @@
 // A/B of whole chat answers between the executable built from a git revision (A) and the working tree (B), in one
 // run: the same fake upstream, the same configuration as `make bench` (every product check on), wrk rounds
-// interleaved A, B, A, B so that drift in the machine affects both alike; medians and B ÷ A. Besides requests a
-// second it reports each side's CPU time per request (the event loop's thread, and the whole process with its
+// interleaved A, B, B, A so that drift in the machine affects both alike; medians and B ÷ A, and the median of
+// each round's own B ÷ A. Besides requests a second it reports each side's CPU time per request (the event loop's thread, and the whole process with its
 // writer and HTTP client threads), read from /proc: steadier than requests a second when this VM's speed moves
 // between rounds, since a slower machine slows both the work and the clock alike.
 //   bun bench/ab.ts REVISION [--rounds 4] [--seconds 6]
@@ -109,8 +109,8 @@ try {
     cpu[side].process.push(Math.round((after.process - before.process) / (rps * seconds)));
   };
   for (let round = 0; round < rounds; round++) {
-    await measure("a", a);
-    await measure("b", b);
+    // A, B then B, A: a machine that speeds up or slows down within a pair of rounds favours neither side.
+    for (const side of round % 2 === 0 ? (["a", "b"] as const) : (["b", "a"] as const)) await measure(side, side === "a" ? a : b);
     log(`round ${round + 1}: A ${samples.a.at(-1)} rps ${cpu.a.main.at(-1)} µs, B ${samples.b.at(-1)} rps ${cpu.b.main.at(-1)} µs (event loop a request)`);
   }
   const result = {
@@ -127,6 +127,10 @@ try {
     a_process_us_per_request: cpu.a.process,
     b_process_us_per_request: cpu.b.process,
     b_vs_a_event_loop_us: median(cpu.b.main) / median(cpu.a.main),
+    // The median of each round's own ratio: steadier than the ratio of medians when the machine's speed drifts.
+    paired_b_vs_a_rps: median(samples.b.map((value, index) => value / (samples.a[index] as number))),
+    paired_b_vs_a_event_loop_us: median(cpu.b.main.map((value, index) => value / (cpu.a.main[index] as number))),
+    paired_b_vs_a_process_us: median(cpu.b.process.map((value, index) => value / (cpu.a.process[index] as number))),
   };
   console.log(JSON.stringify(result));
 } finally {

@@ -59,17 +59,18 @@ function describe(error: ValueError, param: string): string {
 /** Deeper than this, a body is refused: it would only serve to exhaust the stack of whoever walks it next. */
 const maxNestingDepth = 64;
 
-/** Whether a parsed JSON value nests deeper than `limit` (walked without recursion). */
+/**
+ * Whether a parsed JSON value nests deeper than `limit`. The recursion stops at `limit` levels, so it cannot run
+ * out of stack however deep the value goes; a walk with an explicit stack allocated a pair per object.
+ */
 function nestsDeeperThan(value: unknown, limit: number): boolean {
-  const stack: [unknown, number][] = [[value, 0]];
-  while (stack.length > 0) {
-    const [current, depth] = stack.pop() as [unknown, number];
-    if (typeof current !== "object" || current === null) continue;
-    if (depth >= limit) return true;
-    for (const child of Array.isArray(current) ? current : Object.values(current)) {
-      if (typeof child === "object" && child !== null) stack.push([child, depth + 1]);
-    }
+  if (typeof value !== "object" || value === null) return false;
+  if (limit === 0) return true;
+  if (Array.isArray(value)) {
+    for (const child of value) if (nestsDeeperThan(child, limit - 1)) return true;
+    return false;
   }
+  for (const key in value) if (nestsDeeperThan((value as Record<string, unknown>)[key], limit - 1)) return true;
   return false;
 }
 

@@ -36,9 +36,9 @@ class GrowingText {
  * (it has none, the client left, or the stream broke): then Sluice counts with its own tokenizer.
  */
 export class UsageMeter {
-  private content = new GrowingText();
-  private reasoning = new GrowingText();
-  private toolText = new GrowingText();
+  private readonly content = new GrowingText();
+  private readonly reasoning = new GrowingText();
+  private readonly toolText = new GrowingText();
   private reported: Usage | undefined;
 
   observe(event: CompletionEvent): void {
@@ -55,10 +55,8 @@ export class UsageMeter {
     return this.reported !== undefined || !this.content.empty || !this.reasoning.empty || !this.toolText.empty;
   }
 
+  /** A whole answer: the only thing a meter observes when there is no stream. */
   observeCompletion(completion: Completion): void {
-    this.content = new GrowingText();
-    this.reasoning = new GrowingText();
-    this.toolText = new GrowingText();
     if (completion.content) this.content.add(completion.content);
     if (completion.reasoning) this.reasoning.add(completion.reasoning);
     if (completion.toolCalls) this.toolText.add(JSON.stringify(completion.toolCalls));
