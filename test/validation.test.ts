@@ -2,7 +2,7 @@ import { expect, test } from "bun:test";
 import { SluiceError } from "../src/errors";
 import { validateChatRequest } from "../src/modules/chat/model";
 
-/** A chat body whose response_format holds `levels` objects nested one in another (the body itself is level 0). */
+/** A chat body `levels` levels deep, itself included: its response_format is `levels - 1` objects (or arrays) one in another. */
 function bodyNested(levels: number, inArrays = false): unknown {
   let value: unknown = 1;
   for (let level = 1; level < levels; level++) value = inArrays ? [value] : { a: value };

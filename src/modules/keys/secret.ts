@@ -18,10 +18,9 @@ export function shownPrefix(secret: string): string {
   return secret.slice(0, shownLength);
 }
 
-/** Constant-time comparison of two hex hashes of equal length; `left` may be given as its bytes, kept from before. */
-export function hashesEqual(left: string | Buffer, right: string): boolean {
-  const leftBytes = typeof left === "string" ? Buffer.from(left) : left;
-  if (leftBytes.length !== right.length) return false;
+/** Constant-time comparison of a stored hash (its hex text as bytes, kept from before) with a computed one. */
+export function hashesEqual(stored: Uint8Array, hash: string): boolean {
+  const given = Buffer.from(hash);
   // Bun's crypto.timingSafeEqual (as node:crypto's, without loading node:crypto at start-up).
-  return crypto.timingSafeEqual(leftBytes, Buffer.from(right));
+  return given.length === stored.length && crypto.timingSafeEqual(stored, given);
 }

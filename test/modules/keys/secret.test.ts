@@ -1,0 +1,16 @@
+import { expect, test } from "bun:test";
+import { generateKeySecret, hashesEqual, hashKeySecret } from "../../../src/modules/keys/secret";
+
+test("a key's hash is its SHA-256 in hex, and the comparison accepts only the same hash", () => {
+  const secret = generateKeySecret();
+  const hash = hashKeySecret(secret);
+  expect(hash).toBe(new Bun.CryptoHasher("sha256").update(secret).digest("hex"));
+  const stored = Buffer.from(hash);
+  expect(hashesEqual(stored, hash)).toBe(true);
+  expect(hashesEqual(stored, hashKeySecret(generateKeySecret()))).toBe(false);
+  expect(hashesEqual(stored, `${hash.slice(0, -1)}${hash.endsWith("0") ? "1" : "0"}`)).toBe(false);
+  // Another length is refused, not thrown on (timingSafeEqual throws on buffers of different lengths).
+  expect(hashesEqual(stored, hash.slice(1))).toBe(false);
+  expect(hashesEqual(stored, `${hash}0`)).toBe(false);
+  expect(hashesEqual(stored, "é".repeat(32))).toBe(false);
+});
