@@ -14,7 +14,8 @@ declare const self: Worker;
 /** What the server sends: first where the database is, then rows and last-used times. */
 export type LedgerWorkerMessage =
   | { type: "open"; path: string; progress: SharedArrayBuffer }
-  | { type: "rows"; sequence: number; values: LedgerValue[]; urgent: boolean }
+  /** `checkpoint`: the server committed rows of its own since this thread's last commit (quiet traffic, ledger.ts). */
+  | { type: "rows"; sequence: number; values: LedgerValue[]; urgent: boolean; checkpoint: boolean }
   | { type: "touch"; entries: [string, number][] }
   | { type: "close" };
 
@@ -37,6 +38,7 @@ let writer: LedgerWriter;
 let progress: Int32Array;
 let queued: LedgerValue[][] = [];
 let queuedUpTo = 0;
+let checkpointAsked = false;
 let scheduled = false;
 
 function commit(): void {
@@ -51,6 +53,16 @@ function commit(): void {
   } catch (failure) {
     error = String(failure);
     Atomics.add(progress, 1, 1);
+  }
+  if (checkpointAsked) {
+    checkpointAsked = false;
+    try {
+      // Before the reply: until it arrives the server sends its rows here, so nothing appends during the pass and it
+      // copies the whole WAL, which the next commit then starts again from its beginning.
+      writerDatabase.run("PRAGMA wal_checkpoint(PASSIVE)");
+    } catch {
+      // the next commit past `checkpointPages` checkpoints anyway
+    }
   }
   Atomics.store(progress, 0, upTo);
   Atomics.notify(progress, 0);
@@ -89,6 +101,7 @@ self.onmessage = (event: MessageEvent<LedgerWorkerMessage>) => {
   }
   queued.push(message.values);
   queuedUpTo = message.sequence;
+  checkpointAsked ||= message.checkpoint;
   if (message.urgent) commit();
   else if (!scheduled) {
     scheduled = true;

@@ -80,6 +80,42 @@ test("a commit that fails refuses its rows (never a silent loss); the next rows 
   expect(count(reader, "SELECT count(*) AS value FROM usage_ledger")).toBe(1);
 });
 
+test("a failing commit on the writer thread refuses its whole batch too; the next rows are written", async () => {
+  const { database, ledger, reader } = setup();
+  database.sqlite.run("CREATE TRIGGER poison BEFORE INSERT ON usage_ledger WHEN NEW.model = 'poison' BEGIN SELECT RAISE(ABORT, 'poisoned row'); END");
+  // Ten rows in one turn make a busy batch, which the writer thread commits.
+  const batch = [ledger.record(row({ model: "poison" })), ...Array.from({ length: 9 }, () => ledger.record(row()))];
+  const settled = await Promise.allSettled(batch);
+  expect(settled.every((result) => result.status === "rejected")).toBe(true);
+  await ledger.record(row());
+  expect(count(reader, "SELECT count(*) AS value FROM usage_ledger")).toBe(1);
+});
+
+test("quiet rows are committed on this thread, busy batches by the writer thread", async () => {
+  const { database, ledger, reader } = setup();
+  // data_version moves only when another connection commits.
+  const version = () => (database.sqlite.query("PRAGMA data_version").get() as { data_version: number }).data_version;
+  const before = version();
+  for (let index = 0; index < 5; index++) await ledger.record(row());
+  expect(version()).toBe(before);
+  await Promise.all(Array.from({ length: 10 }, () => ledger.record(row())));
+  expect(version()).not.toBe(before);
+  expect(count(reader, "SELECT count(*) AS value FROM usage_ledger")).toBe(15);
+});
+
+test("quiet rows still reach the database file: the writer thread takes a batch now and then and checkpoints", async () => {
+  const { database, ledger, path } = setup();
+  const version = () => (database.sqlite.query("PRAGMA data_version").get() as { data_version: number }).data_version;
+  const first = row();
+  await ledger.record(first);
+  const before = version();
+  for (let index = 0; index < 100; index++) await ledger.record(row());
+  expect(version()).not.toBe(before);
+  expect(rowInDatabaseFile(path, first.requestId)).toBe(true);
+  // 101 one-row commits of ~9 pages: over 3.5 MB of WAL without checkpoints.
+  expect(Bun.file(`${path}-wal`).size).toBeLessThan(2 * 1024 * 1024);
+});
+
 test("after close, rows are refused rather than left waiting", async () => {
   const { ledger } = setup();
   await ledger.record(row());
