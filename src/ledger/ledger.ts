@@ -45,6 +45,8 @@ const busyRows = 4;
  * to the writer, which checkpoints after committing it.
  */
 const quietRowsBetweenCheckpoints = 28;
+/** At most this many keys' last-used times are written on this thread (one UPDATE each). */
+const quietTouches = 16;
 
 /** How long `flush` waits for the writer thread before giving up on what it has not committed. */
 const flushTimeoutMs = 10_000;
@@ -121,10 +123,19 @@ export class Ledger {
     this.failuresSeen = failures;
   }
 
-  /** Records when keys were last used ([key id, time] pairs), on the writer thread; nothing waits for it. */
+  /**
+   * Records when keys were last used ([key id, time] pairs); nothing waits for it. A few keys in quiet traffic are
+   * written here, for the reason quiet rows are: the writer's transaction would hold the lock a quiet commit of
+   * this thread then waits for.
+   */
   touchKeys(entries: [string, number][]): void {
-    if (this.inMemory) this.local.touchKeys(entries);
-    else if (this.worker) {
+    if (this.inMemory || (this.worker && this.sent.length === 0 && this.lastRows < busyRows && entries.length <= quietTouches)) {
+      try {
+        this.local.touchKeys(entries);
+      } catch {
+        // last_used_at is informational; the next second's update carries a newer time anyway
+      }
+    } else if (this.worker) {
       const message: LedgerWorkerMessage = { type: "touch", entries };
       this.worker.postMessage(message);
     }

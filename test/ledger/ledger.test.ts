@@ -132,13 +132,22 @@ test("an in-memory database is written on the server's thread", async () => {
   database.close();
 });
 
-test("keys' last-used times are written by the writer thread", async () => {
+test("keys' last-used times: a few in quiet traffic on this thread, many on the writer thread", async () => {
   const { database, ledger, reader } = setup();
   database.sqlite.run("INSERT INTO organizations (id, name, plan, status, created_at) VALUES ('org_a', 'a', 'default', 'active', 0)");
-  database.sqlite.run("INSERT INTO api_keys (id, organization_id, name, prefix, hash, created_at) VALUES ('key_a', 'org_a', 'k', 'sk-sluice-ab', 'h', 0)");
-  ledger.touchKeys([["key_a", 1234]]);
+  const keys = Array.from({ length: 20 }, (_, index) => `key_${index}`);
+  for (const id of keys) {
+    database.sqlite.run("INSERT INTO api_keys (id, organization_id, name, prefix, hash, created_at) VALUES (?, 'org_a', 'k', 'sk-sluice-ab', ?, 0)", [id, id]);
+  }
+  const version = () => (database.sqlite.query("PRAGMA data_version").get() as { data_version: number }).data_version;
+  const before = version();
+  ledger.touchKeys([["key_0", 1234]]);
+  expect(count(reader, "SELECT last_used_at AS value FROM api_keys WHERE id = 'key_0'")).toBe(1234);
+  expect(version()).toBe(before);
+  ledger.touchKeys(keys.map((id): [string, number] => [id, 5678]));
   ledger.flush();
-  expect(count(reader, "SELECT last_used_at AS value FROM api_keys WHERE id = 'key_a'")).toBe(1234);
+  expect(count(reader, "SELECT count(*) AS value FROM api_keys WHERE last_used_at = 5678")).toBe(20);
+  expect(version()).not.toBe(before);
 });
 
 test("the writer checkpoints as it goes: committed rows reach the database file itself, and the WAL stays small", async () => {
