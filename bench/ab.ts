@@ -4,7 +4,10 @@
 // each round's own B ÷ A. Besides requests a second it reports each side's CPU time per request (the event loop's thread, and the whole process with its
 // writer and HTTP client threads), read from /proc: steadier than requests a second when this VM's speed moves
 // between rounds, since a slower machine slows both the work and the clock alike.
-//   bun bench/ab.ts REVISION [--rounds 4] [--seconds 6]
+// With `--latency RATE` each round is instead a 4 s `wrk -c64` burst and then an open loop at RATE requests a second
+// for `--seconds` (bench/load.ts, as `make bench`'s latency phase): p50 and p99 of each side, and the median of each
+// round's own B - A.
+//   bun bench/ab.ts REVISION [--rounds 4] [--seconds 6] [--latency 1000]
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -13,13 +16,14 @@ import { freePort, waitForPort } from "./ports";
 import { prepareSluice } from "./sluice-setup";
 
 const { values, positionals } = parseArgs({
-  options: { rounds: { type: "string", default: "4" }, seconds: { type: "string", default: "6" } },
+  options: { rounds: { type: "string", default: "4" }, seconds: { type: "string", default: "6" }, latency: { type: "string" } },
   allowPositionals: true,
 });
 const revision = positionals[0];
-if (!revision) throw new Error("usage: bun bench/ab.ts REVISION [--rounds 4] [--seconds 6]");
+if (!revision) throw new Error("usage: bun bench/ab.ts REVISION [--rounds 4] [--seconds 6] [--latency RATE]");
 const rounds = Number(values.rounds);
 const seconds = Number(values.seconds);
+const latencyRate = values.latency === undefined ? undefined : Number(values.latency);
 const root = join(import.meta.dir, "..");
 const bun = process.execPath;
 const work = mkdtempSync(join(tmpdir(), "sluice-ab-"));
@@ -69,9 +73,26 @@ async function startSluice(binary: string, name: string, upstreamPort: number): 
   return { port, key, pid: child.pid };
 }
 
+const body = JSON.stringify({ model: "bench", messages: [{ role: "user", content: "What is 2+2? Answer briefly." }] });
+
+/** p50 and p99 in milliseconds of an open loop at `rate` requests a second (bench/load.ts). */
+async function openLoop(port: number, key: string, rate: number, duration: number): Promise<{ p50: number; p99: number }> {
+  const bodyFile = join(work, "body.json");
+  await Bun.write(bodyFile, body);
+  const headers = JSON.stringify({ authorization: `Bearer ${key}`, "content-type": "application/json" });
+  const url = `http://127.0.0.1:${port}/v1/chat/completions`;
+  const child = Bun.spawn([bun, join(import.meta.dir, "load.ts"), "open", url, bodyFile, headers, String(rate), String(duration)], {
+    env: { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" },
+    stdout: "pipe",
+  });
+  const result = JSON.parse(await new Response(child.stdout).text()) as { errors: number; p50_ms: number; p99_ms: number };
+  await child.exited;
+  if (result.errors > 0) log(`port ${port}: ${result.errors} failed requests`);
+  return { p50: result.p50_ms, p99: result.p99_ms };
+}
+
 async function wrk(port: number, key: string, duration: number): Promise<number> {
   const script = join(work, `wrk-${port}.lua`);
-  const body = JSON.stringify({ model: "bench", messages: [{ role: "user", content: "What is 2+2? Answer briefly." }] });
   await Bun.write(
     script,
     `wrk.method = "POST"\nwrk.body = ${JSON.stringify(body)}\nwrk.headers["Authorization"] = "Bearer ${key}"\nwrk.headers["Content-Type"] = "application/json"\n`,
@@ -83,24 +104,17 @@ async function wrk(port: number, key: string, duration: number): Promise<number>
   return Number(/Requests\/sec:\s+([\d.]+)/.exec(output)?.[1] ?? Number.NaN);
 }
 
-const worktree = join(work, "a");
-try {
-  if (Bun.spawnSync(["git", "worktree", "add", "--detach", worktree, revision], { cwd: root, stdout: "ignore", stderr: "inherit" }).exitCode !== 0)
-    throw new Error(`no revision ${revision}`);
-  if (!existsSync(join(worktree, "node_modules"))) symlinkSync(join(root, "node_modules"), join(worktree, "node_modules"));
-  log(`building A (${revision}) and B (the working tree)`);
-  build(worktree, join(work, "sluice-a"));
-  build(root, join(work, "sluice-b"));
-  const upstreamPort = freePort();
-  children.push(Bun.spawn([bun, join(import.meta.dir, "fake-upstream.ts"), String(upstreamPort), "200", "20"], { stdout: "ignore", stderr: "ignore" }));
-  await waitForPort(upstreamPort);
-  const a = await startSluice(join(work, "sluice-a"), "data-a", upstreamPort);
-  const b = await startSluice(join(work, "sluice-b"), "data-b", upstreamPort);
-  await wrk(a.port, a.key, 3);
-  await wrk(b.port, b.key, 3);
+interface Server {
+  port: number;
+  key: string;
+  pid: number;
+}
+
+/** Closed-loop rounds: requests a second and CPU time per request of each side. */
+async function throughputRounds(a: Server, b: Server) {
   const samples = { a: [] as number[], b: [] as number[] };
   const cpu = { a: { main: [] as number[], process: [] as number[] }, b: { main: [] as number[], process: [] as number[] } };
-  const measure = async (side: "a" | "b", server: { port: number; key: string; pid: number }) => {
+  const measure = async (side: "a" | "b", server: Server) => {
     const before = cpuMicroseconds(server.pid);
     const rps = await wrk(server.port, server.key, seconds);
     const after = cpuMicroseconds(server.pid);
@@ -113,7 +127,7 @@ try {
     for (const side of round % 2 === 0 ? (["a", "b"] as const) : (["b", "a"] as const)) await measure(side, side === "a" ? a : b);
     log(`round ${round + 1}: A ${samples.a.at(-1)} rps ${cpu.a.main.at(-1)} µs, B ${samples.b.at(-1)} rps ${cpu.b.main.at(-1)} µs (event loop a request)`);
   }
-  const result = {
+  return {
     revision,
     rounds,
     seconds,
@@ -132,7 +146,57 @@ try {
     paired_b_vs_a_event_loop_us: median(cpu.b.main.map((value, index) => value / (cpu.a.main[index] as number))),
     paired_b_vs_a_process_us: median(cpu.b.process.map((value, index) => value / (cpu.a.process[index] as number))),
   };
-  console.log(JSON.stringify(result));
+}
+
+/** Rounds of a burst and then an open loop at `rate` requests a second: p50 and p99 of each side. */
+async function latencyRounds(a: Server, b: Server, rate: number) {
+  const latency = { a: { p50: [] as number[], p99: [] as number[] }, b: { p50: [] as number[], p99: [] as number[] } };
+  for (let round = 0; round < rounds; round++) {
+    for (const side of round % 2 === 0 ? (["a", "b"] as const) : (["b", "a"] as const)) {
+      const server = side === "a" ? a : b;
+      await wrk(server.port, server.key, 4);
+      const result = await openLoop(server.port, server.key, rate, seconds);
+      latency[side].p50.push(Math.round(result.p50 * 1000) / 1000);
+      latency[side].p99.push(Math.round(result.p99 * 100) / 100);
+    }
+    log(`round ${round + 1}: p50/p99 A ${latency.a.p50.at(-1)}/${latency.a.p99.at(-1)} ms, B ${latency.b.p50.at(-1)}/${latency.b.p99.at(-1)} ms`);
+  }
+  const paired = (samples: { a: number[]; b: number[] }) =>
+    Math.round(median(samples.b.map((value, index) => value - (samples.a[index] as number))) * 1000) / 1000;
+  return {
+    revision,
+    rounds,
+    seconds,
+    rate,
+    a_p50_ms: latency.a.p50,
+    b_p50_ms: latency.b.p50,
+    a_p99_ms: latency.a.p99,
+    b_p99_ms: latency.b.p99,
+    a_p50_median_ms: median(latency.a.p50),
+    b_p50_median_ms: median(latency.b.p50),
+    a_p99_median_ms: median(latency.a.p99),
+    b_p99_median_ms: median(latency.b.p99),
+    paired_b_minus_a_p50_ms: paired({ a: latency.a.p50, b: latency.b.p50 }),
+    paired_b_minus_a_p99_ms: paired({ a: latency.a.p99, b: latency.b.p99 }),
+  };
+}
+
+const worktree = join(work, "a");
+try {
+  if (Bun.spawnSync(["git", "worktree", "add", "--detach", worktree, revision], { cwd: root, stdout: "ignore", stderr: "inherit" }).exitCode !== 0)
+    throw new Error(`no revision ${revision}`);
+  if (!existsSync(join(worktree, "node_modules"))) symlinkSync(join(root, "node_modules"), join(worktree, "node_modules"));
+  log(`building A (${revision}) and B (the working tree)`);
+  build(worktree, join(work, "sluice-a"));
+  build(root, join(work, "sluice-b"));
+  const upstreamPort = freePort();
+  children.push(Bun.spawn([bun, join(import.meta.dir, "fake-upstream.ts"), String(upstreamPort), "200", "20"], { stdout: "ignore", stderr: "ignore" }));
+  await waitForPort(upstreamPort);
+  const a = await startSluice(join(work, "sluice-a"), "data-a", upstreamPort);
+  const b = await startSluice(join(work, "sluice-b"), "data-b", upstreamPort);
+  await wrk(a.port, a.key, 3);
+  await wrk(b.port, b.key, 3);
+  console.log(JSON.stringify(latencyRate === undefined ? await throughputRounds(a, b) : await latencyRounds(a, b, latencyRate)));
 } finally {
   for (const child of children) child.kill();
   await Promise.all(children.map((child) => child.exited));
