@@ -55,6 +55,11 @@ class LedgerWriteError extends Error {
   override name = "LedgerWriteError";
 }
 
+/** SQLITE_BUSY and its extended codes: another connection holds the lock. */
+function isBusy(error: unknown): boolean {
+  return typeof (error as { code?: unknown })?.code === "string" && (error as { code: string }).code.startsWith("SQLITE_BUSY");
+}
+
 /**
  * The usage ledger: a group commit on a writer thread of its own (see ledger-worker.ts), or on this thread when
  * traffic is quiet (above). `record` resolves only once its row is committed, so a caller that waits for it before
@@ -77,11 +82,15 @@ export class Ledger {
   private readonly inMemory: boolean;
   private quietRowsSinceWriter = 0;
   private workerStartedAt = 0;
+  /** This connection's `busy_timeout`, put back after each quiet write (which must not wait: see `withoutWaiting`). */
+  private readonly busyTimeout: string;
 
   constructor(private readonly sqlite: Database) {
     const path = sqlite.filename;
     this.local = new LedgerWriter(sqlite);
     this.inMemory = !path || path === ":memory:";
+    const timeout = sqlite.query<{ timeout: number }, []>("PRAGMA busy_timeout").get()?.timeout ?? 0;
+    this.busyTimeout = `PRAGMA busy_timeout = ${timeout}`;
     if (!this.inMemory) {
       // The writer thread checkpoints (see ledger-worker.ts); this connection, on the event loop, never does.
       sqlite.run("PRAGMA wal_autocheckpoint = 0");
@@ -129,15 +138,23 @@ export class Ledger {
    * this thread then waits for.
    */
   touchKeys(entries: [string, number][]): void {
-    if (this.inMemory || (this.worker && this.sent.length === 0 && this.lastRows < busyRows && entries.length <= quietTouches)) {
-      try {
-        this.local.touchKeys(entries);
-      } catch {
-        // last_used_at is informational; the next second's update carries a newer time anyway
-      }
-    } else if (this.worker) {
-      const message: LedgerWorkerMessage = { type: "touch", entries };
-      this.worker.postMessage(message);
+    if (this.inMemory) {
+      this.local.touchKeys(entries);
+      return;
+    }
+    if (!this.worker) return;
+    if (this.sent.length === 0 && this.lastRows < busyRows && entries.length <= quietTouches && this.touchHere(entries)) return;
+    const message: LedgerWorkerMessage = { type: "touch", entries };
+    this.worker.postMessage(message);
+  }
+
+  /** Writes last-used times on this thread; false when the lock is taken (the writer thread then does it). */
+  private touchHere(entries: [string, number][]): boolean {
+    try {
+      return this.withoutWaiting(() => this.local.touchKeys(entries));
+    } catch {
+      // last_used_at is informational; the next second's update carries a newer time anyway
+      return true;
     }
   }
 
@@ -171,10 +188,11 @@ export class Ledger {
     this.lastRows = waiters.length;
     this.unsent = [];
     this.unsentWaiters = [];
-    if (this.inMemory || (this.worker && this.quiet(urgent, waiters.length))) {
+    if (this.inMemory) {
       this.commitHere(values, waiters);
       return;
     }
+    if (this.worker && this.quiet(urgent, waiters.length) && this.withoutWaiting(() => this.commitHere(values, waiters))) return;
     if (!this.worker) {
       for (const waiter of waiters) waiter.reject(new LedgerWriteError("the ledger is closed"));
       return;
@@ -203,9 +221,30 @@ export class Ledger {
   private commitHere(values: LedgerValue[], waiters: Waiter[]): void {
     try {
       this.local.commit([values]);
-      for (const waiter of waiters) waiter.resolve();
     } catch (error) {
+      if (isBusy(error)) throw error;
       for (const waiter of waiters) waiter.reject(error);
+      return;
+    }
+    for (const waiter of waiters) waiter.resolve();
+  }
+
+  /**
+   * Runs a write on this thread without waiting for the database's lock: another process holding it (the CLI, a
+   * second server on the same file) must not stop the event loop for up to `busy_timeout`. False, with nothing
+   * written, when the lock is taken: the caller hands the write to the writer thread, which may wait.
+   */
+  private withoutWaiting(write: () => void): boolean {
+    // Applied when the statement is prepared, so not a cached statement: ~1 µs each.
+    this.sqlite.run("PRAGMA busy_timeout = 0");
+    try {
+      write();
+      return true;
+    } catch (error) {
+      if (isBusy(error)) return false;
+      throw error;
+    } finally {
+      this.sqlite.run(this.busyTimeout);
     }
   }
 

@@ -103,6 +103,29 @@ test("quiet rows are committed on this thread, busy batches by the writer thread
   expect(count(reader, "SELECT count(*) AS value FROM usage_ledger")).toBe(15);
 });
 
+test("a quiet row never stalls the event loop behind another process's lock: the writer thread waits for it instead", async () => {
+  const { ledger, path, reader } = setup();
+  // Another process (the CLI, say) in the middle of a write transaction.
+  const holder = new Database(path);
+  holder.run("BEGIN IMMEDIATE");
+  holder.run("UPDATE change_counter SET version = version");
+  let committed = false;
+  const pending = ledger.record(row()).then(() => {
+    committed = true;
+  });
+  const started = performance.now();
+  await Bun.sleep(50);
+  // Waiting on this thread would have held the timer back for the connection's whole busy_timeout (5 s).
+  expect(performance.now() - started).toBeLessThan(2000);
+  expect(committed).toBe(false);
+  ledger.touchKeys([["key_a", 1]]);
+  expect(performance.now() - started).toBeLessThan(2000);
+  holder.run("COMMIT");
+  holder.close();
+  await pending;
+  expect(count(reader, "SELECT count(*) AS value FROM usage_ledger")).toBe(1);
+});
+
 test("quiet rows still reach the database file: the writer thread takes a batch now and then and checkpoints", async () => {
   const { database, ledger, path } = setup();
   const version = () => (database.sqlite.query("PRAGMA data_version").get() as { data_version: number }).data_version;
