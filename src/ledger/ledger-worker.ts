@@ -14,7 +14,7 @@ declare const self: Worker;
 /** What the server sends: first where the database is, then rows and last-used times. */
 export type LedgerWorkerMessage =
   | { type: "open"; path: string; progress: SharedArrayBuffer }
-  /** `checkpoint`: the server committed rows of its own since this thread's last commit (quiet traffic, ledger.ts). */
+  /** `checkpoint`: the server has committed a stretch of quiet rows itself (ledger.ts); checkpoint after this commit. */
   | { type: "rows"; sequence: number; values: LedgerValue[]; urgent: boolean; checkpoint: boolean }
   | { type: "touch"; entries: [string, number][] }
   | { type: "close" };

@@ -189,10 +189,10 @@ export class Ledger {
     this.unsent = [];
     this.unsentWaiters = [];
     if (this.inMemory) {
-      this.commitHere(values, waiters);
+      this.commitHere(values, waiters, false);
       return;
     }
-    if (this.worker && this.quiet(urgent, waiters.length) && this.withoutWaiting(() => this.commitHere(values, waiters))) return;
+    if (this.worker && this.quiet(urgent, waiters.length) && this.withoutWaiting(() => this.commitHere(values, waiters, true))) return;
     if (!this.worker) {
       for (const waiter of waiters) waiter.reject(new LedgerWriteError("the ledger is closed"));
       return;
@@ -218,11 +218,12 @@ export class Ledger {
     return true;
   }
 
-  private commitHere(values: LedgerValue[], waiters: Waiter[]): void {
+  /** Commits on this thread and settles the waiters; with `handOffWhenBusy`, a busy lock is thrown, not refused. */
+  private commitHere(values: LedgerValue[], waiters: Waiter[], handOffWhenBusy: boolean): void {
     try {
       this.local.commit([values]);
     } catch (error) {
-      if (isBusy(error)) throw error;
+      if (handOffWhenBusy && isBusy(error)) throw error;
       for (const waiter of waiters) waiter.reject(error);
       return;
     }
