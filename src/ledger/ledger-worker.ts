@@ -2,8 +2,9 @@
 // touched to the WAL; on the server's event loop that was ~15% of the CPU of a whole answer. Here it runs beside
 // the server: rows arrive in batches (grouped by the server, see ledger.ts), and every batch that arrived while a
 // commit ran shares the next transaction. This thread also checkpoints, right after the commit that fills
-// `checkpointPages` of WAL: nothing else appends meanwhile, so each pass copies the whole WAL and the next commit
-// starts it again from its beginning. Small passes keep each fsync short: a separate checkpoint thread, whose
+// `checkpointPages` of WAL, and after the batch that ends a stretch of the server's own quiet commits (ledger.ts):
+// nothing else appends meanwhile, so each pass copies the whole WAL and the next commit starts it again from its
+// beginning. Small passes keep each fsync short: a separate checkpoint thread, whose
 // passes chased a WAL that kept growing under its feet, stalled commits behind fsyncs of tens of megabytes
 // (p99 at 1,000 requests a second after a burst: 40-260 ms, against 8-13 ms this way; bench/README.md).
 import { Database } from "bun:sqlite";

@@ -134,8 +134,8 @@ export class Ledger {
 
   /**
    * Records when keys were last used ([key id, time] pairs); nothing waits for it. A few keys in quiet traffic are
-   * written here, for the reason quiet rows are: the writer's transaction would hold the lock a quiet commit of
-   * this thread then waits for.
+   * written here: on the writer thread their transaction would hold the lock, and a quiet commit that found it
+   * taken would go the round trip to the writer that quiet rows avoid.
    */
   touchKeys(entries: [string, number][]): void {
     if (this.inMemory) {
@@ -209,7 +209,7 @@ export class Ledger {
   /** Whether this batch is committed here (see `quietRowsBetweenCheckpoints`) rather than by the writer thread. */
   private quiet(urgent: boolean, rows: number): boolean {
     // Nothing in flight at the writer: its connection holds no write lock this commit could wait behind.
-    if (urgent || rows === 0 || rows >= busyRows || this.sent.length > 0) return false;
+    if (urgent || rows >= busyRows || this.sent.length > 0) return false;
     if (this.quietRowsSinceWriter + rows > quietRowsBetweenCheckpoints) {
       this.quietRowsSinceWriter = quietRowsBetweenCheckpoints;
       return false;
