@@ -31,6 +31,14 @@ export function useFakeUpstream({ resetBeforeEach = false } = {}): FakeUpstream 
   return upstream;
 }
 
+/** A committed ledger row, staged (usage_ledger_inbox) or moved (usage_ledger): `.get(requestId)`. */
+export const committedRowSql = "SELECT 1 FROM usage_ledger WHERE request_id = ?1 UNION ALL SELECT 1 FROM usage_ledger_inbox WHERE request_id = ?1 LIMIT 1";
+
+/** Every committed ledger row, staged or moved (see src/ledger/inbox.ts), oldest first. */
+const ledgerColumns =
+  "request_id, organization_id, key_id, model, prompt_tokens, completion_tokens, reasoning_tokens, outcome, error_code, rule_id, usage_source, started_at, ended_at, first_token_ms";
+export const committedRowsSql = `SELECT * FROM (SELECT ${ledgerColumns} FROM usage_ledger UNION ALL SELECT ${ledgerColumns} FROM usage_ledger_inbox) ORDER BY started_at`;
+
 /**
  * Whether a ledger row is in the database file itself, without its WAL (so a checkpoint copied it there). It reads
  * a copy, as another connection would see the WAL too. A copy taken while a checkpoint is writing pages can be torn
@@ -41,7 +49,7 @@ export function rowInDatabaseFile(path: string, requestId: string): boolean {
   copyFileSync(path, copy);
   const snapshot = new Database(copy, { readonly: true });
   try {
-    return snapshot.query("SELECT 1 FROM usage_ledger WHERE request_id = ?").get(requestId) !== null;
+    return snapshot.query(committedRowSql).get(requestId) !== null;
   } catch (error) {
     if ((error as { code?: string }).code === "SQLITE_CORRUPT") return false;
     throw error;
@@ -162,7 +170,7 @@ export async function startSluice(
         { authorization: `Bearer ${first.key}`, "content-type": "application/json", ...headers },
         signal,
       ),
-    ledgerRows: () => database.sqlite.query<LedgerRowView, []>("SELECT * FROM usage_ledger ORDER BY started_at").all(),
+    ledgerRows: () => database.sqlite.query<LedgerRowView, []>(committedRowsSql).all(),
     server,
     async stop() {
       await server.stop();

@@ -2,6 +2,7 @@ import { Database } from "bun:sqlite";
 import { mkdirSync } from "node:fs";
 import { dirname } from "node:path";
 import { drizzle, type BunSQLiteDatabase } from "drizzle-orm/bun-sqlite";
+import { moveStagedRows } from "../ledger/inbox";
 import { migrate } from "./migrate";
 import * as schema from "./schema";
 
@@ -29,6 +30,8 @@ export function openDatabase(path = process.env.SLUICE_DB ?? "data/sluice.db"): 
   sqlite.run("PRAGMA busy_timeout = 5000");
   sqlite.run("PRAGMA foreign_keys = ON");
   migrate(sqlite);
+  // Rows a crash left staged count before anything reads usage (ledger/inbox.ts).
+  moveStagedRows(sqlite);
   const changeVersion = sqlite.query<{ version: number }, []>("SELECT version FROM change_counter WHERE id = 1");
   let lastChange = changeVersion.get()?.version ?? 0;
   const listeners: (() => void)[] = [];

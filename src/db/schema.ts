@@ -74,6 +74,29 @@ export const usageLedger = sqliteTable(
   ],
 );
 
+/**
+ * Ledger rows committed but not yet moved into usage_ledger (see src/ledger/ledger-writer.ts). A row is committed
+ * here before its answer's last byte: one page at the end of a table with no index, against the nine pages of
+ * usage_ledger's indexes and the usage aggregates. The writer thread moves them, in batches, within milliseconds;
+ * opening the database moves whatever a crash left.
+ */
+export const usageLedgerInbox = sqliteTable("usage_ledger_inbox", {
+  requestId: text("request_id").notNull(),
+  organizationId: text("organization_id").notNull(),
+  keyId: text("key_id").notNull(),
+  model: text("model").notNull(),
+  promptTokens: integer("prompt_tokens").notNull(),
+  completionTokens: integer("completion_tokens").notNull(),
+  reasoningTokens: integer("reasoning_tokens").notNull(),
+  outcome: text("outcome").notNull(),
+  errorCode: text("error_code"),
+  ruleId: text("rule_id"),
+  usageSource: text("usage_source").notNull(),
+  startedAt: integer("started_at").notNull(),
+  endedAt: integer("ended_at").notNull(),
+  firstTokenMs: integer("first_token_ms"),
+});
+
 /** Every administrative change and sign-in, whoever made it and however (console or CLI). Never a secret. */
 export const auditLog = sqliteTable(
   "audit_log",

@@ -1,12 +1,15 @@
 // The writer thread of the request path: ledger rows, and keys' last-used times. A commit writes every page it
 // touched to the WAL; on the server's event loop that was ~15% of the CPU of a whole answer. Here it runs beside
 // the server: rows arrive in batches (grouped by the server, see ledger.ts), and every batch that arrived while a
-// commit ran shares the next transaction. This thread also checkpoints, right after the commit that fills
-// `checkpointPages` of WAL, and after the batch that ends a stretch of the server's own quiet commits (ledger.ts):
-// nothing else appends meanwhile, so each pass copies the whole WAL and the next commit starts it again from its
-// beginning. Small passes keep each fsync short: a separate checkpoint thread, whose
-// passes chased a WAL that kept growing under its feet, stalled commits behind fsyncs of tens of megabytes
-// (p99 at 1,000 requests a second after a burst: 40-260 ms, against 8-13 ms this way; bench/README.md).
+// commit ran shares the next transaction. A commit stages rows in usage_ledger_inbox (inbox.ts), the few pages an
+// answer waits for; after replying, this thread moves staged rows (its own and the server's quiet commits) into
+// usage_ledger and the aggregates, at most every `moveIntervalMs`, so that each move carries many rows.
+// This thread also checkpoints, right after the commit that fills `checkpointPages` of WAL, and when the server asks
+// at the end of a stretch of its own quiet commits (ledger.ts): nothing else appends meanwhile, so each pass copies
+// the whole WAL and the next commit starts it again from its beginning. Small passes keep each fsync short: a
+// separate checkpoint thread, whose passes chased a WAL that kept growing under its feet, stalled commits behind
+// fsyncs of tens of megabytes (p99 at 1,000 requests a second after a burst: 40-260 ms, against 8-13 ms this way;
+// bench/README.md).
 import { Database } from "bun:sqlite";
 import { LedgerWriter, type LedgerValue } from "./ledger-writer";
 
@@ -15,7 +18,10 @@ declare const self: Worker;
 /** What the server sends: first where the database is, then rows and last-used times. */
 export type LedgerWorkerMessage =
   | { type: "open"; path: string; progress: SharedArrayBuffer }
-  /** `checkpoint`: the server has committed a stretch of quiet rows itself (ledger.ts); checkpoint after this commit. */
+  /**
+   * `urgent`: commit at once, and move every staged row before replying (a flush waits for that). `checkpoint`: the
+   * server has committed a stretch of quiet rows itself (ledger.ts): move them and checkpoint before replying.
+   */
   | { type: "rows"; sequence: number; values: LedgerValue[]; urgent: boolean; checkpoint: boolean }
   | { type: "touch"; entries: [string, number][] }
   | { type: "close" };
@@ -29,6 +35,8 @@ export interface LedgerWorkerReply {
 
 /** About 28 single-row commits of ~9 pages (bench/ledger-pages.ts); 1,000 pages gave p99s twice as long. */
 const checkpointPages = 250;
+/** Staged rows wait at most about this long to be moved: the request log and the usage charts lag by no more. */
+const moveIntervalMs = 20;
 
 let writerDatabase: Database;
 let writer: LedgerWriter;
@@ -40,7 +48,28 @@ let progress: Int32Array;
 let queued: LedgerValue[][] = [];
 let queuedUpTo = 0;
 let checkpointAsked = false;
+let urgentAsked = false;
 let scheduled = false;
+let lastMove = 0;
+let moveTimer: Timer | undefined;
+
+/** Moves the staged rows; a failure (the lock held past busy_timeout, a full disk) leaves them staged for the next. */
+function move(): void {
+  if (moveTimer) {
+    clearTimeout(moveTimer);
+    moveTimer = undefined;
+  }
+  lastMove = performance.now();
+  try {
+    writer.move();
+  } catch {
+    moveSoon();
+  }
+}
+
+function moveSoon(): void {
+  moveTimer ??= setTimeout(move, Math.max(0, lastMove + moveIntervalMs - performance.now()));
+}
 
 function commit(): void {
   scheduled = false;
@@ -48,6 +77,8 @@ function commit(): void {
   const batches = queued;
   const upTo = queuedUpTo;
   queued = [];
+  const moveFirst = urgentAsked || checkpointAsked;
+  urgentAsked = false;
   let error: string | undefined;
   try {
     writer.commit(batches);
@@ -55,6 +86,7 @@ function commit(): void {
     error = String(failure);
     Atomics.add(progress, 1, 1);
   }
+  if (moveFirst) move();
   if (checkpointAsked) {
     checkpointAsked = false;
     try {
@@ -69,6 +101,10 @@ function commit(): void {
   Atomics.notify(progress, 0);
   const reply: LedgerWorkerReply = { upTo, failures: Atomics.load(progress, 1), error };
   self.postMessage(reply);
+  if (moveFirst) return;
+  // After the reply: the answers of this batch do not wait for the move.
+  if (performance.now() - lastMove >= moveIntervalMs) move();
+  else moveSoon();
 }
 
 self.onmessage = (event: MessageEvent<LedgerWorkerMessage>) => {
@@ -87,6 +123,8 @@ self.onmessage = (event: MessageEvent<LedgerWorkerMessage>) => {
   }
   if (message.type === "close") {
     commit();
+    move();
+    clearTimeout(moveTimer);
     writerDatabase.close();
     Atomics.store(progress, 2, 1);
     Atomics.notify(progress, 2);
@@ -103,6 +141,7 @@ self.onmessage = (event: MessageEvent<LedgerWorkerMessage>) => {
   queued.push(message.values);
   queuedUpTo = message.sequence;
   checkpointAsked ||= message.checkpoint;
+  urgentAsked ||= message.urgent;
   if (message.urgent) commit();
   else if (!scheduled) {
     scheduled = true;

@@ -39,12 +39,13 @@ const busyRows = 4;
 
 /**
  * When traffic is quiet (a batch of fewer than `busyRows` rows, nothing at the writer), the batch is committed on
- * this thread instead: a commit of a row or two writes a few pages without an fsync, cheaper than the two thread
- * wake-ups of the round trip (p50 at 1,000 requests a second: bench/README.md). Checkpoints, whose fsyncs can take
- * hundreds of milliseconds on a slow disk, stay on the writer thread: after this many rows here, the next batch goes
- * to the writer, which checkpoints after committing it.
+ * this thread instead: staging a row or two (inbox.ts) writes a page or two without an fsync, cheaper than the two
+ * thread wake-ups of the round trip (p50 at 1,000 requests a second: bench/README.md). Moving staged rows and
+ * checkpoints, whose fsyncs can take hundreds of milliseconds on a slow disk, stay on the writer thread: after this
+ * many rows here, or `quietMoveDelayMs` after the first, the writer is asked to move them and checkpoint.
  */
 const quietRowsBetweenCheckpoints = 28;
+const quietMoveDelayMs = 20;
 /** At most this many keys' last-used times are written on this thread (one UPDATE each). */
 const quietTouches = 16;
 
@@ -81,6 +82,7 @@ export class Ledger {
   private readonly local: LedgerWriter;
   private readonly inMemory: boolean;
   private quietRowsSinceWriter = 0;
+  private quietMoveTimer: Timer | undefined;
   private workerStartedAt = 0;
   /** This connection's `busy_timeout`, put back after each quiet write (which must not wait: see `withoutWaiting`). */
   private readonly busyTimeout: string;
@@ -192,36 +194,59 @@ export class Ledger {
       this.commitHere(values, waiters, false);
       return;
     }
-    if (this.worker && this.quiet(urgent, waiters.length) && this.withoutWaiting(() => this.commitHere(values, waiters, true))) return;
+    if (this.worker && this.quiet(urgent, waiters.length) && this.withoutWaiting(() => this.commitHere(values, waiters, true))) {
+      this.noteQuietRows(waiters.length);
+      return;
+    }
     if (!this.worker) {
       for (const waiter of waiters) waiter.reject(new LedgerWriteError("the ledger is closed"));
       return;
     }
-    // The quiet commits' pages are in the WAL whatever their number: this batch's commit checkpoints them.
-    const checkpoint = this.quietRowsSinceWriter >= quietRowsBetweenCheckpoints;
+    // The writer moves every staged row, this thread's quiet ones included, after this batch (see ledger-worker.ts).
     this.quietRowsSinceWriter = 0;
     const sequence = ++this.sequence;
     this.sent.push({ sequence, waiters });
-    const message: LedgerWorkerMessage = { type: "rows", sequence, values, urgent, checkpoint };
+    const message: LedgerWorkerMessage = { type: "rows", sequence, values, urgent, checkpoint: false };
     this.worker.postMessage(message);
   }
 
   /** Whether this batch is committed here (see `quietRowsBetweenCheckpoints`) rather than by the writer thread. */
   private quiet(urgent: boolean, rows: number): boolean {
     // Nothing in flight at the writer: its connection holds no write lock this commit could wait behind.
-    if (urgent || rows >= busyRows || this.sent.length > 0) return false;
-    if (this.quietRowsSinceWriter + rows > quietRowsBetweenCheckpoints) {
-      this.quietRowsSinceWriter = quietRowsBetweenCheckpoints;
-      return false;
-    }
+    return !urgent && rows < busyRows && this.sent.length === 0;
+  }
+
+  /** After a quiet commit: its rows are moved, and the WAL checkpointed, by the writer thread soon (see above). */
+  private noteQuietRows(rows: number): void {
     this.quietRowsSinceWriter += rows;
-    return true;
+    if (this.quietRowsSinceWriter >= quietRowsBetweenCheckpoints) this.askToMove();
+    else if (!this.quietMoveTimer) {
+      this.quietMoveTimer = setTimeout(() => this.askToMove(), quietMoveDelayMs);
+      this.quietMoveTimer.unref();
+    }
+  }
+
+  /**
+   * An empty batch that asks the writer to move the staged rows and checkpoint. No request waits for it; until its
+   * reply arrives, rows go to the writer (the batch is in flight), so that nothing appends during the checkpoint.
+   */
+  private askToMove(): void {
+    clearTimeout(this.quietMoveTimer);
+    this.quietMoveTimer = undefined;
+    if (!this.worker || this.quietRowsSinceWriter === 0) return;
+    this.quietRowsSinceWriter = 0;
+    const sequence = ++this.sequence;
+    this.sent.push({ sequence, waiters: [] });
+    const message: LedgerWorkerMessage = { type: "rows", sequence, values: [], urgent: true, checkpoint: true };
+    this.worker.postMessage(message);
   }
 
   /** Commits on this thread and settles the waiters; with `handOffWhenBusy`, a busy lock is thrown, not refused. */
   private commitHere(values: LedgerValue[], waiters: Waiter[], handOffWhenBusy: boolean): void {
     try {
       this.local.commit([values]);
+      // No writer thread moves an in-memory database's rows: they are moved at once.
+      if (this.inMemory) this.local.move();
     } catch (error) {
       if (handOffWhenBusy && isBusy(error)) throw error;
       for (const waiter of waiters) waiter.reject(error);

@@ -1,5 +1,13 @@
 import { bucketMs, monthOf } from "../usage-periods";
 
+/** Adds tokens to an organization's minute: (organization_id, minute, tokens, last ended_at). */
+export const addToMinuteSql = `INSERT INTO usage_minutes (organization_id, minute, tokens, last_time) VALUES (?1, ?2, ?3, ?4)
+  ON CONFLICT (organization_id, minute) DO UPDATE SET tokens = tokens + excluded.tokens, last_time = max(last_time, excluded.last_time)`;
+
+/** Adds tokens to an organization's month: (organization_id, month, tokens). */
+export const addToMonthSql = `INSERT INTO usage_months (organization_id, month, tokens) VALUES (?1, ?2, ?3)
+  ON CONFLICT (organization_id, month) DO UPDATE SET tokens = tokens + excluded.tokens`;
+
 export interface MinuteTotal {
   organizationId: string;
   minute: number;

@@ -2,9 +2,10 @@
 // async only because PostgreSQL's are.
 import { and, asc, desc, eq, getTableColumns, gt, lt } from "drizzle-orm";
 import type { DatabaseHandle } from "../db/client";
-import { apiKeys, auditLog, organizations, sessions, usageLedger, users } from "../db/schema";
+import { apiKeys, auditLog, organizations, sessions, usageLedger, usageLedgerInbox, users } from "../db/schema";
 import { Ledger } from "../ledger/ledger";
-import { addToMinuteSql, addToMonthSql } from "../ledger/ledger-writer";
+import { moveStagedRows, stagedColumns } from "../ledger/inbox";
+import { addToMinuteSql, addToMonthSql } from "../ledger/usage-fold";
 import { UsageFold } from "../ledger/usage-fold";
 import { bucketMs, monthOf, startOfMonth } from "../usage-periods";
 import { auditConditions, requestLogColumns, requestLogConditions, sqliteCommon } from "./log-conditions";
@@ -139,6 +140,12 @@ function accountRepository({ db }: DatabaseHandle): AccountRepository {
   };
 }
 
+/**
+ * Every committed ledger row, moved or still staged (ledger/inbox.ts), for the readers that show the newest rows.
+ * SQLite applies each reader's WHERE to both halves, so usage_ledger's indexes still answer.
+ */
+const committedLedger = `(SELECT ${stagedColumns} FROM usage_ledger UNION ALL SELECT ${stagedColumns} FROM usage_ledger_inbox)`;
+
 function usageRepository({ sqlite }: DatabaseHandle): UsageRepository {
   return {
     async read(now, organizationId) {
@@ -164,6 +171,8 @@ function usageRepository({ sqlite }: DatabaseHandle): UsageRepository {
       // The aggregates are rebuilt from the rows after the reset in one transaction, so rows the server commits
       // meanwhile are neither lost nor counted twice.
       sqlite.transaction(() => {
+        // Staged rows first, so that the rebuild sees every row (ledger/inbox.ts).
+        moveStagedRows(sqlite);
         sqlite.run(
           "INSERT INTO usage_resets (organization_id, reset_at) VALUES (?1, ?2) ON CONFLICT(organization_id) DO UPDATE SET reset_at = excluded.reset_at",
           [organizationId, at],
@@ -197,13 +206,13 @@ function usageRepository({ sqlite }: DatabaseHandle): UsageRepository {
       const windowStart = Math.max(usageWindowStart(now) * bucketMs, resetAt + 1);
       const buckets = sqlite
         .query<LedgerBucket, [number, string, number]>(
-          `SELECT sum(prompt_tokens + completion_tokens) AS tokens, max(ended_at) AS lastTime FROM usage_ledger
+          `SELECT sum(prompt_tokens + completion_tokens) AS tokens, max(ended_at) AS lastTime FROM ${committedLedger}
             WHERE key_id = ?2 AND ended_at >= ?3 GROUP BY ended_at / ?1 ORDER BY lastTime`,
         )
         .all(bucketMs, keyId, windowStart);
       const month = sqlite
         .query<{ tokens: number | null }, [string, number]>(
-          "SELECT sum(prompt_tokens + completion_tokens) AS tokens FROM usage_ledger WHERE key_id = ? AND ended_at >= ?",
+          `SELECT sum(prompt_tokens + completion_tokens) AS tokens FROM ${committedLedger} WHERE key_id = ? AND ended_at >= ?`,
         )
         .get(keyId, Math.max(startOfMonth(now), resetAt + 1));
       return { buckets, monthTokens: month?.tokens ?? 0 };
@@ -212,7 +221,7 @@ function usageRepository({ sqlite }: DatabaseHandle): UsageRepository {
       return sqlite
         .query<HourlyUsage, [string, number]>(
           `SELECT l.ended_at / ${hourMs} AS hour, l.model AS model, coalesce(k.name, l.key_id) AS keyName, sum(l.prompt_tokens + l.completion_tokens) AS tokens
-             FROM usage_ledger l LEFT JOIN api_keys k ON k.id = l.key_id
+             FROM ${committedLedger} l LEFT JOIN api_keys k ON k.id = l.key_id
             WHERE l.organization_id = ? AND l.ended_at >= ? GROUP BY hour, l.model, l.key_id`,
         )
         .all(organizationId, since);
@@ -220,7 +229,7 @@ function usageRepository({ sqlite }: DatabaseHandle): UsageRepository {
     async refusalsByRule(since): Promise<RefusalCount[]> {
       return sqlite
         .query<RefusalCount, [number]>(
-          `SELECT rule_id AS ruleId, count(*) AS count, max(ended_at) AS last FROM usage_ledger
+          `SELECT rule_id AS ruleId, count(*) AS count, max(ended_at) AS last FROM ${committedLedger}
             WHERE outcome = 'content_filter' AND ended_at >= ? GROUP BY rule_id ORDER BY count DESC, rule_id`,
         )
         .all(since);
@@ -229,7 +238,7 @@ function usageRepository({ sqlite }: DatabaseHandle): UsageRepository {
       return sqlite
         .query<RecentRefusal, [number, number]>(
           `SELECT l.ended_at AS endedAt, l.request_id AS requestId, o.name AS organization, l.model AS model, l.rule_id AS ruleId
-             FROM usage_ledger l LEFT JOIN organizations o ON o.id = l.organization_id
+             FROM ${committedLedger} l LEFT JOIN organizations o ON o.id = l.organization_id
             WHERE l.outcome = 'content_filter' AND l.ended_at >= ? ORDER BY l.ended_at DESC LIMIT ?`,
         )
         .all(since, limit);
@@ -237,22 +246,34 @@ function usageRepository({ sqlite }: DatabaseHandle): UsageRepository {
   };
 }
 
-/** The request log's query; exported so that a test can ask SQLite which index answers it. */
-export function requestLogQuery({ db }: DatabaseHandle, filter: RequestLogFilter) {
+/**
+ * The request log's query over usage_ledger, or over the rows still staged (ledger/inbox.ts, a few milliseconds'
+ * worth); exported so that a test can ask SQLite which index answers it.
+ */
+export function requestLogQuery({ db }: DatabaseHandle, filter: RequestLogFilter, table: typeof usageLedger | typeof usageLedgerInbox = usageLedger) {
   return db
-    .select({ ...requestLogColumns(usageLedger), organization: organizations.name, keyName: apiKeys.name })
-    .from(usageLedger)
-    .leftJoin(organizations, eq(organizations.id, usageLedger.organizationId))
-    .leftJoin(apiKeys, eq(apiKeys.id, usageLedger.keyId))
-    .where(requestLogConditions(usageLedger, filter, sqliteCommon))
-    .orderBy(desc(usageLedger.endedAt), desc(usageLedger.requestId))
+    .select({ ...requestLogColumns(table), organization: organizations.name, keyName: apiKeys.name })
+    .from(table)
+    .leftJoin(organizations, eq(organizations.id, table.organizationId))
+    .leftJoin(apiKeys, eq(apiKeys.id, table.keyId))
+    .where(requestLogConditions(table, filter, sqliteCommon))
+    .orderBy(desc(table.endedAt), desc(table.requestId))
     .limit(filter.limit);
+}
+
+/** Newest first, as the request log orders: ended_at, then request id. */
+function newestFirst(left: RequestLogRow, right: RequestLogRow): number {
+  if (left.endedAt !== right.endedAt) return right.endedAt - left.endedAt;
+  return left.requestId < right.requestId ? 1 : left.requestId > right.requestId ? -1 : 0;
 }
 
 function requestLogRepository(database: DatabaseHandle): RequestLogRepository {
   return {
     async page(filter) {
-      return requestLogQuery(database, filter).all() satisfies RequestLogRow[];
+      const moved: RequestLogRow[] = requestLogQuery(database, filter).all();
+      const staged: RequestLogRow[] = requestLogQuery(database, filter, usageLedgerInbox).all();
+      if (staged.length === 0) return moved;
+      return [...moved, ...staged].sort(newestFirst).slice(0, filter.limit);
     },
   };
 }

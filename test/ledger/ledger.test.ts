@@ -3,7 +3,8 @@ import { afterEach, expect, test } from "bun:test";
 import { join } from "node:path";
 import { openDatabase, type DatabaseHandle } from "../../src/db/client";
 import { Ledger, type LedgerRow } from "../../src/ledger/ledger";
-import { rowInDatabaseFile, temporaryDirectory } from "../helpers";
+import { sqliteStorage } from "../../src/storage/sqlite";
+import { committedRowSql, rowInDatabaseFile, temporaryDirectory } from "../helpers";
 
 const cleanups: (() => void)[] = [];
 afterEach(() => {
@@ -49,15 +50,19 @@ function row(overrides: Partial<LedgerRow> = {}): LedgerRow {
 }
 
 const count = (reader: Database, sql: string) => (reader.query(sql).get() as { value: number }).value;
+/** Rows committed, whether still staged in the inbox or already moved (src/ledger/inbox.ts). */
+const committedRows = (reader: Database) => count(reader, "SELECT (SELECT count(*) FROM usage_ledger) + (SELECT count(*) FROM usage_ledger_inbox) AS value");
 
-test("500 rows recorded at once: each promise resolves only when another connection can read its row, aggregates included", async () => {
+test("500 rows recorded at once: each promise resolves only when another connection can read its row; a flush moves them all, aggregates included", async () => {
   const { ledger, reader } = setup();
   const rows = Array.from({ length: 500 }, () => row());
   const seenAtResolve: boolean[] = [];
-  const lookup = reader.query("SELECT 1 FROM usage_ledger WHERE request_id = ?");
+  const lookup = reader.query(committedRowSql);
   await Promise.all(rows.map((entry) => ledger.record(entry).then(() => seenAtResolve.push(lookup.get(entry.requestId) !== null))));
   expect(seenAtResolve).toHaveLength(500);
   expect(seenAtResolve.every(Boolean)).toBe(true);
+  ledger.flush();
+  expect(count(reader, "SELECT count(*) AS value FROM usage_ledger_inbox")).toBe(0);
   expect(count(reader, "SELECT count(*) AS value FROM usage_ledger")).toBe(500);
   expect(count(reader, "SELECT sum(tokens) AS value FROM usage_minutes")).toBe(500 * 15);
   expect(count(reader, "SELECT sum(tokens) AS value FROM usage_months")).toBe(500 * 15);
@@ -67,28 +72,30 @@ test("flush commits everything recorded so far before it returns", async () => {
   const { ledger, reader } = setup();
   const pending = [ledger.record(row()), ledger.record(row()), ledger.record(row())];
   ledger.flush();
+  // Moved, not only staged: whoever flushes reads usage_ledger and the aggregates next.
   expect(count(reader, "SELECT count(*) AS value FROM usage_ledger")).toBe(3);
+  expect(count(reader, "SELECT sum(tokens) AS value FROM usage_months")).toBe(3 * 15);
   await Promise.all(pending);
 });
 
 test("a commit that fails refuses its rows (never a silent loss); the next rows are written", async () => {
   const { database, ledger, reader } = setup();
-  database.sqlite.run("CREATE TRIGGER poison BEFORE INSERT ON usage_ledger WHEN NEW.model = 'poison' BEGIN SELECT RAISE(ABORT, 'poisoned row'); END");
+  database.sqlite.run("CREATE TRIGGER poison BEFORE INSERT ON usage_ledger_inbox WHEN NEW.model = 'poison' BEGIN SELECT RAISE(ABORT, 'poisoned row'); END");
   const refused = ledger.record(row({ model: "poison" }));
   await expect(refused).rejects.toThrow("poisoned row");
   await ledger.record(row());
-  expect(count(reader, "SELECT count(*) AS value FROM usage_ledger")).toBe(1);
+  expect(committedRows(reader)).toBe(1);
 });
 
 test("a failing commit on the writer thread refuses its whole batch too; the next rows are written", async () => {
   const { database, ledger, reader } = setup();
-  database.sqlite.run("CREATE TRIGGER poison BEFORE INSERT ON usage_ledger WHEN NEW.model = 'poison' BEGIN SELECT RAISE(ABORT, 'poisoned row'); END");
+  database.sqlite.run("CREATE TRIGGER poison BEFORE INSERT ON usage_ledger_inbox WHEN NEW.model = 'poison' BEGIN SELECT RAISE(ABORT, 'poisoned row'); END");
   // Ten rows in one turn make a busy batch, which the writer thread commits.
   const batch = [ledger.record(row({ model: "poison" })), ...Array.from({ length: 9 }, () => ledger.record(row()))];
   const settled = await Promise.allSettled(batch);
   expect(settled.every((result) => result.status === "rejected")).toBe(true);
   await ledger.record(row());
-  expect(count(reader, "SELECT count(*) AS value FROM usage_ledger")).toBe(1);
+  expect(committedRows(reader)).toBe(1);
 });
 
 test("quiet rows are committed on this thread, busy batches by the writer thread", async () => {
@@ -100,7 +107,7 @@ test("quiet rows are committed on this thread, busy batches by the writer thread
   expect(version()).toBe(before);
   await Promise.all(Array.from({ length: 10 }, () => ledger.record(row())));
   expect(version()).not.toBe(before);
-  expect(count(reader, "SELECT count(*) AS value FROM usage_ledger")).toBe(15);
+  expect(committedRows(reader)).toBe(15);
 });
 
 test("a quiet row never stalls the event loop behind another process's lock: the writer thread waits for it instead", async () => {
@@ -123,7 +130,7 @@ test("a quiet row never stalls the event loop behind another process's lock: the
   holder.run("COMMIT");
   holder.close();
   await pending;
-  expect(count(reader, "SELECT count(*) AS value FROM usage_ledger")).toBe(1);
+  expect(committedRows(reader)).toBe(1);
 });
 
 test("quiet rows still reach the database file: the writer thread takes a batch now and then and checkpoints", async () => {
@@ -200,4 +207,59 @@ test("a stop leaves no WAL to read back: the writer closes its connection, the l
   expect(count(reader, "SELECT count(*) AS value FROM usage_ledger")).toBe(1000);
   reader.close();
   directory.remove();
+});
+
+test("staged rows are moved into usage_ledger and the aggregates within moments, quiet and busy alike, with nobody asking", async () => {
+  const { ledger, reader } = setup();
+  for (let index = 0; index < 3; index++) await ledger.record(row());
+  await Promise.all(Array.from({ length: 20 }, () => ledger.record(row())));
+  for (let index = 0; index < 3; index++) await ledger.record(row());
+  const deadline = performance.now() + 2000;
+  while (count(reader, "SELECT count(*) AS value FROM usage_ledger") < 26 && performance.now() < deadline) await Bun.sleep(5);
+  expect(count(reader, "SELECT count(*) AS value FROM usage_ledger")).toBe(26);
+  expect(count(reader, "SELECT count(*) AS value FROM usage_ledger_inbox")).toBe(0);
+  expect(count(reader, "SELECT sum(tokens) AS value FROM usage_minutes")).toBe(26 * 15);
+  expect(count(reader, "SELECT sum(tokens) AS value FROM usage_months")).toBe(26 * 15);
+});
+
+test("opening the database moves the rows a crash left staged, each counted once", async () => {
+  const directory = temporaryDirectory();
+  cleanups.push(() => directory.remove());
+  const path = join(directory.path, "sluice.db");
+  openDatabase(path).close();
+  // What a server killed between staging and moving leaves behind.
+  const crashed = new Database(path);
+  const stage = crashed.query(
+    `INSERT INTO usage_ledger_inbox (request_id, organization_id, key_id, model, prompt_tokens, completion_tokens, reasoning_tokens, outcome,
+       error_code, rule_id, usage_source, started_at, ended_at, first_token_ms) VALUES (?, 'org_a', 'key_a', 'm', 10, 5, 0, 'completed', NULL, NULL, 'upstream', ?, ?, NULL)`,
+  );
+  const now = Date.now();
+  for (let index = 0; index < 7; index++) stage.run(`req_crash${index}`, now, now);
+  crashed.close();
+  const reopened = openDatabase(path);
+  const count = (sql: string) => (reopened.sqlite.query(sql).get() as { value: number }).value;
+  expect(count("SELECT count(*) AS value FROM usage_ledger_inbox")).toBe(0);
+  expect(count("SELECT count(*) AS value FROM usage_ledger")).toBe(7);
+  expect(count("SELECT sum(tokens) AS value FROM usage_months")).toBe(7 * 15);
+  reopened.close();
+  // Opening again moves nothing twice.
+  const again = openDatabase(path);
+  expect((again.sqlite.query("SELECT sum(tokens) AS value FROM usage_months").get() as { value: number }).value).toBe(7 * 15);
+  again.close();
+});
+
+test("a usage reset counts staged rows once: moved before the aggregates are rebuilt, never added again after", async () => {
+  const { database, ledger, reader } = setup();
+  const before = Date.now() - 60_000;
+  await ledger.record(row({ startedAt: before, endedAt: before }));
+  await ledger.record(row());
+  await ledger.record(row());
+  expect(count(reader, "SELECT count(*) AS value FROM usage_ledger_inbox")).toBeGreaterThan(0);
+  // Only what ended after the reset counts: the two recent rows.
+  await sqliteStorage(database).usage.reset("org_a", before + 1);
+  expect(count(reader, "SELECT count(*) AS value FROM usage_ledger_inbox")).toBe(0);
+  expect(count(reader, "SELECT sum(tokens) AS value FROM usage_months")).toBe(2 * 15);
+  ledger.flush();
+  expect(count(reader, "SELECT sum(tokens) AS value FROM usage_months")).toBe(2 * 15);
+  expect(count(reader, "SELECT count(*) AS value FROM usage_ledger")).toBe(3);
 });

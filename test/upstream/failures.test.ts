@@ -152,7 +152,7 @@ describe("the client leaves", () => {
 
   test("a cancelled stream whose ledger row cannot be written still lets the upstream go, frees its slot and is logged", async () => {
     sluice.database.sqlite.run(
-      "CREATE TRIGGER refuse_disconnects BEFORE INSERT ON usage_ledger WHEN NEW.outcome = 'client_disconnected' BEGIN SELECT RAISE(ABORT, 'disk full'); END",
+      "CREATE TRIGGER refuse_disconnects BEFORE INSERT ON usage_ledger_inbox WHEN NEW.outcome = 'client_disconnected' BEGIN SELECT RAISE(ABORT, 'disk full'); END",
     );
     const streamsLogged = async () => {
       const text = await (await fetch(`${sluice.url}/metrics`)).text();

@@ -11,6 +11,7 @@ import dropTimeIndex from "./0005_drop_time_index.sql" with { type: "text" };
 import changeCounter from "./0006_change_counter.sql" with { type: "text" };
 import operators from "./0007_operators.sql" with { type: "text" };
 import keyLimits from "./0008_key_limits.sql" with { type: "text" };
+import ledgerInbox from "./0009_ledger_inbox.sql" with { type: "text" };
 
 export interface EmbeddedMigration {
   tag: string;
@@ -27,6 +28,7 @@ const sqlByTag: Record<string, string> = {
   "0006_change_counter": changeCounter,
   "0007_operators": operators,
   "0008_key_limits": keyLimits,
+  "0009_ledger_inbox": ledgerInbox,
 };
 
 export const journalTags: string[] = journal.entries.map((entry) => entry.tag);

@@ -139,6 +139,38 @@ describe("the console's request log", () => {
     expect(seen).toEqual(expected);
   });
 
+  test("rows still staged (committed, not yet moved into usage_ledger) are in the log, in order, paged with the rest", async () => {
+    // An organization of its own, so that the other tests' counts stay as they are.
+    await sluice.addOrganization("staged-co");
+    const organization = (await sluice.organizations.findByName("staged-co"))!;
+    const base = Date.now() - 7_200_000;
+    const columns =
+      "(request_id, organization_id, key_id, model, prompt_tokens, completion_tokens, reasoning_tokens, outcome, usage_source, started_at, ended_at)";
+    const values = "VALUES (?, ?, 'key_x', 'staged', 1, 1, 0, 'completed', 'upstream', ?, ?)";
+    const moved = sluice.database.sqlite.query(`INSERT INTO usage_ledger ${columns} ${values}`);
+    // Written as a server's quiet commit leaves them; the writer thread may move them at any moment, which changes nothing.
+    const staged = sluice.database.sqlite.query(`INSERT INTO usage_ledger_inbox ${columns} ${values}`);
+    const ids = Array.from({ length: 20 }, (_, index) => `req_staged${String(index).padStart(4, "0")}`);
+    sluice.database.sqlite.transaction(() => {
+      for (const [index, id] of ids.entries()) (index % 2 === 0 ? moved : staged).run(id, organization.id, base, base + (index % 5));
+    })();
+    const seen: string[] = [];
+    let cursor: string | null = null;
+    do {
+      const result: { rows: RequestLogRow[]; nextCursor: string | null } = await page(
+        admin,
+        `?organization=${organization.id}&limit=6${cursor ? `&cursor=${cursor}` : ""}`,
+      );
+      seen.push(...result.rows.map((row) => row.requestId));
+      cursor = result.nextCursor;
+    } while (cursor);
+    const expected = ids
+      .map((id, index) => ({ id, endedAt: base + (index % 5) }))
+      .sort((a, b) => b.endedAt - a.endedAt || (a.id < b.id ? 1 : -1))
+      .map((row) => row.id);
+    expect(seen).toEqual(expected);
+  });
+
   test("bad filters: 400 naming the parameter", async () => {
     const cases: [string, string][] = [
       ["?outcome=exploded", "outcome"],

@@ -1,0 +1,53 @@
+// Ledger rows reach the database in two steps. An answer waits only for the first: its row appended to
+// usage_ledger_inbox, a table with no index, which a commit of one row writes as one or two pages. The second step
+// moves staged rows into usage_ledger, whose five indexes and the usage aggregates cost about nine pages for a
+// one-row commit, and far fewer per row when rows are moved a hundred at a time. It runs off the request path
+// (the writer thread, ledger-worker.ts), milliseconds later; and whenever the database is opened, so that rows a
+// crash left staged count before anything reads usage.
+import type { Database } from "bun:sqlite";
+import { addToMinuteSql, addToMonthSql, UsageFold } from "./usage-fold";
+
+/** usage_ledger's columns in the inbox's order. */
+export const stagedColumns = `request_id, organization_id, key_id, model, prompt_tokens, completion_tokens, reasoning_tokens, outcome,
+  error_code, rule_id, usage_source, started_at, ended_at, first_token_ms`;
+
+/** Appends one staged row: the 14 fields in the order of `encodeRow`. */
+export const stageRowSql = `INSERT INTO usage_ledger_inbox (${stagedColumns}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`;
+
+interface StagedUsage {
+  organizationId: string;
+  tokens: number;
+  endedAt: number;
+}
+
+/**
+ * Moves every staged row into usage_ledger and adds its tokens to the usage aggregates, in one transaction (rows
+ * staged meanwhile wait for the next move). Returns how many rows it moved.
+ */
+export function moveStagedRows(sqlite: Database): number {
+  return sqlite
+    .transaction(() => {
+      const last = sqlite.query<{ last: number | null }, []>("SELECT max(rowid) AS last FROM usage_ledger_inbox").get()?.last;
+      if (last === null || last === undefined) return 0;
+      const staged = sqlite
+        .query<StagedUsage, [number]>(
+          `SELECT organization_id AS organizationId, prompt_tokens + completion_tokens AS tokens, ended_at AS endedAt
+           FROM usage_ledger_inbox WHERE rowid <= ?`,
+        )
+        .all(last);
+      // A request id is unique by construction (a UUIDv7); OR IGNORE keeps a replayed row from stopping every move.
+      sqlite
+        .query(`INSERT OR IGNORE INTO usage_ledger (${stagedColumns}) SELECT ${stagedColumns} FROM usage_ledger_inbox WHERE rowid <= ? ORDER BY rowid`)
+        .run(last);
+      const fold = new UsageFold();
+      for (const row of staged) fold.add(row.organizationId, row.tokens, row.endedAt);
+      // The aggregates are summed first: a hundred rows of one organization are one upsert per minute and month.
+      const addMinute = sqlite.query<unknown, [string, number, number, number]>(addToMinuteSql);
+      const addMonth = sqlite.query<unknown, [string, number, number]>(addToMonthSql);
+      for (const entry of fold.minuteTotals()) addMinute.run(entry.organizationId, entry.minute, entry.tokens, entry.lastTime);
+      for (const entry of fold.monthTotals()) addMonth.run(entry.organizationId, entry.month, entry.tokens);
+      sqlite.query("DELETE FROM usage_ledger_inbox WHERE rowid <= ?").run(last);
+      return staged.length;
+    })
+    .immediate();
+}
