@@ -1,6 +1,8 @@
 // What one ledger commit writes: WAL frames (pages) per answered request through Sluice's own writer (LedgerWriter on
-// the migrated schema), at the batch sizes the group commit sees (1 row a commit at light load, dozens when busy),
-// and the same with each of the ledger's secondary indexes dropped in turn, so that every index shows what it costs.
+// the migrated schema), at the batch sizes the group commit sees (1 row a commit at light load, dozens when busy).
+// A row is first staged (usage_ledger_inbox, what an answer waits for), then moved into usage_ledger and the
+// aggregates (src/ledger/inbox.ts): both steps are measured, the move after every commit and every 256 rows, and
+// the move with each of the ledger's secondary indexes dropped in turn, so that every index shows what it costs.
 // Checkpoints are off while measuring, so the WAL's size counts every frame written.
 // Usage: bun bench/ledger-pages.ts [ROWS=4000]   (`make bench` runs it; writes results/ledger-pages.json)
 import { mkdtempSync, rmSync, statSync } from "node:fs";
@@ -44,9 +46,12 @@ function row(index: number, now: number): LedgerRow {
   };
 }
 
-/** Frames and CPU time per row for `rows` rows committed `batch` at a time, without the indexes in `dropped`. */
-function measure(batch: number, dropped: string[]): { pagesPerRow: number; microsecondsPerRow: number } {
-  const path = join(work, `ledger-${batch}-${dropped.join("-") || "all"}.db`);
+/**
+ * Frames and CPU time per row for `rows` rows committed `batch` at a time, without the indexes in `dropped`, the
+ * staged rows moved after every `moveEvery` rows (never while measuring when 0: the staging alone).
+ */
+function measure(batch: number, dropped: string[], moveEvery: number): { pagesPerRow: number; microsecondsPerRow: number } {
+  const path = join(work, `ledger-${batch}-${moveEvery}-${dropped.join("-") || "all"}.db`);
   const handle = openDatabase(path);
   for (const name of dropped) handle.sqlite.run(`DROP INDEX ${name}`);
   handle.sqlite.run("PRAGMA wal_autocheckpoint = 0");
@@ -59,9 +64,12 @@ function measure(batch: number, dropped: string[]): { pagesPerRow: number; micro
       const now = Date.now();
       for (let index = first; index < Math.min(count, first + batch); index++) encodeRow(row(start + index, now), values);
       writer.commit([values]);
+      const committed = Math.min(count, first + batch);
+      if (moveEvery > 0 && (committed % moveEvery === 0 || committed === count)) writer.move();
     }
   };
   commitRows(rows, 0);
+  writer.move();
   handle.sqlite.run("PRAGMA wal_checkpoint(TRUNCATE)");
   const began = performance.now();
   commitRows(rows, rows);
@@ -76,9 +84,11 @@ try {
   const result: Record<string, Record<string, { pagesPerRow: number; microsecondsPerRow: number }>> = {};
   for (const batch of batchSizes) {
     const entry: Record<string, { pagesPerRow: number; microsecondsPerRow: number }> = {};
-    entry.all = measure(batch, []);
-    for (const index of indexes) entry[`without ${index}`] = measure(batch, [index]);
-    entry["without every secondary index"] = measure(batch, indexes);
+    entry["staged (what an answer waits for)"] = measure(batch, [], 0);
+    entry["staged and moved every commit"] = measure(batch, [], batch);
+    entry["staged and moved every 256 rows"] = measure(batch, [], 256);
+    for (const index of indexes) entry[`moved every commit, without ${index}`] = measure(batch, [index], batch);
+    entry["moved every commit, without every secondary index"] = measure(batch, indexes, batch);
     result[`${batch} rows a commit`] = entry;
   }
   const output = join(import.meta.dir, "results", "ledger-pages.json");
@@ -86,7 +96,7 @@ try {
   for (const [batch, entry] of Object.entries(result)) {
     console.log(batch);
     for (const [variant, figures] of Object.entries(entry)) {
-      console.log(`  ${variant.padEnd(46)} ${figures.pagesPerRow.toFixed(2)} pages, ${figures.microsecondsPerRow.toFixed(1)} µs a row`);
+      console.log(`  ${variant.padEnd(72)} ${figures.pagesPerRow.toFixed(2)} pages, ${figures.microsecondsPerRow.toFixed(1)} µs a row`);
     }
   }
   console.log(`Written to ${output}`);
