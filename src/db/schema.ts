@@ -38,12 +38,11 @@ export const apiKeys = sqliteTable(
   ],
 );
 
-/** One row per request that reached an upstream (or the demo backend). */
-export const usageLedger = sqliteTable(
-  "usage_ledger",
-  {
+/** A ledger row's columns, the same in usage_ledger and in usage_ledger_inbox (fresh builders for each table). */
+function ledgerRowColumns() {
+  return {
     /** The same text as the response's `x-request-id` header. */
-    requestId: text("request_id").primaryKey(),
+    requestId: text("request_id").notNull(),
     organizationId: text("organization_id").notNull(),
     keyId: text("key_id").notNull(),
     model: text("model").notNull(),
@@ -61,7 +60,13 @@ export const usageLedger = sqliteTable(
     endedAt: integer("ended_at").notNull(),
     /** Milliseconds from the start to the first token the model sent; null when none came. */
     firstTokenMs: integer("first_token_ms"),
-  },
+  };
+}
+
+/** One row per request that reached an upstream (or the demo backend). */
+export const usageLedger = sqliteTable(
+  "usage_ledger",
+  { ...ledgerRowColumns(), requestId: text("request_id").primaryKey() },
   // Each index serves the request log (newest first by ended_at, one filter per index) and costs one more B-tree
   // write per row; rows arrive in ended_at order, so each write lands on the index's last page for its key, model or
   // organization. Outcomes other than `completed` are rare: their index is partial and costs a completed row nothing.
@@ -75,27 +80,12 @@ export const usageLedger = sqliteTable(
 );
 
 /**
- * Ledger rows committed but not yet moved into usage_ledger (see src/ledger/ledger-writer.ts). A row is committed
+ * Ledger rows committed but not yet moved into usage_ledger (see src/ledger/inbox.ts). A row is committed
  * here before its answer's last byte: one page at the end of a table with no index, against the nine pages of
  * usage_ledger's indexes and the usage aggregates. The writer thread moves them, in batches, within milliseconds;
  * opening the database moves whatever a crash left.
  */
-export const usageLedgerInbox = sqliteTable("usage_ledger_inbox", {
-  requestId: text("request_id").notNull(),
-  organizationId: text("organization_id").notNull(),
-  keyId: text("key_id").notNull(),
-  model: text("model").notNull(),
-  promptTokens: integer("prompt_tokens").notNull(),
-  completionTokens: integer("completion_tokens").notNull(),
-  reasoningTokens: integer("reasoning_tokens").notNull(),
-  outcome: text("outcome").notNull(),
-  errorCode: text("error_code"),
-  ruleId: text("rule_id"),
-  usageSource: text("usage_source").notNull(),
-  startedAt: integer("started_at").notNull(),
-  endedAt: integer("ended_at").notNull(),
-  firstTokenMs: integer("first_token_ms"),
-});
+export const usageLedgerInbox = sqliteTable("usage_ledger_inbox", ledgerRowColumns());
 
 /** Every administrative change and sign-in, whoever made it and however (console or CLI). Never a secret. */
 export const auditLog = sqliteTable(

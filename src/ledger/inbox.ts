@@ -5,7 +5,7 @@
 // (the writer thread, ledger-worker.ts), milliseconds later; and whenever the database is opened, so that rows a
 // crash left staged count before anything reads usage.
 import type { Database } from "bun:sqlite";
-import { addToMinuteSql, addToMonthSql, UsageFold } from "./usage-fold";
+import { addToAggregates, UsageFold } from "./usage-fold";
 
 /** usage_ledger's columns in the inbox's order. */
 export const stagedColumns = `request_id, organization_id, key_id, model, prompt_tokens, completion_tokens, reasoning_tokens, outcome,
@@ -42,10 +42,7 @@ export function moveStagedRows(sqlite: Database): number {
       const fold = new UsageFold();
       for (const row of staged) fold.add(row.organizationId, row.tokens, row.endedAt);
       // The aggregates are summed first: a hundred rows of one organization are one upsert per minute and month.
-      const addMinute = sqlite.query<unknown, [string, number, number, number]>(addToMinuteSql);
-      const addMonth = sqlite.query<unknown, [string, number, number]>(addToMonthSql);
-      for (const entry of fold.minuteTotals()) addMinute.run(entry.organizationId, entry.minute, entry.tokens, entry.lastTime);
-      for (const entry of fold.monthTotals()) addMonth.run(entry.organizationId, entry.month, entry.tokens);
+      addToAggregates(sqlite, fold);
       sqlite.query("DELETE FROM usage_ledger_inbox WHERE rowid <= ?").run(last);
       return staged.length;
     })

@@ -33,7 +33,7 @@ export interface LedgerWorkerReply {
   error?: string;
 }
 
-/** About 28 single-row commits of ~9 pages (bench/ledger-pages.ts); 1,000 pages gave p99s twice as long. */
+/** About 1 MB of WAL: 1,000 pages gave p99s twice as long (bench/README.md). */
 const checkpointPages = 250;
 /** Staged rows wait at most about this long to be moved: the request log and the usage charts lag by no more. */
 const moveIntervalMs = 20;

@@ -210,7 +210,7 @@ export class Ledger {
     this.worker.postMessage(message);
   }
 
-  /** Whether this batch is committed here (see `quietRowsBetweenCheckpoints`) rather than by the writer thread. */
+  /** Whether this batch is committed here (see `busyRows`) rather than by the writer thread. */
   private quiet(urgent: boolean, rows: number): boolean {
     // Nothing in flight at the writer: its connection holds no write lock this commit could wait behind.
     return !urgent && rows < busyRows && this.sent.length === 0;

@@ -1,11 +1,12 @@
+import type { Database } from "bun:sqlite";
 import { bucketMs, monthOf } from "../usage-periods";
 
 /** Adds tokens to an organization's minute: (organization_id, minute, tokens, last ended_at). */
-export const addToMinuteSql = `INSERT INTO usage_minutes (organization_id, minute, tokens, last_time) VALUES (?1, ?2, ?3, ?4)
+const addToMinuteSql = `INSERT INTO usage_minutes (organization_id, minute, tokens, last_time) VALUES (?1, ?2, ?3, ?4)
   ON CONFLICT (organization_id, minute) DO UPDATE SET tokens = tokens + excluded.tokens, last_time = max(last_time, excluded.last_time)`;
 
 /** Adds tokens to an organization's month: (organization_id, month, tokens). */
-export const addToMonthSql = `INSERT INTO usage_months (organization_id, month, tokens) VALUES (?1, ?2, ?3)
+const addToMonthSql = `INSERT INTO usage_months (organization_id, month, tokens) VALUES (?1, ?2, ?3)
   ON CONFLICT (organization_id, month) DO UPDATE SET tokens = tokens + excluded.tokens`;
 
 export interface MinuteTotal {
@@ -52,6 +53,14 @@ export class UsageFold {
   monthTotals(): MonthTotal[] {
     return inKeyOrder(this.months);
   }
+}
+
+/** Adds a fold's totals to SQLite's aggregates (usage_minutes, usage_months), inside the caller's transaction. */
+export function addToAggregates(sqlite: Database, fold: UsageFold): void {
+  const addMinute = sqlite.query<unknown, [string, number, number, number]>(addToMinuteSql);
+  const addMonth = sqlite.query<unknown, [string, number, number]>(addToMonthSql);
+  for (const entry of fold.minuteTotals()) addMinute.run(entry.organizationId, entry.minute, entry.tokens, entry.lastTime);
+  for (const entry of fold.monthTotals()) addMonth.run(entry.organizationId, entry.month, entry.tokens);
 }
 
 function inKeyOrder<T>(entries: Map<string, T>): T[] {

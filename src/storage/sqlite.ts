@@ -5,8 +5,7 @@ import type { DatabaseHandle } from "../db/client";
 import { apiKeys, auditLog, organizations, sessions, usageLedger, usageLedgerInbox, users } from "../db/schema";
 import { Ledger } from "../ledger/ledger";
 import { moveStagedRows, stagedColumns } from "../ledger/inbox";
-import { addToMinuteSql, addToMonthSql } from "../ledger/usage-fold";
-import { UsageFold } from "../ledger/usage-fold";
+import { addToAggregates, UsageFold } from "../ledger/usage-fold";
 import { bucketMs, monthOf, startOfMonth } from "../usage-periods";
 import { auditConditions, requestLogColumns, requestLogConditions, sqliteCommon } from "./log-conditions";
 import { hourMs, oldestNeededMinute, usageByOrganization, usageWindowStart } from "./usage-rows";
@@ -186,8 +185,7 @@ function usageRepository({ sqlite }: DatabaseHandle): UsageRepository {
           )
           .all(organizationId, at);
         for (const row of rows) fold.add(organizationId, row.tokens, row.endedAt);
-        for (const entry of fold.minuteTotals()) sqlite.run(addToMinuteSql, [organizationId, entry.minute, entry.tokens, entry.lastTime]);
-        for (const entry of fold.monthTotals()) sqlite.run(addToMonthSql, [organizationId, entry.month, entry.tokens]);
+        addToAggregates(sqlite, fold);
       })();
     },
     async resets() {
