@@ -26,9 +26,12 @@ test("dist/sluice runs from another directory: creates an org and a key, serves 
       headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
       body: JSON.stringify({ model: "sluice-demo", messages: [{ role: "user", content: "hello there" }] }),
     });
-    const body = (await response.json()) as { choices: { message: { content: string } }[] };
+    const body = (await response.json()) as { choices: { message: { content: string } }[]; usage: { prompt_tokens: number } };
     expect(response.status).toBe(200);
     expect(body.choices[0]?.message.content).toContain("2 words");
+    // The demo counts its usage with the tokenizer, an entry point of its own (loaded on first use): 3 tokens of
+    // framing, 3 for the message, 1 for "user", 2 for "hello there".
+    expect(body.usage.prompt_tokens).toBe(9);
     // The ledger's writer is an extra entry point of the executable. One answer at a time is quiet traffic, committed
     // on the server's thread, but every 29th row goes to the writer, which checkpoints: after some forty more answers
     // the first row is in the database file itself, without its WAL (the writer ran, and the WAL does not grow for ever).

@@ -2,8 +2,7 @@ import { type ConfigError, loadConfig } from "../config/load";
 import type { Config } from "../config/schema";
 import { openDatabase } from "../db/client";
 import { postgresMigrations } from "../db/postgres/migrations/index";
-import { isPostgresUrl } from "../storage/postgres";
-import { redactUrl } from "../storage/open";
+import { isPostgresUrl, redactUrl } from "../storage/open";
 import { RedisConnection } from "../storage/redis";
 import { withTimeout } from "../storage/with-timeout";
 

@@ -1,7 +1,7 @@
 import type { Database } from "bun:sqlite";
 import type { Outcome } from "../modules/requests/row";
 import { encodeRow, LedgerWriter, type LedgerValue } from "./ledger-writer";
-import { workerModule } from "../workers";
+import { entryPointModule } from "../entry-points";
 import type { LedgerWorkerMessage, LedgerWorkerReply } from "./ledger-worker";
 
 export interface LedgerRow {
@@ -286,7 +286,7 @@ export class Ledger {
   }
 
   private startWorker(path: string): void {
-    const worker = new Worker(workerModule("ledger/ledger-worker.ts"));
+    const worker = new Worker(entryPointModule("ledger/ledger-worker.ts"));
     worker.unref();
     worker.onmessage = (event: MessageEvent<LedgerWorkerReply>) => {
       const reply = event.data;

@@ -1,7 +1,6 @@
 import { ConfigError } from "../config/load";
 import { openDatabase } from "../db/client";
 import { DatabaseTooNewError } from "../db/migrate";
-import { postgresStorage, isPostgresUrl } from "./postgres";
 import { RedisConnection, redisChangeFeed } from "./redis";
 import { sqliteStorage } from "./sqlite";
 import type { Storage } from "./types";
@@ -9,6 +8,11 @@ import type { Storage } from "./types";
 /** The database or Redis named in the environment cannot be used; the message says why in plain words. */
 export class BackendError extends Error {
   override name = "BackendError";
+}
+
+/** Whether SLUICE_DB names a PostgreSQL database rather than a SQLite file. */
+export function isPostgresUrl(value: string | undefined): value is string {
+  return value !== undefined && /^postgres(ql)?:\/\//.test(value);
 }
 
 /** A connection URL without its password, for messages. */
@@ -44,6 +48,8 @@ export async function openBackends(environment: Record<string, string | undefine
   }
   const redis = new RedisConnection(redisUrl);
   try {
+    // Loaded only in shared mode: PostgreSQL's client and schema cost a SQLite server ~10 ms of start-up.
+    const { postgresStorage } = await import("./postgres");
     const storage = await postgresStorage(database, redisChangeFeed(redis));
     return { storage, redis };
   } catch (error) {

@@ -30,11 +30,6 @@ const { apiKeys, auditLog, organizations, sessions, signInFailures, usageLedger,
 export const postgresTimeoutMs = 3000;
 const healthIntervalMs = 1000;
 
-/** Whether SLUICE_DB names a PostgreSQL database rather than a SQLite file. */
-export function isPostgresUrl(value: string | undefined): value is string {
-  return value !== undefined && /^postgres(ql)?:\/\//.test(value);
-}
-
 function timed<T>(promise: Promise<T>): Promise<T> {
   return withTimeout(promise, postgresTimeoutMs, "PostgreSQL");
 }

@@ -1,14 +1,16 @@
 // Token counts for context checks and for upstreams that report no usage. The tokenizer is OpenAI's cl100k_base
 // (gpt-tokenizer). Loading it takes ~150 ms and ~45 MB (o200k_base: ~340 ms, ~75 MB), so it is loaded only when
 // an exact count is needed; admission works from estimateChatTokens.
-type Tokenizer = typeof import("gpt-tokenizer/encoding/cl100k_base");
+import { entryPointModule } from "../entry-points";
+
+type Tokenizer = typeof import("./tokenizer");
 
 let tokenizer: Tokenizer | undefined;
 let loading: Promise<Tokenizer> | undefined;
 
 /** Starts loading the tokenizer (once) and resolves when it is ready. */
 export function loadTokenizer(): Promise<Tokenizer> {
-  loading ??= import("gpt-tokenizer/encoding/cl100k_base").then((module) => (tokenizer = module));
+  loading ??= (import(entryPointModule("tokens/tokenizer.ts")) as Promise<Tokenizer>).then((module) => (tokenizer = module));
   return loading;
 }
 

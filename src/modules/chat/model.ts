@@ -1,5 +1,4 @@
 import { Type, type Static } from "@sinclair/typebox";
-import { TypeCompiler } from "@sinclair/typebox/compiler";
 import type { SluiceError } from "../../errors";
 import { validateBody } from "../../validation";
 
@@ -50,9 +49,7 @@ export const forwardedFields = [
 /** OpenAI accepts null for these optional fields and treats it as absent; so does Sluice. */
 const nullableFields = ["stream", "stream_options", "max_tokens", "max_completion_tokens", "n", "temperature", "top_p"] as const;
 
-const compiled = TypeCompiler.Compile(ChatRequestSchema);
-
 /** Validates a parsed chat completions body; returns the typed request or a 400 naming the field. */
 export function validateChatRequest(body: unknown): ChatRequest | SluiceError {
-  return validateBody(compiled, body, nullableFields);
+  return validateBody(ChatRequestSchema, body, nullableFields);
 }

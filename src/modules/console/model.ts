@@ -1,6 +1,5 @@
 // The console API's request bodies: validated by these models before a service sees them, and typed by them.
 import { Type, type Static, type TSchema } from "@sinclair/typebox";
-import { TypeCompiler, type TypeCheck } from "@sinclair/typebox/compiler";
 import { invalidRequest } from "../../errors";
 import { readBodyText } from "../../http/read-body";
 import { validateBody } from "../../validation";
@@ -78,15 +77,8 @@ export type CreateKey = Static<typeof CreateKeyBody>;
 export type KeyLimitsInput = Static<typeof KeyLimitsBody>;
 export type UpdateOrganization = Static<typeof UpdateOrganizationBody>;
 
-const compiled = new WeakMap<TSchema, TypeCheck<TSchema>>();
-
 function checked<T extends TSchema>(model: T, value: unknown): Static<T> {
-  let check = compiled.get(model);
-  if (!check) {
-    check = TypeCompiler.Compile(model) as TypeCheck<TSchema>;
-    compiled.set(model, check);
-  }
-  const result = validateBody(check, value, []);
+  const result = validateBody(model, value, []);
   if (result instanceof Error) throw result;
   return result as Static<T>;
 }

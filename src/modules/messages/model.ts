@@ -1,5 +1,4 @@
 import { Type, type Static } from "@sinclair/typebox";
-import { TypeCompiler } from "@sinclair/typebox/compiler";
 import { SluiceError, invalidRequest, missingParameter } from "../../errors";
 import { validateBody } from "../../validation";
 import type { ChatMessage, ChatRequest } from "../chat/model";
@@ -46,8 +45,6 @@ type CountTokensRequest = Static<typeof CountTokensRequestSchema>;
 type ContentBlock = Static<typeof Block> & Record<string, unknown>;
 type Message = ChatMessage & Record<string, unknown>;
 
-const compiledMessages = TypeCompiler.Compile(MessagesRequestSchema);
-const compiledCount = TypeCompiler.Compile(CountTokensRequestSchema);
 const nullableFields = [
   "system",
   "tools",
@@ -225,7 +222,7 @@ function toolChoiceOf(choice: Record<string, unknown> & { type: string }): unkno
 
 /** Validates a Messages request and translates it onto a chat request (400 in Anthropic's format otherwise). */
 export function translateMessagesRequest(body: unknown): ChatRequest | SluiceError {
-  const original = validateBody(compiledMessages, body, nullableFields);
+  const original = validateBody(MessagesRequestSchema, body, nullableFields);
   if (original instanceof SluiceError) return original;
   const messages = chatMessagesOf(original);
   if (messages instanceof SluiceError) return messages;
@@ -255,7 +252,7 @@ export function translateMessagesRequest(body: unknown): ChatRequest | SluiceErr
 
 /** Validates a count_tokens request; its chat messages (tools counted as a system message of their JSON). */
 export function countTokensMessages(body: unknown): { model: string; messages: Message[] } | SluiceError {
-  const original = validateBody(compiledCount, body, nullableFields);
+  const original = validateBody(CountTokensRequestSchema, body, nullableFields);
   if (original instanceof SluiceError) return original;
   const messages = chatMessagesOf(original);
   if (messages instanceof SluiceError) return messages;

@@ -1,5 +1,4 @@
 import { Type, type Static } from "@sinclair/typebox";
-import { TypeCompiler } from "@sinclair/typebox/compiler";
 import { SluiceError, invalidRequest, missingParameter } from "../../errors";
 import { validateBody } from "../../validation";
 import type { ChatMessage, ChatRequest } from "../chat/model";
@@ -56,8 +55,6 @@ type InputPart = Static<typeof Part> & Record<string, unknown>;
 type Item = Static<typeof InputItem> & Record<string, unknown>;
 /** A chat message as built here: chat messages carry fields (tool_calls, tool_call_id) the model leaves open. */
 type Message = ChatMessage & Record<string, unknown>;
-
-const compiled = TypeCompiler.Compile(ResponsesRequestSchema);
 
 /** OpenAI accepts null for optional fields and treats it as absent; so does Sluice. */
 const nullableFields = [
@@ -223,7 +220,7 @@ function responseFormatOf(format: Record<string, unknown> & { type: string }): u
 
 /** Validates a Responses request and translates it onto a chat request (400 in the OpenAI format otherwise). */
 export function translateResponsesRequest(body: unknown): { request: ChatRequest; original: ResponsesRequest } | SluiceError {
-  const original = validateBody(compiled, body, nullableFields);
+  const original = validateBody(ResponsesRequestSchema, body, nullableFields);
   if (original instanceof SluiceError) return original;
   if (original.background === true)
     return invalidRequest("Background responses are not supported: Sluice answers each request while the caller waits.", "background");

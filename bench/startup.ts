@@ -1,0 +1,86 @@
+// Start-up to the first answer and idle memory of several executables, started in turn in the same run (as
+// `make bench` measures one): `bun bench/startup.ts dist/sluice /tmp/other-build [--rounds 8]`. Each gets its own
+// data directory; an idle server's memory is read a second after its first answer, split into what the process
+// allocated (anonymous) and the pages of the executable it touched (file-backed).
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { parseArgs } from "node:util";
+import { freePort, waitForPort } from "./ports";
+import { prepareSluice } from "./sluice-setup";
+
+const { values, positionals } = parseArgs({ args: Bun.argv.slice(2), options: { rounds: { type: "string", default: "8" } }, allowPositionals: true });
+const executables = positionals.map((path) => resolve(path));
+if (executables.length === 0) throw new Error("usage: bun bench/startup.ts EXECUTABLE [EXECUTABLE...] [--rounds N]");
+const rounds = Number(values.rounds);
+
+interface Sample {
+  startupMs: number;
+  rssMb: number;
+  anonymousMb: number;
+  fileMb: number;
+}
+
+function statusMb(pid: number, field: string): number {
+  const match = new RegExp(`${field}:\\s+(\\d+)`).exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+  return Number(match?.[1] ?? Number.NaN) / 1024;
+}
+
+async function measure(executable: string, environment: Record<string, string | undefined>, key: string): Promise<Sample> {
+  const port = freePort();
+  const began = performance.now();
+  const child = Bun.spawn([executable, "serve"], { env: { ...environment, SLUICE_PORT: String(port) }, stdout: "ignore", stderr: "ignore" });
+  try {
+    for (;;) {
+      const answer = await fetch(`http://127.0.0.1:${port}/v1/chat/completions`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+        body: JSON.stringify({ model: "bench", messages: [{ role: "user", content: "What is 2 + 2?" }] }),
+      }).catch(() => undefined);
+      if (answer?.status === 200) break;
+      await Bun.sleep(2);
+    }
+    const startupMs = performance.now() - began;
+    await Bun.sleep(1000);
+    const pid = child.pid;
+    return { startupMs, rssMb: statusMb(pid, "VmRSS"), anonymousMb: statusMb(pid, "RssAnon"), fileMb: statusMb(pid, "RssFile") };
+  } finally {
+    child.kill();
+    await child.exited;
+  }
+}
+
+const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] as number;
+const work = mkdtempSync(join(tmpdir(), "sluice-startup-"));
+const upstreamPort = freePort();
+const upstream = Bun.spawn([process.execPath, join(import.meta.dir, "fake-upstream.ts"), String(upstreamPort)], { stdout: "ignore", stderr: "ignore" });
+try {
+  await waitForPort(upstreamPort);
+  const prepared = await Promise.all(
+    executables.map((executable, index) => {
+      const directory = join(work, String(index));
+      require("node:fs").mkdirSync(directory);
+      return prepareSluice(executable, directory, upstreamPort);
+    }),
+  );
+  const samples: Sample[][] = executables.map(() => []);
+  for (let round = 0; round < rounds; round++) {
+    for (const [index, executable] of executables.entries()) {
+      const { environment, key } = prepared[index] as (typeof prepared)[number];
+      samples[index]?.push(await measure(executable, environment, key));
+    }
+  }
+  const first = samples[0] as Sample[];
+  for (const [index, executable] of executables.entries()) {
+    const own = samples[index] as Sample[];
+    const of = (field: keyof Sample, from: Sample[]) => median(from.map((sample) => sample[field]));
+    console.log(
+      `${executable}: start-up ${of("startupMs", own).toFixed(1)} ms (× ${(of("startupMs", own) / of("startupMs", first)).toFixed(2)} the first),` +
+        ` idle RSS ${of("rssMb", own).toFixed(1)} MB (${of("anonymousMb", own).toFixed(1)} anonymous, ${of("fileMb", own).toFixed(1)} file-backed;` +
+        ` ${(of("rssMb", own) - of("rssMb", first)).toFixed(1)} MB against the first), medians of ${rounds} starts`,
+    );
+  }
+} finally {
+  upstream.kill();
+  rmSync(work, { recursive: true, force: true });
+}
