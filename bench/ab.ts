@@ -28,8 +28,13 @@ const root = join(import.meta.dir, "..");
 const bun = process.execPath;
 const work = mkdtempSync(join(tmpdir(), "sluice-ab-"));
 const children: Bun.Subprocess[] = [];
-/** The entry points of `make build`, over revisions: ones a revision lacks (the old checkpoint thread) are skipped. */
-const entryPoints = ["src/main.ts", "src/cli/run.ts", "src/db/checkpoint-worker.ts", "src/ledger/ledger-worker.ts"];
+/**
+ * The entry points of `make build`, over revisions: ones a revision lacks (the old checkpoint thread, the tokenizer
+ * before it had its own) are skipped.
+ */
+const entryPoints = ["src/main.ts", "src/cli/run.ts", "src/db/checkpoint-worker.ts", "src/ledger/ledger-worker.ts", "src/tokens/tokenizer.ts"];
+/** Revisions with a recorded start are built as bytecode laid out by it, as `make build` builds them. */
+const bytecodeOrder = "src/bytecode-order.txt";
 
 function log(message: string): void {
   process.stderr.write(`[bench ab] ${message}\n`);
@@ -43,7 +48,8 @@ function median(samples: number[]): number {
 /** The executable of a source tree, built as `make build` builds it. */
 function build(tree: string, outfile: string): void {
   const present = entryPoints.filter((path) => existsSync(join(tree, path)));
-  const result = Bun.spawnSync([bun, "build", "--compile", "--minify", "--sourcemap", ...present, "--outfile", outfile], {
+  const bytecode = existsSync(join(tree, bytecodeOrder)) ? ["--bytecode", "--bytecode-order", bytecodeOrder, "--format=esm"] : [];
+  const result = Bun.spawnSync([bun, "build", "--compile", ...bytecode, "--minify", "--sourcemap", ...present, "--outfile", outfile], {
     cwd: tree,
     stdout: "ignore",
     stderr: "inherit",
