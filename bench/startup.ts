@@ -2,7 +2,10 @@
 // `make bench` measures one): `bun bench/startup.ts dist/sluice /tmp/other-build [--rounds 8]`. Each gets its own
 // data directory; an idle server's memory is read a second after its first answer, split into what the process
 // allocated (anonymous) and the pages of the executable it touched (file-backed).
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+// Each executable is copied first and started from the copy: the kernel maps the pages around each one a process
+// touches when they are in the page cache, so an executable partly evicted from the cache shows less file-backed
+// RSS than a fresh one (3.5 MB less, for the same build, in one run).
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
@@ -10,8 +13,8 @@ import { freePort, waitForPort } from "./ports";
 import { prepareSluice } from "./sluice-setup";
 
 const { values, positionals } = parseArgs({ args: Bun.argv.slice(2), options: { rounds: { type: "string", default: "8" } }, allowPositionals: true });
-const executables = positionals.map((path) => resolve(path));
-if (executables.length === 0) throw new Error("usage: bun bench/startup.ts EXECUTABLE [EXECUTABLE...] [--rounds N]");
+const originals = positionals.map((path) => resolve(path));
+if (originals.length === 0) throw new Error("usage: bun bench/startup.ts EXECUTABLE [EXECUTABLE...] [--rounds N]");
 const rounds = Number(values.rounds);
 
 interface Sample {
@@ -52,6 +55,11 @@ async function measure(executable: string, environment: Record<string, string | 
 
 const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] as number;
 const work = mkdtempSync(join(tmpdir(), "sluice-startup-"));
+const executables = originals.map((original, index) => {
+  const copy = join(work, `executable-${index}`);
+  copyFileSync(original, copy);
+  return copy;
+});
 const upstreamPort = freePort();
 const upstream = Bun.spawn([process.execPath, join(import.meta.dir, "fake-upstream.ts"), String(upstreamPort)], { stdout: "ignore", stderr: "ignore" });
 try {
@@ -59,7 +67,7 @@ try {
   const prepared = await Promise.all(
     executables.map((executable, index) => {
       const directory = join(work, String(index));
-      require("node:fs").mkdirSync(directory);
+      mkdirSync(directory);
       return prepareSluice(executable, directory, upstreamPort);
     }),
   );
@@ -71,7 +79,7 @@ try {
     }
   }
   const first = samples[0] as Sample[];
-  for (const [index, executable] of executables.entries()) {
+  for (const [index, executable] of originals.entries()) {
     const own = samples[index] as Sample[];
     const of = (field: keyof Sample, from: Sample[]) => median(from.map((sample) => sample[field]));
     console.log(
