@@ -268,8 +268,14 @@ function newestFirst(left: RequestLogRow, right: RequestLogRow): number {
 function requestLogRepository(database: DatabaseHandle): RequestLogRepository {
   return {
     async page(filter) {
-      const moved: RequestLogRow[] = requestLogQuery(database, filter).all();
-      const staged: RequestLogRow[] = requestLogQuery(database, filter, usageLedgerInbox).all();
+      // Both reads in one transaction, so one snapshot: a move that lands between them would otherwise hide its
+      // rows from both (the writer thread moves rows at any moment).
+      const { moved, staged } = database.sqlite.transaction(
+        (): Record<"moved" | "staged", RequestLogRow[]> => ({
+          moved: requestLogQuery(database, filter).all(),
+          staged: requestLogQuery(database, filter, usageLedgerInbox).all(),
+        }),
+      )();
       if (staged.length === 0) return moved;
       return [...moved, ...staged].sort(newestFirst).slice(0, filter.limit);
     },
