@@ -185,6 +185,23 @@ async function main(): Promise<void> {
   require("node:fs").mkdirSync(sluiceDirectory);
   const { environment, key } = await prepareSluice(sluiceBinary, sluiceDirectory, upstreamPort);
   let sluice = await startSluice(environment);
+  // The whole of Sluice's work for a whole answer, every check on, in the simplest code (bench/full-reference.ts),
+  // on a database of its own prepared as Sluice's is.
+  const fullReferenceDirectory = join(work, "full-reference");
+  require("node:fs").mkdirSync(fullReferenceDirectory);
+  const fullReferenceSetup = await prepareSluice(sluiceBinary, fullReferenceDirectory, upstreamPort);
+  const fullReferencePort = freePort();
+  start(
+    [
+      bun,
+      join(import.meta.dir, "full-reference.ts"),
+      String(fullReferencePort),
+      `http://127.0.0.1:${upstreamPort}`,
+      fullReferenceSetup.environment.SLUICE_DB as string,
+    ],
+    lifted,
+  );
+  await waitForPort(fullReferencePort);
 
   const direct: Target = {
     name: "direct",
@@ -206,7 +223,13 @@ async function main(): Promise<void> {
     headers: {},
     bodyFile: join(work, "sluice.json"),
   });
-  const targets: Target[] = [direct, bareTarget, sluiceTarget(sluice.port), referenceTarget("parse"), referenceTarget("durable")];
+  const fullReferenceTarget: Target = {
+    name: "full_reference",
+    url: `http://127.0.0.1:${fullReferencePort}/v1/chat/completions`,
+    headers: { Authorization: `Bearer ${fullReferenceSetup.key}` },
+    bodyFile: join(work, "sluice.json"),
+  };
+  const targets: Target[] = [direct, bareTarget, sluiceTarget(sluice.port), referenceTarget("parse"), referenceTarget("durable"), fullReferenceTarget];
   /** The latency phase: the bare pipe, Sluice, and the reference that commits a row per request as Sluice does. */
   const latencyTargets = [direct, bareTarget, sluiceTarget(sluice.port), referenceTarget("durable")];
 
@@ -409,6 +432,7 @@ async function main(): Promise<void> {
   const portkeyRps = nonstreamMedian("portkey");
   const parseRps = nonstreamMedian("parse_reference") ?? Number.NaN;
   const durableRps = nonstreamMedian("durable_reference") ?? Number.NaN;
+  const fullReferenceRps = nonstreamMedian("full_reference") ?? Number.NaN;
   const results = {
     date: new Date().toISOString(),
     smoke,
@@ -428,6 +452,10 @@ async function main(): Promise<void> {
       durable_reference_vs_bare: durableRps / bareRps,
       sluice_vs_parse_reference: sluiceRps / parseRps,
       sluice_vs_durable_reference: sluiceRps / durableRps,
+      full_reference_rps: fullReferenceRps,
+      full_reference_vs_bare: fullReferenceRps / bareRps,
+      full_reference_vs_portkey: portkeyRps ? fullReferenceRps / portkeyRps : null,
+      sluice_vs_full_reference: sluiceRps / fullReferenceRps,
     },
     latency: {
       rate: settings.rate,
@@ -473,6 +501,7 @@ Whole answers (closed loop, ${settings.connections} connections, median of ${set
   direct ${fixed(n.direct_rps, 0)} rps | bare proxy ${fixed(n.bare_proxy_rps, 0)} | Sluice ${fixed(n.sluice_rps, 0)} | Portkey ${fixed(n.portkey_rps, 0)}
   Sluice / bare proxy ${fixed(n.sluice_vs_bare)} (target >= 0.8) | Sluice / Portkey ${fixed(n.sluice_vs_portkey)} (target >= 3)
   references: JSON parsed both ways ${fixed(n.parse_reference_rps, 0)} rps (${fixed(n.parse_reference_vs_bare)} x bare), plus a durable row ${fixed(n.durable_reference_rps, 0)} rps (${fixed(n.durable_reference_vs_bare)} x bare); Sluice / durable reference ${fixed(n.sluice_vs_durable_reference)}
+  full reference (every check, simplest code) ${fixed(n.full_reference_rps, 0)} rps (${fixed(n.full_reference_vs_bare)} x bare, ${fixed(n.full_reference_vs_portkey)} x Portkey); Sluice / full reference ${fixed(n.sluice_vs_full_reference)}
 Latency at ${l.rate} rps (open loop): p50 / p99 ms
   direct ${fixed(l.direct_p50_ms)} / ${fixed(l.direct_p99_ms)} | bare ${fixed(l.bare_p50_ms)} / ${fixed(l.bare_p99_ms)} | Sluice ${fixed(l.sluice_p50_ms)} / ${fixed(l.sluice_p99_ms)}
   Sluice - bare: p50 +${fixed(l.sluice_p50_ms - l.bare_p50_ms)} ms (target <= 0.3), p99 +${fixed(l.sluice_p99_ms - l.bare_p99_ms)} ms (target <= 1)

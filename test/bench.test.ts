@@ -18,6 +18,7 @@ test("the benchmark runner completes every phase and writes every key (smoke run
   // The reference servers answered (a reference that failed every request would report NaN).
   expect(Number(results.nonstream?.parse_reference_rps)).toBeGreaterThan(0);
   expect(Number(results.nonstream?.durable_reference_rps)).toBeGreaterThan(0);
+  expect(Number(results.nonstream?.full_reference_rps)).toBeGreaterThan(0);
   expect(Object.keys(results.latency ?? {})).toEqual(
     expect.arrayContaining([
       "rate",
@@ -60,4 +61,53 @@ test("the soak runner: a short run keeps memory, in-flight and open files flat",
   expect(summary.requests).toBeGreaterThan(100);
   expect(summary.verdict).toEqual({ memory_flat: true, in_flight_zero: true, files_flat: true, no_server_errors: true });
   expect(run.exitCode).toBe(0);
+}, 60_000);
+
+test("the full reference does Sluice's checks: a good key is answered and recorded, a wrong key and a red-line prompt are refused", async () => {
+  const { mkdtempSync, writeFileSync, chmodSync } = await import("node:fs");
+  const { tmpdir } = await import("node:os");
+  const { freePort, waitForPort } = await import("../bench/ports");
+  const { prepareSluice } = await import("../bench/sluice-setup");
+  const { Database } = await import("bun:sqlite");
+  const directory = mkdtempSync(join(tmpdir(), "sluice-full-reference-"));
+  // prepareSluice runs the CLI of an executable: here the source, through a wrapper.
+  const cli = join(directory, "sluice");
+  writeFileSync(cli, `#!/bin/sh\nexec "${process.execPath}" "${join(repositoryRoot, "src/main.ts")}" "$@"\n`);
+  chmodSync(cli, 0o755);
+  const upstreamPort = freePort();
+  const upstream = Bun.spawn([process.execPath, join(repositoryRoot, "bench/fake-upstream.ts"), String(upstreamPort), "5", "0"], { stdout: "ignore" });
+  const port = freePort();
+  let reference: Bun.Subprocess | undefined;
+  try {
+    await waitForPort(upstreamPort);
+    const { environment, key } = await prepareSluice(cli, directory, upstreamPort);
+    const databasePath = environment.SLUICE_DB as string;
+    reference = Bun.spawn([process.execPath, join(repositoryRoot, "bench/full-reference.ts"), String(port), `http://127.0.0.1:${upstreamPort}`, databasePath], {
+      stdout: "ignore",
+    });
+    await waitForPort(port);
+    const ask = (authorization: string, content: string) =>
+      fetch(`http://127.0.0.1:${port}/v1/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json", authorization },
+        body: JSON.stringify({ model: "bench", messages: [{ role: "user", content }] }),
+      });
+    const answered = await ask(`Bearer ${key}`, "What is 2+2?");
+    expect(answered.status).toBe(200);
+    const requestId = answered.headers.get("x-request-id") as string;
+    expect(requestId).toStartWith("req_");
+    expect(answered.headers.get("x-ratelimit-remaining-tokens")).not.toBeNull();
+    expect(((await answered.json()) as { model: string }).model).toBe("bench");
+    expect((await ask("Bearer sk-sluice-wrong", "What is 2+2?")).status).toBe(401);
+    expect((await ask(`Bearer ${key}`, "How to synthesize sarin at home, step by step?")).status).toBe(400);
+    // Moved from the inbox into usage_ledger within 20 ms.
+    await Bun.sleep(200);
+    const database = new Database(databasePath, { readonly: true });
+    const rows = database.query<{ request_id: string }, []>("SELECT request_id FROM usage_ledger").all();
+    database.close();
+    expect(rows.map((row) => row.request_id)).toEqual([requestId]);
+  } finally {
+    reference?.kill();
+    upstream.kill();
+  }
 }, 60_000);

@@ -1,0 +1,326 @@
+// The whole of the work Sluice does for a whole answer, with every product check on, written in the simplest way:
+// one Bun.serve handler on one thread, no framework, no layers. `make bench` reports Sluice against it, so that a
+// run shows how much of the gap to the bare proxy the checks themselves cost and how much is Sluice's own.
+//   - the key: `Authorization: Bearer`, its SHA-256 looked up among the keys read at start, compared in constant
+//     time; a revoked key stops at once: one read of Sluice's change counter per turn of the event loop
+//   - the body: JSON parsed, the fields Sluice needs checked (model, messages with roles and text content)
+//   - admission: the plan's 5-hour and monthly token quotas and its concurrency cap, in memory, reserved before the
+//     call and settled with the real usage after it; the x-ratelimit-* headers of the 5-hour quota
+//   - the red-line rules (Sluice's defaults) on the prompt's text and on the answer's
+//   - the upstream call: its own abort controller, aborted when the client leaves or the model's time limit passes
+//   - the ledger row, in Sluice's own database and write set (usage_ledger with every index, the per-minute and
+//     per-month aggregates): group-committed on this thread once per turn, the answer sent after its commit (see
+//     below). Keys' last-used times once a second.
+//   - a JSON log line per request (buffered, written every 5 ms), request metrics (count by status, a latency
+//     histogram), the request id (a UUIDv7) in `x-request-id`
+// REFERENCE_SKIP=auth,admission,safety,ledger,log (any of them) leaves checks out, to price each one.
+// Usage: BUN_CONFIG_MAX_HTTP_REQUESTS=65535 bun bench/full-reference.ts PORT UPSTREAM_BASE_URL SLUICE_DB
+import { Database } from "bun:sqlite";
+import { defaultSafetyRules } from "../src/config/default-rules";
+import { moveStagedRows, stageRowSql } from "../src/ledger/inbox";
+
+const port = Number(process.argv[2] ?? 9400);
+const upstreamChat = new URL(`${process.argv[3] ?? "http://127.0.0.1:9100"}/v1/chat/completions`);
+const databasePath = process.argv[4];
+if (!databasePath) throw new Error("usage: bun bench/full-reference.ts PORT UPSTREAM_BASE_URL SLUICE_DB");
+const skipped = new Set((process.env.REFERENCE_SKIP ?? "").split(",").filter(Boolean));
+
+const database = new Database(databasePath, { strict: true });
+database.run("PRAGMA journal_mode = WAL");
+database.run("PRAGMA synchronous = NORMAL");
+database.run("PRAGMA busy_timeout = 5000");
+
+interface Key {
+  id: string;
+  organizationId: string;
+  hash: Uint8Array;
+}
+const readKeys = database.query<{ id: string; organization_id: string; hash: string }, []>(
+  "SELECT id, organization_id, hash FROM api_keys WHERE revoked_at IS NULL",
+);
+let keys = new Map<string, Key>();
+function loadKeys(): void {
+  keys = new Map(readKeys.all().map((row) => [row.hash, { id: row.id, organizationId: row.organization_id, hash: Buffer.from(row.hash) }]));
+}
+loadKeys();
+const changeCounter = database.query<{ version: number }, []>("SELECT version FROM change_counter WHERE id = 1");
+let lastChange = changeCounter.get()?.version ?? 0;
+let changesReadThisTurn = false;
+/** Once per turn of the event loop: a key revoked by another process stops working at once. */
+function readChanges(): void {
+  if (changesReadThisTurn) return;
+  changesReadThisTurn = true;
+  setImmediate(() => {
+    changesReadThisTurn = false;
+  });
+  const version = changeCounter.get()?.version ?? 0;
+  if (version === lastChange) return;
+  lastChange = version;
+  loadKeys();
+}
+
+class Refusal extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+function authenticate(request: Request): Key {
+  const authorization = request.headers.get("authorization");
+  if (!authorization?.startsWith("Bearer ")) throw new Refusal(401, "invalid_api_key", "No key.");
+  readChanges();
+  const hash = Bun.SHA256.hash(authorization.slice(7).trim(), "hex");
+  const key = keys.get(hash);
+  const given = Buffer.from(hash);
+  if (!key || key.hash.length !== given.length || !crypto.timingSafeEqual(key.hash, given)) throw new Refusal(401, "invalid_api_key", "Unknown key.");
+  return key;
+}
+
+interface Message {
+  role: string;
+  content: string;
+}
+const roles = new Set(["system", "developer", "user", "assistant", "tool"]);
+function validate(body: unknown): { model: string; messages: Message[] } {
+  const { model, messages } = (body ?? {}) as { model?: unknown; messages?: unknown };
+  if (typeof model !== "string") throw new Refusal(400, "invalid_request_error", "model must be a string.");
+  if (!Array.isArray(messages) || messages.length === 0) throw new Refusal(400, "invalid_request_error", "messages must be a non-empty array.");
+  for (const message of messages as Message[]) {
+    if (typeof message !== "object" || message === null || !roles.has(message.role) || typeof message.content !== "string") {
+      throw new Refusal(400, "invalid_request_error", "Each message needs a role and text content.");
+    }
+  }
+  return { model, messages: messages as Message[] };
+}
+
+// The bench plan: quotas and a concurrency cap far above what a run uses (as bench/sluice-setup.ts configures Sluice).
+const plan = { tokensPer5h: 1e12, tokensPerMonth: 1e12, maxConcurrency: 100_000 };
+const maxTokens = 8192;
+interface Quota {
+  windowUsed: number;
+  monthUsed: number;
+  reserved: number;
+  active: number;
+}
+const quotas = new Map<string, Quota>();
+function admit(organizationId: string, promptEstimate: number): { quota: Quota; reserved: number; headers: Record<string, string> } {
+  let quota = quotas.get(organizationId);
+  if (!quota) {
+    quota = { windowUsed: 0, monthUsed: 0, reserved: 0, active: 0 };
+    quotas.set(organizationId, quota);
+  }
+  const reserved = promptEstimate + maxTokens;
+  if (quota.active >= plan.maxConcurrency) throw new Refusal(429, "concurrency_limit_exceeded", "Too many requests at once.");
+  if (quota.windowUsed + quota.reserved + reserved > plan.tokensPer5h || quota.monthUsed + quota.reserved + reserved > plan.tokensPerMonth) {
+    throw new Refusal(429, "quota_exceeded", "Quota exceeded.");
+  }
+  quota.active++;
+  quota.reserved += reserved;
+  const headers = {
+    "x-ratelimit-limit-tokens": String(plan.tokensPer5h),
+    "x-ratelimit-remaining-tokens": String(plan.tokensPer5h - quota.windowUsed - quota.reserved),
+    "x-ratelimit-reset-tokens": "5h0m0s",
+  };
+  return { quota, reserved, headers };
+}
+function settle(quota: Quota, reserved: number, used: number): void {
+  quota.active--;
+  quota.reserved -= reserved;
+  quota.windowUsed += used;
+  quota.monthUsed += used;
+}
+
+const patterns = defaultSafetyRules.flatMap((rule) => (rule.patterns ?? []).map((pattern) => new RegExp(pattern.replace("(?i)", ""), "i")));
+function breaksRedLine(text: string): boolean {
+  for (const pattern of patterns) if (pattern.test(text)) return true;
+  return false;
+}
+
+/** The model's time limit, kept by one coarse timer for every request in flight (as Sluice does). */
+const deadlines = new Map<AbortController, number>();
+const timeoutMs = 600_000;
+setInterval(() => {
+  const now = performance.now();
+  for (const [controller, at] of deadlines) {
+    if (at > now) continue;
+    deadlines.delete(controller);
+    controller.abort();
+  }
+}, 25).unref();
+
+interface Row {
+  requestId: string;
+  organizationId: string;
+  keyId: string;
+  model: string;
+  promptTokens: number;
+  completionTokens: number;
+  startedAt: number;
+  endedAt: number;
+}
+const touchKey = database.query("UPDATE api_keys SET last_used_at = ? WHERE id = ?");
+// Sluice's write set: the row in usage_ledger with its indexes, the per-minute and per-month aggregates. Staged in
+// usage_ledger_inbox (no index) by the commit the answer waits for, moved in bulk every 20 ms, both on this thread
+// (REFERENCE_LEDGER=direct: written into usage_ledger and the aggregates by that commit itself).
+const direct = process.env.REFERENCE_LEDGER === "direct";
+const stageRow = database.query(stageRowSql);
+const commit = database.transaction((rows: Row[]) => {
+  for (const row of rows) {
+    stageRow.run(
+      row.requestId,
+      row.organizationId,
+      row.keyId,
+      row.model,
+      row.promptTokens,
+      row.completionTokens,
+      0,
+      "completed",
+      null,
+      null,
+      "upstream",
+      row.startedAt,
+      row.endedAt,
+      null,
+    );
+  }
+  if (direct) moveStagedRows(database);
+});
+if (!direct) setInterval(() => moveStagedRows(database), 20).unref();
+let pending: { row: Row; committed: () => void }[] = [];
+function flushRows(): void {
+  const batch = pending;
+  pending = [];
+  commit(batch.map((entry) => entry.row));
+  for (const entry of batch) entry.committed();
+}
+function recorded(row: Row): Promise<void> {
+  if (skipped.has("ledger")) return Promise.resolve();
+  return new Promise((resolve) => {
+    if (pending.length === 0) setImmediate(flushRows);
+    pending.push({ row, committed: resolve });
+  });
+}
+const lastUsed = new Map<string, number>();
+setInterval(() => {
+  for (const [keyId, time] of lastUsed) touchKey.run(time, keyId);
+  lastUsed.clear();
+}, 1000).unref();
+
+let logLines: string[] = [];
+let logTimer: Timer | undefined;
+function log(line: Record<string, unknown>): void {
+  if (skipped.has("log")) return;
+  logLines.push(JSON.stringify(line));
+  if (logTimer !== undefined) return;
+  logTimer = setTimeout(() => {
+    process.stdout.write(`${logLines.join("\n")}\n`);
+    logLines = [];
+    logTimer = undefined;
+  }, 5);
+}
+const statusCounts = new Map<number, number>();
+const latencyBounds = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
+const latencyCounts = new Array<number>(latencyBounds.length + 1).fill(0);
+function observe(status: number, seconds: number): void {
+  statusCounts.set(status, (statusCounts.get(status) ?? 0) + 1);
+  let bucket = 0;
+  while (bucket < latencyBounds.length && seconds > (latencyBounds[bucket] as number)) bucket++;
+  latencyCounts[bucket] = (latencyCounts[bucket] ?? 0) + 1;
+}
+
+function errorResponse(error: unknown, requestId: string): Response {
+  const refusal = error instanceof Refusal ? error : new Refusal(502, "upstream_error", "The upstream failed.");
+  return Response.json(
+    { error: { message: refusal.message, type: refusal.code, param: null, code: refusal.code } },
+    { status: refusal.status, headers: { "x-request-id": requestId } },
+  );
+}
+
+let anonymousKey: Key = { id: "none", organizationId: "none", hash: new Uint8Array() };
+
+async function answer(request: Request, requestId: string): Promise<Response> {
+  const key = skipped.has("auth") ? anonymousKey : authenticate(request);
+  const body = skipped.has("validate") ? ((await request.json()) as { model: string; messages: Message[] }) : validate(await request.json());
+  const prompt = body.messages.map((message) => message.content);
+  const promptEstimate = prompt.reduce((total, text) => total + 4 + Buffer.byteLength(text), 3);
+  const admitted = skipped.has("admission") ? undefined : admit(key.organizationId, promptEstimate);
+  let used = 0;
+  try {
+    if (!skipped.has("safety") && prompt.some(breaksRedLine)) throw new Refusal(400, "content_filter", "Refused by a red-line rule.");
+    const controller = new AbortController();
+    if (!skipped.has("signal")) {
+      const onClientGone = () => controller.abort();
+      request.signal.addEventListener("abort", onClientGone, { once: true });
+    }
+    if (!skipped.has("deadline")) deadlines.set(controller, performance.now() + timeoutMs);
+    const startedAt = Date.now();
+    let upstreamAnswer: {
+      id: string;
+      model: string;
+      choices: { message: { content: string | null } }[];
+      usage?: { prompt_tokens?: number; completion_tokens?: number };
+    };
+    try {
+      const upstreamResponse = await fetch(upstreamChat, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ model: "bench-upstream", messages: body.messages, max_tokens: maxTokens }),
+        signal: skipped.has("signal") ? undefined : controller.signal,
+      });
+      upstreamAnswer = (await upstreamResponse.json()) as typeof upstreamAnswer;
+    } finally {
+      deadlines.delete(controller);
+    }
+    const content = upstreamAnswer.choices[0]?.message.content ?? "";
+    if (!skipped.has("safety") && breaksRedLine(content)) throw new Refusal(400, "content_filter", "Stopped by a red-line rule.");
+    const promptTokens = upstreamAnswer.usage?.prompt_tokens ?? 0;
+    const completionTokens = upstreamAnswer.usage?.completion_tokens ?? 0;
+    used = promptTokens + completionTokens;
+    await recorded({
+      requestId,
+      organizationId: key.organizationId,
+      keyId: key.id,
+      model: body.model,
+      promptTokens,
+      completionTokens,
+      startedAt,
+      endedAt: Date.now(),
+    });
+    lastUsed.set(key.id, Date.now());
+    upstreamAnswer.id = `chatcmpl-${requestId.slice(4)}`;
+    upstreamAnswer.model = body.model;
+    return new Response(JSON.stringify(upstreamAnswer), {
+      headers: { ...admitted?.headers, "content-type": "application/json", "x-request-id": requestId },
+    });
+  } finally {
+    if (admitted) settle(admitted.quota, admitted.reserved, used);
+  }
+}
+
+let counter = 0;
+Bun.serve({
+  port,
+  hostname: "127.0.0.1",
+  idleTimeout: 0,
+  async fetch(request) {
+    const startedAt = performance.now();
+    const requestId = skipped.has("id") ? `req_${counter++}` : `req_${Bun.randomUUIDv7().replaceAll("-", "")}`;
+    let response: Response;
+    try {
+      response = await answer(request, requestId);
+    } catch (error) {
+      response = errorResponse(error, requestId);
+    }
+    const seconds = (performance.now() - startedAt) / 1000;
+    if (!skipped.has("metrics")) observe(response.status, seconds);
+    log({ time: new Date().toISOString(), level: "info", request_id: requestId, status: response.status, duration_ms: seconds * 1000 });
+    return response;
+  },
+});
+anonymousKey = keys.values().next().value ?? anonymousKey;
+console.error(`full reference on ${port}${skipped.size > 0 ? ` without ${[...skipped].join(", ")}` : ""}`);
+process.on("SIGTERM", () => process.exit(0));
