@@ -17,7 +17,8 @@
 // Usage: BUN_CONFIG_MAX_HTTP_REQUESTS=65535 bun bench/full-reference.ts PORT UPSTREAM_BASE_URL SLUICE_DB
 import { Database } from "bun:sqlite";
 import { defaultSafetyRules } from "../src/config/default-rules";
-import { moveStagedRows, stageRowSql } from "../src/ledger/inbox";
+import type { LedgerRow } from "../src/ledger/ledger";
+import { encodeRow, LedgerWriter, type LedgerValue } from "../src/ledger/ledger-writer";
 
 const port = Number(process.argv[2] ?? 9400);
 const upstreamChat = new URL(`${process.argv[3] ?? "http://127.0.0.1:9100"}/v1/chat/completions`);
@@ -152,61 +153,35 @@ setInterval(() => {
   }
 }, 25).unref();
 
-interface Row {
-  requestId: string;
-  organizationId: string;
-  keyId: string;
-  model: string;
-  promptTokens: number;
-  completionTokens: number;
-  startedAt: number;
-  endedAt: number;
-}
-const touchKey = database.query("UPDATE api_keys SET last_used_at = ? WHERE id = ?");
-// Sluice's write set: the row in usage_ledger with its indexes, the per-minute and per-month aggregates. Staged in
-// usage_ledger_inbox (no index) by the commit the answer waits for, moved in bulk every 20 ms, both on this thread
-// (REFERENCE_LEDGER=direct: written into usage_ledger and the aggregates by that commit itself).
+// Sluice's write set through Sluice's own writer (src/ledger/ledger-writer.ts): the row staged in
+// usage_ledger_inbox (no index) by the commit the answer waits for, then moved in bulk into usage_ledger with its
+// indexes and the per-minute and per-month aggregates every 20 ms, both on this thread. REFERENCE_LEDGER=direct
+// moves right after each commit, before the answers are sent.
+const writer = new LedgerWriter(database);
 const direct = process.env.REFERENCE_LEDGER === "direct";
-const stageRow = database.query(stageRowSql);
-const commit = database.transaction((rows: Row[]) => {
-  for (const row of rows) {
-    stageRow.run(
-      row.requestId,
-      row.organizationId,
-      row.keyId,
-      row.model,
-      row.promptTokens,
-      row.completionTokens,
-      0,
-      "completed",
-      null,
-      null,
-      "upstream",
-      row.startedAt,
-      row.endedAt,
-      null,
-    );
-  }
-  if (direct) moveStagedRows(database);
-});
-if (!direct) setInterval(() => moveStagedRows(database), 20).unref();
-let pending: { row: Row; committed: () => void }[] = [];
+if (!direct) setInterval(() => writer.move(), 20).unref();
+let pendingValues: LedgerValue[] = [];
+let pendingWaiters: (() => void)[] = [];
 function flushRows(): void {
-  const batch = pending;
-  pending = [];
-  commit(batch.map((entry) => entry.row));
-  for (const entry of batch) entry.committed();
+  const values = pendingValues;
+  const waiters = pendingWaiters;
+  pendingValues = [];
+  pendingWaiters = [];
+  writer.commit([values]);
+  if (direct) writer.move();
+  for (const committed of waiters) committed();
 }
-function recorded(row: Row): Promise<void> {
+function recorded(row: LedgerRow): Promise<void> {
   if (skipped.has("ledger")) return Promise.resolve();
   return new Promise((resolve) => {
-    if (pending.length === 0) setImmediate(flushRows);
-    pending.push({ row, committed: resolve });
+    if (pendingWaiters.length === 0) setImmediate(flushRows);
+    encodeRow(row, pendingValues);
+    pendingWaiters.push(resolve);
   });
 }
 const lastUsed = new Map<string, number>();
 setInterval(() => {
-  for (const [keyId, time] of lastUsed) touchKey.run(time, keyId);
+  writer.touchKeys([...lastUsed]);
   lastUsed.clear();
 }, 1000).unref();
 
@@ -240,7 +215,8 @@ function errorResponse(error: unknown, requestId: string): Response {
   );
 }
 
-let anonymousKey: Key = { id: "none", organizationId: "none", hash: new Uint8Array() };
+/** The caller of every request when the key check is left out: the first key, so rows still name a real one. */
+const anonymousKey: Key = keys.values().next().value ?? { id: "none", organizationId: "none", hash: new Uint8Array() };
 
 async function answer(request: Request, requestId: string): Promise<Response> {
   const key = skipped.has("auth") ? anonymousKey : authenticate(request);
@@ -287,8 +263,14 @@ async function answer(request: Request, requestId: string): Promise<Response> {
       model: body.model,
       promptTokens,
       completionTokens,
+      reasoningTokens: 0,
+      outcome: "completed",
+      errorCode: null,
+      ruleId: null,
+      usageSource: "upstream",
       startedAt,
       endedAt: Date.now(),
+      firstTokenMs: null,
     });
     lastUsed.set(key.id, Date.now());
     upstreamAnswer.id = `chatcmpl-${requestId.slice(4)}`;
@@ -321,6 +303,5 @@ Bun.serve({
     return response;
   },
 });
-anonymousKey = keys.values().next().value ?? anonymousKey;
 console.error(`full reference on ${port}${skipped.size > 0 ? ` without ${[...skipped].join(", ")}` : ""}`);
 process.on("SIGTERM", () => process.exit(0));

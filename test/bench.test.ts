@@ -1,6 +1,10 @@
+import { Database } from "bun:sqlite";
 import { expect, test } from "bun:test";
+import { chmodSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { repositoryRoot } from "./helpers";
+import { freePort, waitForPort } from "../bench/ports";
+import { prepareSluice } from "../bench/sluice-setup";
+import { repositoryRoot, temporaryDirectory } from "./helpers";
 
 // Benchmarks are not tests; these runs with tiny numbers only keep the runners working.
 test("the benchmark runner completes every phase and writes every key (smoke run)", async () => {
@@ -64,12 +68,8 @@ test("the soak runner: a short run keeps memory, in-flight and open files flat",
 }, 60_000);
 
 test("the full reference does Sluice's checks: a good key is answered and recorded, a wrong key and a red-line prompt are refused", async () => {
-  const { mkdtempSync, writeFileSync, chmodSync } = await import("node:fs");
-  const { tmpdir } = await import("node:os");
-  const { freePort, waitForPort } = await import("../bench/ports");
-  const { prepareSluice } = await import("../bench/sluice-setup");
-  const { Database } = await import("bun:sqlite");
-  const directory = mkdtempSync(join(tmpdir(), "sluice-full-reference-"));
+  const temporary = temporaryDirectory();
+  const directory = temporary.path;
   // prepareSluice runs the CLI of an executable: here the source, through a wrapper.
   const cli = join(directory, "sluice");
   writeFileSync(cli, `#!/bin/sh\nexec "${process.execPath}" "${join(repositoryRoot, "src/main.ts")}" "$@"\n`);
@@ -109,5 +109,6 @@ test("the full reference does Sluice's checks: a good key is answered and record
   } finally {
     reference?.kill();
     upstream.kill();
+    temporary.remove();
   }
 }, 60_000);
