@@ -15,6 +15,7 @@ export const stagedColumns = `request_id, organization_id, key_id, model, prompt
 export const stageRowSql = `INSERT INTO usage_ledger_inbox (${stagedColumns}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`;
 
 interface StagedUsage {
+  requestId: string;
   organizationId: string;
   tokens: number;
   endedAt: number;
@@ -31,16 +32,23 @@ export function moveStagedRows(sqlite: Database): number {
       if (last === null || last === undefined) return 0;
       const staged = sqlite
         .query<StagedUsage, [number]>(
-          `SELECT organization_id AS organizationId, prompt_tokens + completion_tokens AS tokens, ended_at AS endedAt
-           FROM usage_ledger_inbox WHERE rowid <= ?`,
+          `SELECT request_id AS requestId, organization_id AS organizationId, prompt_tokens + completion_tokens AS tokens, ended_at AS endedAt
+           FROM usage_ledger_inbox AS staged WHERE rowid <= ?
+             AND NOT EXISTS (SELECT 1 FROM usage_ledger WHERE usage_ledger.request_id = staged.request_id)`,
         )
         .all(last);
       // A request id is unique by construction (a UUIDv7); OR IGNORE keeps a replayed row from stopping every move.
       sqlite
         .query(`INSERT OR IGNORE INTO usage_ledger (${stagedColumns}) SELECT ${stagedColumns} FROM usage_ledger_inbox WHERE rowid <= ? ORDER BY rowid`)
         .run(last);
+      // Only what the INSERT adds counts: a row replayed, or staged twice, is in the ledger once and in the aggregates once.
       const fold = new UsageFold();
-      for (const row of staged) fold.add(row.organizationId, row.tokens, row.endedAt);
+      const counted = new Set<string>();
+      for (const row of staged) {
+        if (counted.has(row.requestId)) continue;
+        counted.add(row.requestId);
+        fold.add(row.organizationId, row.tokens, row.endedAt);
+      }
       // The aggregates are summed first: a hundred rows of one organization are one upsert per minute and month.
       addToAggregates(sqlite, fold);
       sqlite.query("DELETE FROM usage_ledger_inbox WHERE rowid <= ?").run(last);

@@ -1,11 +1,12 @@
-import { sql, type SQL } from "drizzle-orm";
+import type { SQL } from "bun";
+import { sql } from "drizzle-orm";
 import type { BunSQLDatabase } from "drizzle-orm/bun-sql";
 import type * as schema from "../db/postgres/schema";
 import { SluiceError } from "../errors";
 import { withTimeout } from "../storage/with-timeout";
 import type { LedgerStore } from "../storage/types";
+import { bucketMs, monthOf } from "../usage-periods";
 import type { LedgerRow } from "./ledger";
-import { UsageFold, type MinuteTotal, type MonthTotal } from "./usage-fold";
 
 type Database = BunSQLDatabase<typeof schema>;
 
@@ -21,30 +22,43 @@ const maxCommitsInFlight = 4;
 const commitTimeoutMs = 5000;
 
 /**
- * One statement for a whole batch: the rows and both aggregates in data-modifying CTEs. A single statement is its
- * own transaction, so this is as atomic as BEGIN … COMMIT and costs one round trip instead of five.
+ * Commits a batch of rows and adds their tokens to both aggregates, in one statement: a single statement is its own
+ * transaction, as atomic as BEGIN … COMMIT at one round trip instead of five. The rows travel as one array a column,
+ * so the statement's text is the same for every batch: the client prepares it once, and a batch of many rows costs
+ * PostgreSQL little more than one (bench/README.md, "Shared mode"). The aggregates count only the rows this
+ * statement inserted, so a row recorded twice counts once there as in the ledger; they are upserted in key order,
+ * so that concurrent commits cannot deadlock.
  */
-function commitStatement(rows: LedgerRow[], minutes: MinuteTotal[], months: MonthTotal[]): SQL {
-  const rowValues = rows.map(
-    (row) =>
-      sql`(${row.requestId}, ${row.organizationId}, ${row.keyId}, ${row.model}, ${row.promptTokens}::bigint, ${row.completionTokens}::bigint, ${row.reasoningTokens}::bigint, ${row.outcome}, ${row.errorCode}, ${row.ruleId}, ${row.usageSource}, ${row.startedAt}::bigint, ${row.endedAt}::bigint, ${row.firstTokenMs}::bigint)`,
-  );
-  const insertRows = sql`INSERT INTO usage_ledger (request_id, organization_id, key_id, model, prompt_tokens, completion_tokens, reasoning_tokens,
-      outcome, error_code, rule_id, usage_source, started_at, ended_at, first_token_ms) VALUES ${sql.join(rowValues, sql`, `)} ON CONFLICT DO NOTHING`;
-  const parts: SQL[] = [];
-  if (minutes.length > 0) {
-    const values = minutes.map((entry) => sql`(${entry.organizationId}, ${entry.minute}::bigint, ${entry.tokens}::bigint, ${entry.lastTime}::bigint)`);
-    parts.push(sql`INSERT INTO usage_minutes AS m (organization_id, minute, tokens, last_time) VALUES ${sql.join(values, sql`, `)}
-      ON CONFLICT (organization_id, minute) DO UPDATE SET tokens = m.tokens + excluded.tokens, last_time = greatest(m.last_time, excluded.last_time)`);
-  }
-  if (months.length > 0) {
-    const values = months.map((entry) => sql`(${entry.organizationId}, ${entry.month}::bigint, ${entry.tokens}::bigint)`);
-    parts.push(sql`INSERT INTO usage_months AS m (organization_id, month, tokens) VALUES ${sql.join(values, sql`, `)}
-      ON CONFLICT (organization_id, month) DO UPDATE SET tokens = m.tokens + excluded.tokens`);
-  }
-  if (parts.length === 0) return insertRows;
-  const ctes = parts.map((part, index) => sql`${sql.raw(`aggregate_${index}`)} AS (${part} RETURNING 1)`);
-  return sql`WITH ${sql.join(ctes, sql`, `)} ${insertRows}`;
+function commit(client: SQL, rows: LedgerRow[]): Promise<unknown> {
+  const column = <T>(pick: (row: LedgerRow) => T): T[] => rows.map(pick);
+  return client`WITH batch AS (
+      SELECT * FROM unnest(${column((row) => row.requestId)}::text[], ${column((row) => row.organizationId)}::text[],
+        ${column((row) => row.keyId)}::text[], ${column((row) => row.model)}::text[], ${column((row) => row.promptTokens)}::bigint[],
+        ${column((row) => row.completionTokens)}::bigint[], ${column((row) => row.reasoningTokens)}::bigint[], ${column((row) => row.outcome)}::text[],
+        ${column((row) => row.errorCode)}::text[], ${column((row) => row.ruleId)}::text[], ${column((row) => row.usageSource)}::text[],
+        ${column((row) => row.startedAt)}::bigint[], ${column((row) => row.endedAt)}::bigint[], ${column((row) => row.firstTokenMs)}::bigint[],
+        ${column((row) => Math.floor(row.endedAt / bucketMs))}::bigint[], ${column((row) => monthOf(row.endedAt))}::bigint[])
+      AS r(request_id, organization_id, key_id, model, prompt_tokens, completion_tokens, reasoning_tokens, outcome, error_code, rule_id,
+        usage_source, started_at, ended_at, first_token_ms, minute, month)
+    ), inserted AS (
+      INSERT INTO usage_ledger (request_id, organization_id, key_id, model, prompt_tokens, completion_tokens, reasoning_tokens, outcome,
+        error_code, rule_id, usage_source, started_at, ended_at, first_token_ms)
+      SELECT request_id, organization_id, key_id, model, prompt_tokens, completion_tokens, reasoning_tokens, outcome,
+        error_code, rule_id, usage_source, started_at, ended_at, first_token_ms FROM batch
+      ON CONFLICT DO NOTHING RETURNING request_id
+    ), counted AS (
+      SELECT organization_id, minute, month, prompt_tokens + completion_tokens AS tokens, ended_at FROM batch JOIN inserted USING (request_id)
+      WHERE prompt_tokens + completion_tokens > 0
+    ), minutes AS (
+      INSERT INTO usage_minutes AS m (organization_id, minute, tokens, last_time)
+      SELECT organization_id, minute, sum(tokens), max(ended_at) FROM counted GROUP BY organization_id, minute ORDER BY organization_id COLLATE "C", minute
+      ON CONFLICT (organization_id, minute) DO UPDATE SET tokens = m.tokens + excluded.tokens, last_time = greatest(m.last_time, excluded.last_time)
+    ), months AS (
+      INSERT INTO usage_months AS m (organization_id, month, tokens)
+      SELECT organization_id, month, sum(tokens) FROM counted GROUP BY organization_id, month ORDER BY organization_id COLLATE "C", month
+      ON CONFLICT (organization_id, month) DO UPDATE SET tokens = m.tokens + excluded.tokens
+    )
+    SELECT count(*) AS inserted FROM inserted`;
 }
 
 /**
@@ -61,6 +75,8 @@ export class PostgresLedger implements LedgerStore {
   private touches = new Map<string, number>();
 
   constructor(
+    private readonly client: SQL,
+    /** For the keys' last use, which is not on any answer's path. */
     private readonly db: Database,
     /** Told whether each commit worked, so that admission stops while the database does not answer. */
     private readonly onCommit: (ok: boolean) => void = () => {},
@@ -121,11 +137,15 @@ export class PostgresLedger implements LedgerStore {
   }
 
   private async commit(batch: Pending[]): Promise<void> {
-    const rows = batch.map((pending) => pending.row);
-    const fold = new UsageFold();
-    for (const row of rows) fold.add(row.organizationId, row.promptTokens + row.completionTokens, row.endedAt);
     try {
-      await withTimeout(this.db.execute(commitStatement(rows, fold.minuteTotals(), fold.monthTotals())), commitTimeoutMs, "PostgreSQL (ledger commit)");
+      await withTimeout(
+        commit(
+          this.client,
+          batch.map((pending) => pending.row),
+        ),
+        commitTimeoutMs,
+        "PostgreSQL (ledger commit)",
+      );
       this.onCommit(true);
       for (const pending of batch) pending.resolve();
     } catch (error) {

@@ -237,6 +237,8 @@ test("opening the database moves the rows a crash left staged, each counted once
   );
   const now = Date.now();
   for (let index = 0; index < 7; index++) stage.run(`req_crash${index}`, now, now);
+  // A row staged twice (a replay) is in the ledger once and counted once.
+  stage.run("req_crash0", now, now);
   crashed.close();
   const reopened = openDatabase(path);
   const count = (sql: string) => (reopened.sqlite.query(sql).get() as { value: number }).value;
@@ -244,8 +246,17 @@ test("opening the database moves the rows a crash left staged, each counted once
   expect(count("SELECT count(*) AS value FROM usage_ledger")).toBe(7);
   expect(count("SELECT sum(tokens) AS value FROM usage_months")).toBe(7 * 15);
   reopened.close();
-  // Opening again moves nothing twice.
+  // Opening again moves nothing twice, and a replay of a row already moved counts nothing.
+  const replay = new Database(path);
+  replay
+    .query(
+      `INSERT INTO usage_ledger_inbox (request_id, organization_id, key_id, model, prompt_tokens, completion_tokens, reasoning_tokens, outcome,
+       error_code, rule_id, usage_source, started_at, ended_at, first_token_ms) VALUES ('req_crash1', 'org_a', 'key_a', 'm', 10, 5, 0, 'completed', NULL, NULL, 'upstream', ?1, ?1, NULL)`,
+    )
+    .run(now);
+  replay.close();
   const again = openDatabase(path);
+  expect((again.sqlite.query("SELECT count(*) AS value FROM usage_ledger").get() as { value: number }).value).toBe(7);
   expect((again.sqlite.query("SELECT sum(tokens) AS value FROM usage_months").get() as { value: number }).value).toBe(7 * 15);
   again.close();
 });

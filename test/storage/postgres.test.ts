@@ -53,14 +53,14 @@ test("ledger rows, aggregates, hourly series, refusals, last use and credentials
     firstTokenMs: index === 2 ? 40 : null,
   });
   await Promise.all([1, 2, 3].map((index) => ledger.record(row(index))));
-  // A row recorded twice (a retry after a lost answer) counts once.
+  // A row recorded twice (a retry after a lost answer) counts once, in the ledger and in the aggregates.
   await ledger.record(row(1));
   ledger.touchKeys([["key_1", now]]);
   await ledger.flush();
   expect(await storage.usage.hourly("org_1", now - 3_600_000)).toEqual([{ hour: Math.floor(now / 3_600_000), model: "m", keyName: "laptop", tokens: 45 }]);
   const usage = (await storage.usage.read(now)).get("org_1");
-  expect(usage?.monthTokens).toBe(60);
-  expect(usage?.buckets.reduce((sum, bucket) => sum + bucket.tokens, 0)).toBe(60);
+  expect(usage?.monthTokens).toBe(45);
+  expect(usage?.buckets.reduce((sum, bucket) => sum + bucket.tokens, 0)).toBe(45);
   expect(await storage.usage.refusalsByRule(0)).toEqual([{ ruleId: "rule-1", count: 1, last: now }]);
   expect(await storage.usage.recentRefusals(0, 5)).toEqual([{ endedAt: now, requestId: "req_3", organization: "acme", model: "m", ruleId: "rule-1" }]);
   expect((await storage.keys.find("key_1"))?.lastUsedAt).toBe(now);
