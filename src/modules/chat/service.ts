@@ -253,14 +253,17 @@ export class ChatService {
       yield opening;
       for (let result = first; !result.done; result = await events.next()) {
         const out: string[] = [];
-        for (const event of result.value) {
+        const batch = result.value;
+        const breach = monitor?.observeBatch(batch);
+        for (let index = 0; index < batch.length; index++) {
+          const event = batch[index] as CompletionEvent;
           run.meter.observe(event);
           if (event.type === "delta" && run.firstTokenMs === undefined) {
             run.firstTokenMs = this.deps.clock() - run.startedAt;
             noteFirstToken(record);
           }
-          const rule = event.type === "delta" ? monitor?.observe(event.content, event.reasoning) : undefined;
-          if (rule) {
+          if (breach?.index === index) {
+            const { rule } = breach;
             // Stop the upstream at once; the piece that completed the match is never sent.
             await events.return(undefined);
             settled = true;

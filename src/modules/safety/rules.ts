@@ -1,4 +1,5 @@
 import type { SafetyRuleConfig } from "../../config/schema";
+import type { CompletionEvent } from "../../upstream/types";
 
 export type Direction = "input" | "output";
 
@@ -80,6 +81,23 @@ class WatchedText {
     this.tail = recent.length > overlapChars ? recent.slice(-overlapChars) : recent;
     return rule;
   }
+
+  /** What `add` changes, to take a batch back and add its pieces again one by one. */
+  get state(): [string, string, number] {
+    return [this.tail, this.window, this.unscanned];
+  }
+
+  set state([tail, window, unscanned]: [string, string, number]) {
+    this.tail = tail;
+    this.window = window;
+    this.unscanned = unscanned;
+  }
+}
+
+/** Where a streamed answer breaks a rule: the rule, and the event whose piece completed the match. */
+export interface OutputBreach {
+  rule: SafetyRuleConfig;
+  index: number;
 }
 
 /**
@@ -98,5 +116,40 @@ export class OutputMonitor {
   /** The rule the answer now breaks, if any, with this piece added. */
   observe(content: string | undefined, reasoning: string | undefined): SafetyRuleConfig | undefined {
     return (content ? this.content.add(content) : undefined) ?? (reasoning ? this.reasoning.add(reasoning) : undefined);
+  }
+
+  /**
+   * The first event of a batch (the events of one upstream read) whose piece makes the answer break a rule, if
+   * any. The batch's pieces are matched together, one scan where there would be one per event: with 2,000 streams
+   * a read carries three events on average, and each scan builds a string of the recent text, the monitor's main
+   * cost in memory. Only a batch that matches is taken back and added again piece by piece, to find the event that
+   * completed the match (a match that only the joined pieces show is placed at the batch's last piece).
+   */
+  observeBatch(events: readonly CompletionEvent[]): OutputBreach | undefined {
+    let content = "";
+    let reasoning = "";
+    let deltas = 0;
+    let last = -1;
+    for (let index = 0; index < events.length; index++) {
+      const event = events[index] as CompletionEvent;
+      if (event.type !== "delta") continue;
+      deltas++;
+      last = index;
+      if (event.content) content += event.content;
+      if (event.reasoning) reasoning += event.reasoning;
+    }
+    if (deltas === 0) return undefined;
+    const saved = deltas > 1 ? [this.content.state, this.reasoning.state] : undefined;
+    const rule = this.observe(content, reasoning);
+    if (!rule) return undefined;
+    if (saved) {
+      [this.content.state, this.reasoning.state] = saved as [[string, string, number], [string, string, number]];
+      for (let index = 0; index < events.length; index++) {
+        const event = events[index] as CompletionEvent;
+        const found = event.type === "delta" ? this.observe(event.content, event.reasoning) : undefined;
+        if (found) return { rule: found, index };
+      }
+    }
+    return { rule, index: last };
   }
 }
