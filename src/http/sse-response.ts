@@ -48,8 +48,10 @@ export function sseResponse(frames: AsyncGenerator<string[]>, options: SseOption
       }
       try {
         for (let result = await first; !result.done && !cancelled; result = await frames.next()) {
-          // A batch (the events of one upstream read) goes out in one write.
-          controller.write(result.value.length === 1 ? (result.value[0] as string) : result.value.join(""));
+          // A batch (the events of one upstream read) goes out in one flush; its frames are written as they are,
+          // not joined first: a joined copy of every frame would be the stream's largest garbage.
+          const frames = result.value;
+          for (let index = 0; index < frames.length; index++) controller.write(frames[index] as string);
           wrote = true;
           await controller.flush();
         }

@@ -29,10 +29,12 @@ export function usageOf(value: unknown): Usage | undefined {
   return { promptTokens, completionTokens, reasoningTokens };
 }
 
-/** The events one upstream `chat.completion.chunk` carries. Throws on a chunk that is not an object. */
-export function eventsOfChunk(chunk: unknown): CompletionEvent[] {
+/**
+ * The events one upstream `chat.completion.chunk` carries, appended to `events` (a read's batch, so that a chunk
+ * makes no array of its own). Throws on a chunk that is not an object.
+ */
+export function eventsOfChunk(chunk: unknown, events: CompletionEvent[] = []): CompletionEvent[] {
   if (!isObject(chunk)) throw new TypeError("chunk is not a JSON object");
-  const events: CompletionEvent[] = [];
   const choice = Array.isArray(chunk.choices) && isObject(chunk.choices[0]) ? chunk.choices[0] : undefined;
   if (choice) {
     const delta = isObject(choice.delta) ? choice.delta : {};

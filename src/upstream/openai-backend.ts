@@ -133,7 +133,7 @@ export class OpenAIBackend implements Backend {
       return new UpstreamError(`The upstream for model ${this.modelId} failed mid-stream: ${upstreamError.message ?? "unknown error"}`, { isRetryable: true });
     }
     try {
-      for (const event of eventsOfChunk(chunk)) events.push(event);
+      eventsOfChunk(chunk, events);
     } catch (error) {
       return new UpstreamError(`The upstream for model ${this.modelId} sent a stream event that is not an object.`, { isRetryable: true, cause: error });
     }
