@@ -23,7 +23,7 @@ interface StagedUsage {
 
 /**
  * Moves every staged row into usage_ledger and adds its tokens to the usage aggregates, in one transaction (rows
- * staged meanwhile wait for the next move). Returns how many rows it moved.
+ * staged meanwhile wait for the next move). Returns how many rows it added to usage_ledger.
  */
 export function moveStagedRows(sqlite: Database): number {
   return sqlite
@@ -52,7 +52,7 @@ export function moveStagedRows(sqlite: Database): number {
       // The aggregates are summed first: a hundred rows of one organization are one upsert per minute and month.
       addToAggregates(sqlite, fold);
       sqlite.query("DELETE FROM usage_ledger_inbox WHERE rowid <= ?").run(last);
-      return staged.length;
+      return counted.size;
     })
     .immediate();
 }

@@ -1,14 +1,9 @@
 import type { SQL } from "bun";
-import { sql } from "drizzle-orm";
-import type { BunSQLDatabase } from "drizzle-orm/bun-sql";
-import type * as schema from "../db/postgres/schema";
 import { SluiceError } from "../errors";
 import { withTimeout } from "../storage/with-timeout";
 import type { LedgerStore } from "../storage/types";
 import { bucketMs, monthOf } from "../usage-periods";
 import type { LedgerRow } from "./ledger";
-
-type Database = BunSQLDatabase<typeof schema>;
 
 interface Pending {
   row: LedgerRow;
@@ -29,7 +24,7 @@ const commitTimeoutMs = 5000;
  * statement inserted, so a row recorded twice counts once there as in the ledger; they are upserted in key order,
  * so that concurrent commits cannot deadlock.
  */
-function commit(client: SQL, rows: LedgerRow[]): Promise<unknown> {
+function commitRows(client: SQL, rows: LedgerRow[]): Promise<unknown> {
   const column = <T>(pick: (row: LedgerRow) => T): T[] => rows.map(pick);
   return client`WITH batch AS (
       SELECT * FROM unnest(${column((row) => row.requestId)}::text[], ${column((row) => row.organizationId)}::text[],
@@ -76,8 +71,6 @@ export class PostgresLedger implements LedgerStore {
 
   constructor(
     private readonly client: SQL,
-    /** For the keys' last use, which is not on any answer's path. */
-    private readonly db: Database,
     /** Told whether each commit worked, so that admission stops while the database does not answer. */
     private readonly onCommit: (ok: boolean) => void = () => {},
   ) {}
@@ -139,7 +132,7 @@ export class PostgresLedger implements LedgerStore {
   private async commit(batch: Pending[]): Promise<void> {
     try {
       await withTimeout(
-        commit(
+        commitRows(
           this.client,
           batch.map((pending) => pending.row),
         ),
@@ -165,10 +158,10 @@ export class PostgresLedger implements LedgerStore {
 
   private async writeTouches(touches: Map<string, number>): Promise<void> {
     try {
-      const values = [...touches].map(([keyId, time]) => sql`(${keyId}, ${time}::bigint)`);
+      // Arrays, as in the commit: one statement text for any number of keys.
       await withTimeout(
-        this.db.execute(sql`UPDATE api_keys AS k SET last_used_at = greatest(coalesce(k.last_used_at, 0), t.time)
-          FROM (VALUES ${sql.join(values, sql`, `)}) AS t(id, time) WHERE k.id = t.id`),
+        this.client`UPDATE api_keys AS k SET last_used_at = greatest(coalesce(k.last_used_at, 0), t.time)
+          FROM unnest(${[...touches.keys()]}::text[], ${[...touches.values()]}::bigint[]) AS t(id, time) WHERE k.id = t.id`,
         commitTimeoutMs,
         "PostgreSQL (last used)",
       );

@@ -371,7 +371,7 @@ export async function postgresStorage(url: string, changes: ChangeFeed): Promise
     audit: auditRepository(db),
     changes,
     openLedger() {
-      return new PostgresLedger(client, db, (ok) => {
+      return new PostgresLedger(client, (ok) => {
         if (!ok) {
           available = false;
           void check();

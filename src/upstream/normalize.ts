@@ -30,10 +30,10 @@ export function usageOf(value: unknown): Usage | undefined {
 }
 
 /**
- * The events one upstream `chat.completion.chunk` carries, appended to `events` (a read's batch, so that a chunk
- * makes no array of its own). Throws on a chunk that is not an object.
+ * Appends the events one upstream `chat.completion.chunk` carries to `events` (a read's batch, so that a chunk
+ * makes no array of its own). Throws on a chunk that is not an object, before appending anything.
  */
-export function eventsOfChunk(chunk: unknown, events: CompletionEvent[] = []): CompletionEvent[] {
+export function eventsOfChunk(chunk: unknown, events: CompletionEvent[]): void {
   if (!isObject(chunk)) throw new TypeError("chunk is not a JSON object");
   const choice = Array.isArray(chunk.choices) && isObject(chunk.choices[0]) ? chunk.choices[0] : undefined;
   if (choice) {
@@ -54,5 +54,4 @@ export function eventsOfChunk(chunk: unknown, events: CompletionEvent[] = []): C
   }
   const usage = usageOf(chunk.usage);
   if (usage) events.push({ type: "usage", usage });
-  return events;
 }

@@ -55,6 +55,7 @@ class WatchedText {
   private window = "";
   /** Characters that arrived since that scan. */
   private unscanned = 0;
+  private readonly saved = { tail: "", window: "", unscanned: 0 };
 
   constructor(private readonly matcher: RuleMatcher) {}
 
@@ -82,15 +83,18 @@ class WatchedText {
     return rule;
   }
 
-  /** What `add` changes, to take a batch back and add its pieces again one by one. */
-  get state(): [string, string, number] {
-    return [this.tail, this.window, this.unscanned];
+  /** Remembers what `add` changes (no allocation: a batch is checked this way on every upstream read). */
+  checkpoint(): void {
+    this.saved.tail = this.tail;
+    this.saved.window = this.window;
+    this.saved.unscanned = this.unscanned;
   }
 
-  set state([tail, window, unscanned]: [string, string, number]) {
-    this.tail = tail;
-    this.window = window;
-    this.unscanned = unscanned;
+  /** Takes back everything added since the checkpoint. */
+  rollback(): void {
+    this.tail = this.saved.tail;
+    this.window = this.saved.window;
+    this.unscanned = this.saved.unscanned;
   }
 }
 
@@ -139,11 +143,15 @@ export class OutputMonitor {
       if (event.reasoning) reasoning += event.reasoning;
     }
     if (deltas === 0) return undefined;
-    const saved = deltas > 1 ? [this.content.state, this.reasoning.state] : undefined;
+    if (deltas > 1) {
+      this.content.checkpoint();
+      this.reasoning.checkpoint();
+    }
     const rule = this.observe(content, reasoning);
     if (!rule) return undefined;
-    if (saved) {
-      [this.content.state, this.reasoning.state] = saved as [[string, string, number], [string, string, number]];
+    if (deltas > 1) {
+      this.content.rollback();
+      this.reasoning.rollback();
       for (let index = 0; index < events.length; index++) {
         const event = events[index] as CompletionEvent;
         const found = event.type === "delta" ? this.observe(event.content, event.reasoning) : undefined;
