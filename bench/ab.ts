@@ -7,7 +7,11 @@
 // With `--latency RATE` each round is instead a 4 s `wrk -c64` burst and then an open loop at RATE requests a second
 // for `--seconds` (bench/load.ts, as `make bench`'s latency phase): p50 and p99 of each side, and the median of each
 // round's own B - A.
-//   bun bench/ab.ts REVISION [--rounds 4] [--seconds 6] [--latency 1000]
+// With `--streams N` each round is instead N concurrent streams of 200 tokens (bench/streams.ts, as `make bench`'s
+// stream phase) against freshly started A and B, each after a warm-up of a tenth of N: peak RSS (VmHWM, reset after
+// the warm-up), TTFT p50 and p99, and CPU time per relayed event; `--reference` adds the durable reference server
+// (bench/reference-proxy.ts) to every round as the yardstick of the unavoidable work.
+//   bun bench/ab.ts REVISION [--rounds 4] [--seconds 6] [--latency 1000 | --streams 2000 [--reference]]
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -16,14 +20,24 @@ import { freePort, waitForPort } from "./ports";
 import { prepareSluice } from "./sluice-setup";
 
 const { values, positionals } = parseArgs({
-  options: { rounds: { type: "string", default: "4" }, seconds: { type: "string", default: "6" }, latency: { type: "string" } },
+  options: {
+    rounds: { type: "string", default: "4" },
+    seconds: { type: "string", default: "6" },
+    latency: { type: "string" },
+    streams: { type: "string" },
+    reference: { type: "boolean", default: false },
+  },
   allowPositionals: true,
 });
 const revision = positionals[0];
-if (!revision) throw new Error("usage: bun bench/ab.ts REVISION [--rounds 4] [--seconds 6] [--latency RATE]");
+if (!revision) throw new Error("usage: bun bench/ab.ts REVISION [--rounds 4] [--seconds 6] [--latency RATE | --streams N [--reference]]");
 const rounds = Number(values.rounds);
 const seconds = Number(values.seconds);
 const latencyRate = values.latency === undefined ? undefined : Number(values.latency);
+const streamCount = values.streams === undefined ? undefined : Number(values.streams);
+/** Tokens of each stream, and milliseconds between them at the fake upstream, as `make bench` paces them. */
+const streamTokens = 200;
+const streamPaceMs = 20;
 const root = join(import.meta.dir, "..");
 const bun = process.execPath;
 const work = mkdtempSync(join(tmpdir(), "sluice-ab-"));
@@ -187,6 +201,90 @@ async function latencyRounds(a: Server, b: Server, rate: number) {
   };
 }
 
+/** Peak resident memory in MB (VmHWM) since the last reset through clear_refs. */
+function peakMb(pid: number): number {
+  return Number(/VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? 0) / 1024;
+}
+
+/** N concurrent streams through bench/streams.ts: how many arrived whole, and time to first token. */
+async function streamRun(url: string, headers: Record<string, string>, count: number) {
+  const bodyFile = join(work, "stream-body.json");
+  await Bun.write(bodyFile, JSON.stringify({ ...JSON.parse(body), stream: true }));
+  const child = Bun.spawn(
+    [
+      bun,
+      join(import.meta.dir, "streams.ts"),
+      url,
+      bodyFile,
+      JSON.stringify({ ...headers, "content-type": "application/json" }),
+      String(count),
+      String(streamTokens),
+    ],
+    { env: { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" }, stdout: "pipe" },
+  );
+  const output = await new Response(child.stdout).text();
+  await child.exited;
+  return JSON.parse(output) as { completed: number; ttft_p50_ms: number; ttft_p99_ms: number };
+}
+
+/** The durable reference server (bench/reference-proxy.ts), freshly started. */
+async function startReference(name: string, upstreamPort: number): Promise<Server> {
+  const port = freePort();
+  const child = Bun.spawn(
+    [bun, join(import.meta.dir, "reference-proxy.ts"), "durable", String(port), `http://127.0.0.1:${upstreamPort}`, join(work, `${name}.db`)],
+    {
+      env: { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" },
+      stdout: "ignore",
+      stderr: "ignore",
+    },
+  );
+  children.push(child);
+  await waitForPort(port);
+  return { port, key: "", pid: child.pid };
+}
+
+/** Rounds of `count` concurrent streams, each side freshly started: peak RSS, TTFT and CPU per relayed event. */
+async function streamRounds(count: number, upstreamPort: number) {
+  const sides = values.reference ? (["a", "b", "reference"] as const) : (["a", "b"] as const);
+  type Side = (typeof sides)[number];
+  const results = new Map<Side, { peak_mb: number[]; ttft_p50_ms: number[]; ttft_p99_ms: number[]; cpu_us_per_event: number[]; completed: number[] }>();
+  for (const side of sides) results.set(side, { peak_mb: [], ttft_p50_ms: [], ttft_p99_ms: [], cpu_us_per_event: [], completed: [] });
+  for (let round = 0; round < rounds; round++) {
+    for (const side of round % 2 === 0 ? sides : [...sides].reverse()) {
+      const name = `streams-${side}-${round}`;
+      const server = side === "reference" ? await startReference(name, upstreamPort) : await startSluice(join(work, `sluice-${side}`), name, upstreamPort);
+      const url = `http://127.0.0.1:${server.port}/v1/chat/completions`;
+      const headers: Record<string, string> = side === "reference" ? {} : { authorization: `Bearer ${server.key}` };
+      await streamRun(url, headers, Math.max(1, Math.round(count / 10)));
+      // Writing 5 to clear_refs resets VmHWM: the peak belongs to the measured streams, not to start-up or warm-up.
+      await Bun.write(`/proc/${server.pid}/clear_refs`, "5");
+      const before = cpuMicroseconds(server.pid);
+      const run = await streamRun(url, headers, count);
+      const after = cpuMicroseconds(server.pid);
+      const entry = results.get(side) as NonNullable<ReturnType<typeof results.get>>;
+      entry.peak_mb.push(Math.round(peakMb(server.pid)));
+      entry.ttft_p50_ms.push(Math.round(run.ttft_p50_ms));
+      entry.ttft_p99_ms.push(Math.round(run.ttft_p99_ms));
+      entry.cpu_us_per_event.push(Math.round((after.process - before.process) / (count * (streamTokens + 2))));
+      entry.completed.push(run.completed);
+      process.kill(server.pid);
+      await children.find((child) => child.pid === server.pid)?.exited;
+    }
+    log(
+      `round ${round + 1}: ${sides.map((side) => `${side} ${results.get(side)?.peak_mb.at(-1)} MB, TTFT p99 ${results.get(side)?.ttft_p99_ms.at(-1)} ms`).join("; ")}`,
+    );
+  }
+  const summary: Record<string, unknown> = { revision, rounds, streams: count, tokens: streamTokens };
+  for (const [side, entry] of results) {
+    summary[side] = { ...entry, peak_mb_median: median(entry.peak_mb), ttft_p99_ms_median: median(entry.ttft_p99_ms) };
+  }
+  const a = results.get("a") as NonNullable<ReturnType<typeof results.get>>;
+  const b = results.get("b") as NonNullable<ReturnType<typeof results.get>>;
+  summary.paired_b_minus_a_peak_mb = median(b.peak_mb.map((value, index) => value - (a.peak_mb[index] as number)));
+  summary.paired_b_vs_a_ttft_p99 = median(b.ttft_p99_ms.map((value, index) => value / (a.ttft_p99_ms[index] as number)));
+  return summary;
+}
+
 const worktree = join(work, "a");
 try {
   if (Bun.spawnSync(["git", "worktree", "add", "--detach", worktree, revision], { cwd: root, stdout: "ignore", stderr: "inherit" }).exitCode !== 0)
@@ -196,13 +294,23 @@ try {
   build(worktree, join(work, "sluice-a"));
   build(root, join(work, "sluice-b"));
   const upstreamPort = freePort();
-  children.push(Bun.spawn([bun, join(import.meta.dir, "fake-upstream.ts"), String(upstreamPort), "200", "20"], { stdout: "ignore", stderr: "ignore" }));
+  children.push(
+    Bun.spawn([bun, join(import.meta.dir, "fake-upstream.ts"), String(upstreamPort), String(streamTokens), String(streamPaceMs)], {
+      env: { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" },
+      stdout: "ignore",
+      stderr: "ignore",
+    }),
+  );
   await waitForPort(upstreamPort);
-  const a = await startSluice(join(work, "sluice-a"), "data-a", upstreamPort);
-  const b = await startSluice(join(work, "sluice-b"), "data-b", upstreamPort);
-  await wrk(a.port, a.key, 3);
-  await wrk(b.port, b.key, 3);
-  console.log(JSON.stringify(latencyRate === undefined ? await throughputRounds(a, b) : await latencyRounds(a, b, latencyRate)));
+  if (streamCount !== undefined) {
+    console.log(JSON.stringify(await streamRounds(streamCount, upstreamPort)));
+  } else {
+    const a = await startSluice(join(work, "sluice-a"), "data-a", upstreamPort);
+    const b = await startSluice(join(work, "sluice-b"), "data-b", upstreamPort);
+    await wrk(a.port, a.key, 3);
+    await wrk(b.port, b.key, 3);
+    console.log(JSON.stringify(latencyRate === undefined ? await throughputRounds(a, b) : await latencyRounds(a, b, latencyRate)));
+  }
 } finally {
   for (const child of children) child.kill();
   await Promise.all(children.map((child) => child.exited));
