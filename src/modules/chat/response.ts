@@ -35,16 +35,24 @@ export function completionBody(identity: ResponseIdentity, completion: Completio
   };
 }
 
+/** What follows a delta's fields in every delta frame. */
+const deltaEnd = `},"logprobs":null,"finish_reason":null}],"usage":null}\n\n`;
+
 /**
  * Writes the `chat.completion.chunk` events of one stream. The parts every chunk shares are serialized once per
- * stream; a chunk costs one small JSON.stringify of its delta (thousands of streams send hundreds of chunks each).
+ * stream; a delta frame is pushed as pieces (the stream's opening up to the delta, each field's encoded text, the
+ * shared end), which the response writes one after the other: a frame built as one string would be a rope that the
+ * write flattens into a copy, for each of the hundreds of chunks of thousands of streams.
  */
 export class ChunkEncoder implements StreamEncoder {
   private readonly head: string;
+  /** `data: ` and the chunk up to the inside of its delta object. */
+  private readonly deltaStart: string;
   private readonly includeUsage: boolean;
 
   constructor(identity: ResponseIdentity, start: StreamStart) {
     this.head = `{"id":${JSON.stringify(completionId(identity))},"object":"chat.completion.chunk","created":${identity.created},"model":${JSON.stringify(identity.model)},"choices":`;
+    this.deltaStart = `data: ${this.head}[{"index":0,"delta":{`;
     this.includeUsage = start.includeUsage;
   }
 
@@ -58,11 +66,18 @@ export class ChunkEncoder implements StreamEncoder {
       out.push(serverSentData(`${this.head}[{"index":0,"delta":{},"logprobs":null,"finish_reason":${JSON.stringify(event.reason)}}],"usage":null}`));
       return;
     }
-    let delta = "";
-    if (event.reasoning !== undefined) delta += `"reasoning_content":${JSON.stringify(event.reasoning)}`;
-    if (event.content !== undefined) delta += `${delta ? "," : ""}"content":${JSON.stringify(event.content)}`;
-    if (event.toolCalls !== undefined) delta += `${delta ? "," : ""}"tool_calls":${JSON.stringify(event.toolCalls)}`;
-    out.push(serverSentData(`${this.head}[{"index":0,"delta":{${delta}},"logprobs":null,"finish_reason":null}],"usage":null}`));
+    out.push(this.deltaStart);
+    let separator = "";
+    if (event.reasoning !== undefined) {
+      out.push('"reasoning_content":', JSON.stringify(event.reasoning));
+      separator = ",";
+    }
+    if (event.content !== undefined) {
+      out.push(separator ? ',"content":' : '"content":', JSON.stringify(event.content));
+      separator = ",";
+    }
+    if (event.toolCalls !== undefined) out.push(separator ? ',"tool_calls":' : '"tool_calls":', JSON.stringify(event.toolCalls));
+    out.push(deltaEnd);
   }
 
   /** The usage chunk (no choices) when `stream_options.include_usage` is true, then `[DONE]`. */
