@@ -7,17 +7,25 @@ export class DeadlineExceeded extends Error {
 }
 
 const tickMs = 25;
-const deadlines = new Map<AbortController, { at: number; timeoutMs: number }>();
+/**
+ * Deadlines by time limit, each line in the order its deadlines fall: within one limit that is the order they were
+ * set (the clock only moves forward), so a tick reads only the deadlines that are due and the first one that is not.
+ * Reading every deadline on every tick cost 2,000 streams about 5 MB of garbage a second (an entry per deadline).
+ */
+const lines = new Map<number, Map<AbortController, number>>();
 let timer: Timer | undefined;
 
 function tick(): void {
   const now = performance.now();
-  for (const [controller, deadline] of deadlines) {
-    if (deadline.at > now) continue;
-    deadlines.delete(controller);
-    controller.abort(new DeadlineExceeded(`no complete answer within ${deadline.timeoutMs} ms`));
+  for (const [timeoutMs, line] of lines) {
+    for (const [controller, at] of line) {
+      if (at > now) break;
+      line.delete(controller);
+      controller.abort(new DeadlineExceeded(`no complete answer within ${timeoutMs} ms`));
+    }
+    if (line.size === 0) lines.delete(timeoutMs);
   }
-  if (deadlines.size === 0 && timer) {
+  if (lines.size === 0 && timer) {
     clearInterval(timer);
     timer = undefined;
   }
@@ -25,12 +33,20 @@ function tick(): void {
 
 /** Aborts the controller with DeadlineExceeded once `timeoutMs` have passed (to within 25 ms); returns the cancel. */
 export function abortAfter(controller: AbortController, timeoutMs: number): () => void {
-  deadlines.set(controller, { at: performance.now() + timeoutMs, timeoutMs });
+  let line = lines.get(timeoutMs);
+  if (!line) {
+    line = new Map();
+    lines.set(timeoutMs, line);
+  }
+  // Set again, a controller goes to the end of its line, where its new deadline belongs.
+  line.delete(controller);
+  line.set(controller, performance.now() + timeoutMs);
   if (!timer) {
     timer = setInterval(tick, tickMs);
     timer.unref();
   }
+  const armed = line;
   return () => {
-    deadlines.delete(controller);
+    armed.delete(controller);
   };
 }

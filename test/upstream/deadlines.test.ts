@@ -1,0 +1,58 @@
+import { describe, expect, test } from "bun:test";
+import { abortAfter, DeadlineExceeded } from "../../src/upstream/deadlines";
+
+function reasonOf(controller: AbortController): unknown {
+  return controller.signal.aborted ? controller.signal.reason : undefined;
+}
+
+describe("abortAfter", () => {
+  test("deadlines of several time limits each fire once due, with DeadlineExceeded; cancelled ones never", async () => {
+    const limits = [40, 120, 40, 80, 120, 40];
+    const controllers = limits.map(() => new AbortController());
+    const cancels = controllers.map((controller, index) => abortAfter(controller, limits[index] as number));
+    (cancels[2] as () => void)();
+    (cancels[4] as () => void)();
+    await Bun.sleep(20);
+    expect(controllers.map((controller) => controller.signal.aborted)).toEqual([false, false, false, false, false, false]);
+    await Bun.sleep(300);
+    expect(controllers.map((controller) => controller.signal.aborted)).toEqual([true, true, false, true, false, true]);
+    expect(reasonOf(controllers[1] as AbortController)).toBeInstanceOf(DeadlineExceeded);
+    expect(String((reasonOf(controllers[3] as AbortController) as Error).message)).toContain("80 ms");
+  });
+
+  test("a deadline set again for the same controller replaces the first: it fires at the new time, not the old", async () => {
+    const controller = new AbortController();
+    const other = new AbortController();
+    abortAfter(controller, 200);
+    abortAfter(other, 200);
+    await Bun.sleep(120);
+    // Armed again (as an idle limit is on every read): due at 320 ms now, after `other` in the same line.
+    abortAfter(controller, 200);
+    await Bun.sleep(140);
+    expect(other.signal.aborted).toBe(true);
+    expect(controller.signal.aborted).toBe(false);
+    await Bun.sleep(200);
+    expect(controller.signal.aborted).toBe(true);
+  });
+
+  test("two thousand deadlines of one limit: the half that is not cancelled fires, and only that half", async () => {
+    const controllers = Array.from({ length: 2000 }, () => new AbortController());
+    const cancels = controllers.map((controller) => abortAfter(controller, 50));
+    for (let index = 0; index < cancels.length; index += 2) (cancels[index] as () => void)();
+    await Bun.sleep(300);
+    const aborted = controllers.map((controller) => controller.signal.aborted);
+    expect(aborted.filter((value, index) => value === (index % 2 === 1)).length).toBe(2000);
+  });
+
+  test("a deadline whose abort listener cancels others in its line leaves those alone", async () => {
+    const first = new AbortController();
+    const second = new AbortController();
+    const third = new AbortController();
+    abortAfter(first, 40);
+    const cancelSecond = abortAfter(second, 40);
+    abortAfter(third, 40);
+    first.signal.addEventListener("abort", cancelSecond);
+    await Bun.sleep(300);
+    expect([first.signal.aborted, second.signal.aborted, third.signal.aborted]).toEqual([true, false, true]);
+  });
+});
