@@ -53,7 +53,10 @@ export function sseResponse(frames: AsyncGenerator<string[]>, options: SseOption
           const frames = result.value;
           for (let index = 0; index < frames.length; index++) controller.write(frames[index] as string);
           wrote = true;
-          await controller.flush();
+          // A flush that went out at once returns the bytes written, not a promise: awaiting it would still cost
+          // a turn of the microtask queue on every upstream read.
+          const flushed = controller.flush();
+          if (flushed instanceof Promise) await flushed;
         }
         controller.close();
       } catch (error) {

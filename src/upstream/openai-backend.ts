@@ -85,9 +85,11 @@ export class OpenAIBackend implements Backend {
       call.arm(idle);
       if (!response.body) throw new UpstreamError(`The upstream for model ${this.modelId} sent no body.`, { isRetryable: true });
       const decoder = new ServerSentEventDecoder();
-      const reads = response.body[Symbol.asyncIterator]();
+      // The body's reader itself, not its async iterator, which wraps every read in a promise of its own.
+      const reader = response.body.getReader();
+      let ended = false;
       try {
-        for (let read = await reads.next(); ; read = await reads.next()) {
+        for (let read = await reader.read(); ; read = await reader.read()) {
           if (idle !== undefined) call.arm(idle);
           // At the end, the decoder gives what the last bytes completed.
           const batch = decoder.feed(read.done ? undefined : read.value);
@@ -105,11 +107,14 @@ export class OpenAIBackend implements Backend {
           // What arrived before a failure in the same read is still relayed (and billed) before the failure.
           if (events.length > 0) yield events;
           if (failure) throw failure;
-          if (read.done) break;
+          if (read.done) {
+            ended = true;
+            break;
+          }
         }
       } finally {
         // Leaving early (the consumer stopped, a failure) cancels the body, and so the upstream request.
-        await reads.return?.();
+        if (!ended) await reader.cancel().catch(() => undefined);
       }
       if (!finished) throw new UpstreamError(`The upstream stream for model ${this.modelId} ended before the answer did.`, { isRetryable: true });
     } catch (error) {
