@@ -18,6 +18,7 @@ import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { freePort, waitForPort } from "./ports";
 import { prepareSluice } from "./sluice-setup";
+import { memoryOf, runStreams } from "./stream-client";
 
 const { values, positionals } = parseArgs({
   options: {
@@ -201,30 +202,11 @@ async function latencyRounds(a: Server, b: Server, rate: number) {
   };
 }
 
-/** Peak resident memory in MB (VmHWM) since the last reset through clear_refs. */
-function peakMb(pid: number): number {
-  return Number(/VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? 0) / 1024;
-}
-
-/** N concurrent streams through bench/streams.ts: how many arrived whole, and time to first token. */
+/** N concurrent streams through bench/streams.ts, with the body of the whole-answer rounds streamed. */
 async function streamRun(url: string, headers: Record<string, string>, count: number) {
   const bodyFile = join(work, "stream-body.json");
   await Bun.write(bodyFile, JSON.stringify({ ...JSON.parse(body), stream: true }));
-  const child = Bun.spawn(
-    [
-      bun,
-      join(import.meta.dir, "streams.ts"),
-      url,
-      bodyFile,
-      JSON.stringify({ ...headers, "content-type": "application/json" }),
-      String(count),
-      String(streamTokens),
-    ],
-    { env: { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" }, stdout: "pipe" },
-  );
-  const output = await new Response(child.stdout).text();
-  await child.exited;
-  return JSON.parse(output) as { completed: number; ttft_p50_ms: number; ttft_p99_ms: number };
+  return runStreams(url, bodyFile, headers, count, streamTokens, { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" });
 }
 
 /** The durable reference server (bench/reference-proxy.ts), freshly started. */
@@ -262,7 +244,7 @@ async function streamRounds(count: number, upstreamPort: number) {
       const run = await streamRun(url, headers, count);
       const after = cpuMicroseconds(server.pid);
       const entry = results.get(side) as NonNullable<ReturnType<typeof results.get>>;
-      entry.peak_mb.push(Math.round(peakMb(server.pid)));
+      entry.peak_mb.push(Math.round(memoryOf(server.pid).peakMb));
       entry.ttft_p50_ms.push(Math.round(run.ttft_p50_ms));
       entry.ttft_p99_ms.push(Math.round(run.ttft_p99_ms));
       entry.cpu_us_per_event.push(Math.round((after.process - before.process) / (count * (streamTokens + 2))));

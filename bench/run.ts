@@ -8,6 +8,7 @@ import { join } from "node:path";
 import { freePort, waitForPort } from "./ports";
 import { prepareSluice } from "./sluice-setup";
 import { hashKeySecret } from "../src/modules/keys/secret";
+import { memoryOf, runStreams } from "./stream-client";
 
 const smoke = process.argv.includes("--smoke");
 /** `--only=streams,binary` runs some phases (results go to partial.json): nonstream, latency, streams, scale, binary, safety. */
@@ -68,12 +69,6 @@ function start(command: string[], environment: Record<string, string | undefined
 async function stop(child: Bun.Subprocess): Promise<void> {
   child.kill();
   await child.exited;
-}
-
-function memoryOf(pid: number): { rssMb: number; peakMb: number } {
-  const status = require("node:fs").readFileSync(`/proc/${pid}/status`, "utf8") as string;
-  const field = (name: string) => Number(new RegExp(`${name}:\\s+(\\d+)`).exec(status)?.[1] ?? 0) / 1024;
-  return { rssMb: field("VmRSS"), peakMb: field("VmHWM") };
 }
 
 interface Target {
@@ -299,23 +294,8 @@ async function main(): Promise<void> {
   log(`3/5 ${settings.streams} concurrent streams of ${settings.streamTokens} tokens`);
   const streamBody = await writeBody("direct-stream", "bench-upstream", true);
   const sluiceStreamBody = await writeBody("sluice-stream", "bench", true);
-  const streamRun = async (url: string, bodyFile: string, headers: Record<string, string>, count: number) => {
-    const child = Bun.spawn(
-      [
-        bun,
-        join(import.meta.dir, "streams.ts"),
-        url,
-        bodyFile,
-        JSON.stringify({ ...headers, "content-type": "application/json" }),
-        String(count),
-        String(settings.streamTokens),
-      ],
-      { env: lifted, stdout: "pipe" },
-    );
-    const output = await new Response(child.stdout).text();
-    await child.exited;
-    return JSON.parse(output) as { concurrent: number; completed: number; ttft_p50_ms: number; ttft_p99_ms: number; seconds: number };
-  };
+  const streamRun = (url: string, bodyFile: string, headers: Record<string, string>, count: number) =>
+    runStreams(url, bodyFile, headers, count, settings.streamTokens, lifted);
   /** One round against a freshly started server: a warm-up of a tenth of the streams, then the peak is reset. */
   const streamRound = async (pid: number, url: string, bodyFile: string, headers: Record<string, string>) => {
     await streamRun(url, bodyFile, headers, Math.max(1, Math.round(settings.streams / 10)));

@@ -1,0 +1,45 @@
+// Shared by the benchmark runners: bench/streams.ts run as its own process, and the peak memory it is judged by.
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+
+/** What bench/streams.ts prints. */
+export interface StreamRunResult {
+  concurrent: number;
+  completed: number;
+  ttft_p50_ms: number;
+  ttft_p99_ms: number;
+  seconds: number;
+}
+
+/** Opens `count` concurrent streams of `tokens` tokens at `url` through bench/streams.ts (its own process). */
+export async function runStreams(
+  url: string,
+  bodyFile: string,
+  headers: Record<string, string>,
+  count: number,
+  tokens: number,
+  environment: Record<string, string | undefined>,
+): Promise<StreamRunResult> {
+  const child = Bun.spawn(
+    [
+      process.execPath,
+      join(import.meta.dir, "streams.ts"),
+      url,
+      bodyFile,
+      JSON.stringify({ ...headers, "content-type": "application/json" }),
+      String(count),
+      String(tokens),
+    ],
+    { env: environment, stdout: "pipe" },
+  );
+  const output = await new Response(child.stdout).text();
+  await child.exited;
+  return JSON.parse(output) as StreamRunResult;
+}
+
+/** Resident memory of a process now and at its peak (VmHWM, reset by writing 5 to /proc/PID/clear_refs), in MB. */
+export function memoryOf(pid: number): { rssMb: number; peakMb: number } {
+  const status = readFileSync(`/proc/${pid}/status`, "utf8");
+  const field = (name: string) => Number(new RegExp(`${name}:\\s+(\\d+)`).exec(status)?.[1] ?? 0) / 1024;
+  return { rssMb: field("VmRSS"), peakMb: field("VmHWM") };
+}
