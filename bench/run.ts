@@ -499,5 +499,7 @@ try {
   await main();
 } finally {
   for (const child of children) child.kill();
+  // A server still exiting can write its database's last files into `work` while it is being removed.
+  await Promise.all(children.map((child) => child.exited));
   rmSync(work, { recursive: true, force: true });
 }

@@ -91,6 +91,8 @@ export interface TestSluice {
   ledgerRows(): LedgerRowView[];
   server: RunningServer;
   stop(): Promise<void>;
+  /** Closes the database and removes the server's files, for a test that stopped the server itself. */
+  removeFiles(): void;
 }
 
 export interface LedgerRowView {
@@ -151,6 +153,10 @@ export async function startSluice(
   };
   const first = await addOrganization("acme", { plan: config.plans[0]?.id });
   const baseURL = `${server.url}/v1`;
+  const removeFiles = () => {
+    database.close();
+    directory.remove();
+  };
   return {
     url: server.url,
     baseURL,
@@ -174,9 +180,9 @@ export async function startSluice(
     server,
     async stop() {
       await server.stop();
-      database.close();
-      directory.remove();
+      removeFiles();
     },
+    removeFiles,
   };
 }
 

@@ -373,7 +373,8 @@ describe("durability and operations", () => {
       const full = await sluice.post("/v1/chat/completions", { model: "m", messages });
       expect(full.status).toBe(429);
       await full.arrayBuffer();
-      const configPath = join(temporaryDirectory().path, "sluice.toml");
+      const configDirectory = temporaryDirectory();
+      const configPath = join(configDirectory.path, "sluice.toml");
       await Bun.write(
         configPath,
         `[[models]]\nid = "m"\nbackend = "demo"\n\n[[plans]]\nid = "limited"\nmodels = ["*"]\ntokens_per_5h = 300\ntokens_per_month = 10000\n`,
@@ -399,6 +400,7 @@ describe("durability and operations", () => {
         .map((line) => line.split("\t"));
       expect(again[1]!.slice(0, 2)).toEqual(["5h", "300"]);
       expect(cli("usage", "--org", "ghost").exitCode).toBe(2);
+      configDirectory.remove();
     });
   });
 });
@@ -420,7 +422,7 @@ describe("server shutdown", () => {
     const rows = sluice.ledgerRows();
     expect(rows.map((row) => row.outcome)).toEqual(["shutdown", "shutdown", "shutdown", "shutdown", "shutdown"]);
     expect(rows.every((row) => row.completion_tokens >= 3)).toBe(true);
-    sluice.database.close();
+    sluice.removeFiles();
     await eventually(() => upstream.inFlight === 0);
   });
 });

@@ -31,7 +31,7 @@ describe("health and readiness", () => {
     expect(events.some((event) => typeof event === "object" && event !== null && "error" in event)).toBe(false);
     await stopping;
     expect(sluice.ledgerRows().find((row) => row.model === "slow")?.outcome).toBe("completed");
-    sluice.database.close();
+    sluice.removeFiles();
   });
 
   test("after the drain time, open streams end with a final error event and [DONE], and are settled as shutdown", async () => {
@@ -43,7 +43,7 @@ describe("health and readiness", () => {
     expect((events.at(-2) as { error: { code: string } }).error.code).toBe("server_overloaded");
     expect(sluice.ledgerRows()[0]).toMatchObject({ model: "slow", outcome: "shutdown" });
     expect(sluice.server.admission.inFlight()).toBe(0);
-    sluice.database.close();
+    sluice.removeFiles();
   });
 });
 
