@@ -202,11 +202,21 @@ async function latencyRounds(a: Server, b: Server, rate: number) {
   };
 }
 
-/** N concurrent streams through bench/streams.ts, with the body of the whole-answer rounds streamed. */
-async function streamRun(url: string, headers: Record<string, string>, count: number) {
-  const bodyFile = join(work, "stream-body.json");
-  await Bun.write(bodyFile, JSON.stringify({ ...JSON.parse(body), stream: true }));
-  return runStreams(url, bodyFile, headers, count, streamTokens, { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" });
+/** The whole-answer rounds' body, streamed. */
+const streamBodyFile = join(work, "stream-body.json");
+
+/** N concurrent streams through bench/streams.ts. */
+function streamRun(url: string, headers: Record<string, string>, count: number) {
+  return runStreams(url, streamBodyFile, headers, count, streamTokens, { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" });
+}
+
+/** One side's figures over the stream rounds. */
+interface StreamSide {
+  peak_mb: number[];
+  ttft_p50_ms: number[];
+  ttft_p99_ms: number[];
+  cpu_us_per_event: number[];
+  completed: number[];
 }
 
 /** The durable reference server (bench/reference-proxy.ts), freshly started. */
@@ -227,10 +237,10 @@ async function startReference(name: string, upstreamPort: number): Promise<Serve
 
 /** Rounds of `count` concurrent streams, each side freshly started: peak RSS, TTFT and CPU per relayed event. */
 async function streamRounds(count: number, upstreamPort: number) {
+  await Bun.write(streamBodyFile, JSON.stringify({ ...JSON.parse(body), stream: true }));
   const sides = values.reference ? (["a", "b", "reference"] as const) : (["a", "b"] as const);
-  type Side = (typeof sides)[number];
-  const results = new Map<Side, { peak_mb: number[]; ttft_p50_ms: number[]; ttft_p99_ms: number[]; cpu_us_per_event: number[]; completed: number[] }>();
-  for (const side of sides) results.set(side, { peak_mb: [], ttft_p50_ms: [], ttft_p99_ms: [], cpu_us_per_event: [], completed: [] });
+  const empty = (): StreamSide => ({ peak_mb: [], ttft_p50_ms: [], ttft_p99_ms: [], cpu_us_per_event: [], completed: [] });
+  const results: Record<(typeof sides)[number], StreamSide> = { a: empty(), b: empty(), reference: empty() };
   for (let round = 0; round < rounds; round++) {
     for (const side of round % 2 === 0 ? sides : [...sides].reverse()) {
       const name = `streams-${side}-${round}`;
@@ -243,25 +253,24 @@ async function streamRounds(count: number, upstreamPort: number) {
       const before = cpuMicroseconds(server.pid);
       const run = await streamRun(url, headers, count);
       const after = cpuMicroseconds(server.pid);
-      const entry = results.get(side) as NonNullable<ReturnType<typeof results.get>>;
+      const entry = results[side];
       entry.peak_mb.push(Math.round(memoryOf(server.pid).peakMb));
       entry.ttft_p50_ms.push(Math.round(run.ttft_p50_ms));
       entry.ttft_p99_ms.push(Math.round(run.ttft_p99_ms));
+      // Events a stream relays: its tokens, the role chunk before them and the finish after them.
       entry.cpu_us_per_event.push(Math.round((after.process - before.process) / (count * (streamTokens + 2))));
       entry.completed.push(run.completed);
       process.kill(server.pid);
       await children.find((child) => child.pid === server.pid)?.exited;
     }
-    log(
-      `round ${round + 1}: ${sides.map((side) => `${side} ${results.get(side)?.peak_mb.at(-1)} MB, TTFT p99 ${results.get(side)?.ttft_p99_ms.at(-1)} ms`).join("; ")}`,
-    );
+    log(`round ${round + 1}: ${sides.map((side) => `${side} ${results[side].peak_mb.at(-1)} MB, TTFT p99 ${results[side].ttft_p99_ms.at(-1)} ms`).join("; ")}`);
   }
   const summary: Record<string, unknown> = { revision, rounds, streams: count, tokens: streamTokens };
-  for (const [side, entry] of results) {
+  for (const side of sides) {
+    const entry = results[side];
     summary[side] = { ...entry, peak_mb_median: median(entry.peak_mb), ttft_p99_ms_median: median(entry.ttft_p99_ms) };
   }
-  const a = results.get("a") as NonNullable<ReturnType<typeof results.get>>;
-  const b = results.get("b") as NonNullable<ReturnType<typeof results.get>>;
+  const { a, b } = results;
   summary.paired_b_minus_a_peak_mb = median(b.peak_mb.map((value, index) => value - (a.peak_mb[index] as number)));
   summary.paired_b_vs_a_ttft_p99 = median(b.ttft_p99_ms.map((value, index) => value / (a.ttft_p99_ms[index] as number)));
   return summary;

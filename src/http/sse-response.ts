@@ -10,8 +10,8 @@ export interface SseOptions {
 }
 
 /**
- * Streams a generator's batches of server-sent event frames (already encoded, the last batch ends the protocol's
- * way, `[DONE]` or otherwise). It is a Bun "direct" stream: text goes straight into the response, without a chunk
+ * Streams a generator's batches of server-sent event text (already encoded, each batch whole frames in one or more
+ * pieces, the last batch ending the protocol's way, `[DONE]` or otherwise). It is a Bun "direct" stream: text goes straight into the response, without a chunk
  * queue (the queue cost more CPU than anything else with thousands of streams). When the client goes away,
  * `onCancel` runs first, then the generator is returned so its `finally` settles the request.
  *
@@ -48,10 +48,10 @@ export function sseResponse(frames: AsyncGenerator<string[]>, options: SseOption
       }
       try {
         for (let result = await first; !result.done && !cancelled; result = await frames.next()) {
-          // A batch (the events of one upstream read) goes out in one flush; its frames are written as they are,
+          // A batch (the events of one upstream read) goes out in one flush; its pieces are written as they are,
           // not joined first: a joined copy of every frame would be the stream's largest garbage.
-          const frames = result.value;
-          for (let index = 0; index < frames.length; index++) controller.write(frames[index] as string);
+          const pieces = result.value;
+          for (let index = 0; index < pieces.length; index++) controller.write(pieces[index] as string);
           wrote = true;
           // A flush that went out at once returns the bytes written, not a promise: awaiting it would still cost
           // a turn of the microtask queue on every upstream read.

@@ -31,13 +31,18 @@ function tick(): void {
   }
 }
 
-/** Aborts the controller with DeadlineExceeded once `timeoutMs` have passed (to within 25 ms); returns the cancel. */
-export function abortAfter(controller: AbortController, timeoutMs: number): () => void {
+function lineOf(timeoutMs: number): Map<AbortController, number> {
   let line = lines.get(timeoutMs);
   if (!line) {
     line = new Map();
     lines.set(timeoutMs, line);
   }
+  return line;
+}
+
+/** Aborts the controller with DeadlineExceeded once `timeoutMs` have passed (to within 25 ms); returns the cancel. */
+export function abortAfter(controller: AbortController, timeoutMs: number): () => void {
+  const line = lineOf(timeoutMs);
   // Set again, a controller goes to the end of its line, where its new deadline belongs.
   line.delete(controller);
   line.set(controller, performance.now() + timeoutMs);
@@ -45,8 +50,7 @@ export function abortAfter(controller: AbortController, timeoutMs: number): () =
     timer = setInterval(tick, tickMs);
     timer.unref();
   }
-  const armed = line;
   return () => {
-    armed.delete(controller);
+    line.delete(controller);
   };
 }

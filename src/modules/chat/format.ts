@@ -43,8 +43,9 @@ export function toolCallParts(call: ToolCallDelta, position: number): ToolCallPa
 export type AnswerEvent = Exclude<CompletionEvent, { type: "usage" }>;
 
 /**
- * Writes one stream's server-sent events in one API's dialect. Each method appends whole SSE frames to `out`, so a
- * batch of upstream events leaves in one write.
+ * Writes one stream's server-sent events in one API's dialect. Each method appends SSE text to `out`: a frame may
+ * be several consecutive pieces (the response writes them one after the other), but what one call appends ends on
+ * a frame boundary, so a batch of upstream events leaves in one flush.
  */
 export interface StreamEncoder {
   /** The frames sent before the first upstream event. */

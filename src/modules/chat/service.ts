@@ -38,7 +38,7 @@ export interface RequestContext {
 
 export type ChatResult =
   | { kind: "whole"; body: unknown; headers: Record<string, string> }
-  /** Batches of SSE frames in the answer's format, one batch per upstream read; the last batch ends the stream. */
+  /** Batches of SSE text in the answer's format (see StreamEncoder), one per upstream read; the last ends the stream. */
   | { kind: "stream"; frames: AsyncGenerator<string[]>; headers: Record<string, string> };
 
 export interface ChatServiceDependencies {
