@@ -10,12 +10,15 @@ function bodyTooLarge(limit: number): SluiceError {
  * before anything is read; a chunked body is counted as it arrives and abandoned at the limit, so that no body larger
  * than the limit is ever held in memory (Bun's own limit is set far above, see server.ts).
  */
-export async function readBodyText(request: Request, limit: number): Promise<string> {
+export function readBodyText(request: Request, limit: number): Promise<string> {
   const declared = request.headers.get("content-length");
-  if (declared !== null) {
-    if (Number(declared) > limit) throw bodyTooLarge(limit);
-    return await request.text();
-  }
+  if (declared === null) return readCounting(request, limit);
+  if (Number(declared) > limit) return Promise.reject(bodyTooLarge(limit));
+  return request.text();
+}
+
+/** A body without Content-Length, counted as it arrives. */
+async function readCounting(request: Request, limit: number): Promise<string> {
   if (!request.body) return "";
   const decoder = new TextDecoder();
   const reader = request.body.getReader();

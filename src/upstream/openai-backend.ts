@@ -57,7 +57,8 @@ export class OpenAIBackend implements Backend {
     const call = callSignal(request, request.model);
     call.arm(request.model.firstByteTimeoutMs);
     try {
-      const response = await this.post(request, call.signal);
+      const response = await this.send(request, call.signal);
+      if (response.status !== 200) throw await this.statusError(response);
       let parsed: unknown;
       try {
         parsed = await response.json();
@@ -80,7 +81,8 @@ export class OpenAIBackend implements Backend {
     const idle = request.model.idleTimeoutMs;
     call.arm(request.model.firstByteTimeoutMs);
     try {
-      const response = await this.post(request, call.signal);
+      const response = await this.send(request, call.signal);
+      if (response.status !== 200) throw await this.statusError(response);
       answered = true;
       call.arm(idle);
       if (!response.body) throw new UpstreamError(`The upstream for model ${this.modelId} sent no body.`, { isRetryable: true });
@@ -145,18 +147,20 @@ export class OpenAIBackend implements Backend {
     return undefined;
   }
 
-  private async post(request: BackendRequest, signal: AbortSignal): Promise<Response> {
-    const response = await fetch(this.url, {
+  /** Posts the request; its caller checks the status (a layer of its own would cost every request an await). */
+  private send(request: BackendRequest, signal: AbortSignal): Promise<Response> {
+    return fetch(this.url, {
       method: "POST",
       headers: this.headers,
       body: JSON.stringify(request.body),
       signal,
     });
-    if (response.status !== 200) {
-      const body = await response.text().catch(() => "");
-      throw errorFromStatus(this.modelId, response.status, body, response.headers.get("retry-after"));
-    }
-    return response;
+  }
+
+  /** The error of an answer whose status is not 200, from its body and Retry-After. */
+  private async statusError(response: Response): Promise<UpstreamError> {
+    const body = await response.text().catch(() => "");
+    return errorFromStatus(this.modelId, response.status, body, response.headers.get("retry-after"));
   }
 
   private completionOf(parsed: unknown): Completion {

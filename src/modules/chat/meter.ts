@@ -1,6 +1,12 @@
 import { countChatTokens, countTextTokens, loadTokenizer, type CountableMessage } from "../../tokens/count";
 import type { Completion, CompletionEvent, Usage } from "../../upstream/types";
 
+/** What a request is billed, and who counted it. */
+export interface MeasuredUsage {
+  usage: Usage;
+  source: "upstream" | "tokenizer";
+}
+
 /** Pieces kept loose before they are joined into one flat block. */
 const piecesPerBlock = 64;
 
@@ -63,16 +69,22 @@ export class UsageMeter {
     this.reported = completion.usage;
   }
 
-  /** The upstream's usage when it sent one, otherwise Sluice's own count of what was produced. */
-  async usage(messages: CountableMessage[], knownPromptTokens: number | undefined): Promise<{ usage: Usage; source: "upstream" | "tokenizer" }> {
+  /**
+   * The upstream's usage when it sent one, otherwise Sluice's own count of what was produced. A promise only when
+   * the tokenizer must count (it loads on first use).
+   */
+  usage(messages: CountableMessage[], knownPromptTokens: number | undefined): MeasuredUsage | Promise<MeasuredUsage> {
+    const reported = this.reported;
+    // Some servers (vLLM among them) report no reasoning_tokens; the reasoning they streamed still counts.
+    if (reported && (reported.reasoningTokens > 0 || this.reasoning.empty)) return { usage: reported, source: "upstream" };
+    return loadTokenizer().then(() => this.counted(messages, knownPromptTokens));
+  }
+
+  private counted(messages: CountableMessage[], knownPromptTokens: number | undefined): MeasuredUsage {
     if (this.reported) {
-      // Some servers (vLLM among them) report no reasoning_tokens; the reasoning they streamed still counts.
-      if (this.reported.reasoningTokens > 0 || this.reasoning.empty) return { usage: this.reported, source: "upstream" };
-      await loadTokenizer();
       const reasoningTokens = Math.min(countTextTokens(this.reasoning.toString()), this.reported.completionTokens);
       return { usage: { ...this.reported, reasoningTokens }, source: "upstream" };
     }
-    await loadTokenizer();
     const reasoningTokens = countTextTokens(this.reasoning.toString());
     return {
       usage: {

@@ -35,9 +35,10 @@ function contextTooLong(model: ModelConfig, promptTokens: number, completionToke
 
 /**
  * Checks the output limit and the context window, and builds the upstream body. Tokenizes the prompt only
- * when a cheap upper bound (its UTF-8 bytes) does not already prove that it fits.
+ * when a cheap upper bound (its UTF-8 bytes) does not already prove that it fits: only then is the answer a promise
+ * (the tokenizer loads on first use), so that most requests pay for no await here.
  */
-export async function prepareRequest(request: ChatRequest, entry: ModelEntry): Promise<PreparedRequest> {
+export function prepareRequest(request: ChatRequest, entry: ModelEntry): PreparedRequest | Promise<PreparedRequest> {
   const model = entry.config;
   if (request.n !== undefined && request.n !== 1) throw invalidRequest("Only n = 1 is supported.", "n");
   if (request.max_tokens !== undefined && request.max_completion_tokens !== undefined && request.max_tokens !== request.max_completion_tokens) {
@@ -50,15 +51,18 @@ export async function prepareRequest(request: ChatRequest, entry: ModelEntry): P
   }
   const messages = request.messages.map((message) => ({ role: message.role, text: textOfContent(message.content) }));
   const wanted = requested ?? Math.min(defaultMaxTokens, model.maxOutputTokens);
-  let promptTokens: number | undefined;
-  let maxTokens = wanted;
-  if (chatTokensUpperBound(messages) + wanted > model.contextWindow) {
-    await loadTokenizer();
-    promptTokens = countChatTokens(messages);
+  if (chatTokensUpperBound(messages) + wanted <= model.contextWindow) return prepared(request, entry, messages, undefined, wanted);
+  return loadTokenizer().then(() => {
+    const promptTokens = countChatTokens(messages);
     if (promptTokens >= model.contextWindow) throw contextTooLong(model, promptTokens, requested ?? 0);
     if (requested !== undefined && promptTokens + requested > model.contextWindow) throw contextTooLong(model, promptTokens, requested);
-    maxTokens = Math.min(wanted, model.contextWindow - promptTokens);
-  }
+    return prepared(request, entry, messages, promptTokens, Math.min(wanted, model.contextWindow - promptTokens));
+  });
+}
+
+function prepared(request: ChatRequest, entry: ModelEntry, messages: CountableMessage[], promptTokens: number | undefined, maxTokens: number): PreparedRequest {
+  const model = entry.config;
+  const limitName = request.max_completion_tokens !== undefined ? "max_completion_tokens" : "max_tokens";
   const stream = request.stream === true;
   const upstreamBody: Record<string, unknown> = { model: model.upstreamModel, messages: request.messages, [limitName]: maxTokens };
   if (stream) {

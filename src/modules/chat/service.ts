@@ -15,7 +15,7 @@ import type { ModelRegistry } from "../models/registry";
 import type { Queue } from "../queue/model-queue";
 import { refusalText } from "../safety/rules";
 import type { SafetyService } from "../safety/service";
-import { UsageMeter } from "./meter";
+import { type MeasuredUsage, UsageMeter } from "./meter";
 import type { ChatRequest } from "./model";
 import { Permit } from "./permit";
 import { prepareRequest, type PreparedRequest } from "./prepare";
@@ -116,7 +116,9 @@ export class ChatService {
     const { models, admission, queues, clock } = this.deps;
     const plan = context.caller.plan;
     const entry = models.callable(plan, request.model);
-    const prepared = await prepareRequest(request, entry);
+    // Each step below answers at once when it can: awaiting a value that is not a promise still costs a turn.
+    const preparing = prepareRequest(request, entry);
+    const prepared = preparing instanceof Promise ? await preparing : preparing;
     const promptEstimate = prepared.promptTokens ?? estimateChatTokens(prepared.messages);
     if (this.deps.ledgerAvailable && !this.deps.ledgerAvailable()) {
       throw new SluiceError(
@@ -149,10 +151,12 @@ export class ChatService {
     let permit: Permit;
     try {
       // The red-line check comes before the request takes a queue place or reaches the upstream.
-      const rule = await this.deps.safety.checkInput(prepared.messages, context.abort.signal);
+      const checking = this.deps.safety.checkInput(prepared.messages, context.abort.signal);
+      const rule = checking instanceof Promise ? await checking : checking;
       if (rule) return await this.refuse(prepared, context, format, identity, promptEstimate, lease, rule);
       const queue = queues.get(prepared.modelId) as Queue;
-      const slot = await queue.acquire(context.caller.organizationId, context.abort.signal);
+      const acquiring = queue.acquire(context.caller.organizationId, context.abort.signal);
+      const slot = acquiring instanceof Promise ? await acquiring : acquiring;
       const cancelDeadline = abortAfter(context.abort, prepared.entry.config.timeoutMs);
       this.active.add(context.abort);
       permit = new Permit(lease, slot, () => {
@@ -164,7 +168,7 @@ export class ChatService {
       throw error;
     }
     const run: Run = { prepared, context, format, identity, promptEstimate, permit, meter: new UsageMeter(), startedAt: clock() };
-    return prepared.stream ? this.stream(run) : this.whole(run);
+    return prepared.stream ? await this.stream(run) : await this.whole(run);
   }
 
   /** Answers a request that breaks a red-line rule itself: a normal answer, never sent upstream. */
@@ -210,7 +214,8 @@ export class ChatService {
     try {
       let completion = await prepared.entry.backend.complete({ model: prepared.entry.config, body: prepared.upstreamBody, signal: context.abort.signal });
       run.meter.observeCompletion(completion);
-      const rule = await this.deps.safety.checkOutput([completion.content ?? "", completion.reasoning ?? ""], context.abort.signal);
+      const checking = this.deps.safety.checkOutput([completion.content ?? "", completion.reasoning ?? ""], context.abort.signal);
+      const rule = checking instanceof Promise ? await checking : checking;
       if (rule)
         completion = { content: refusalText(rule, "output"), reasoning: null, toolCalls: null, finishReason: "content_filter", usage: completion.usage };
       const usage = await this.settle(run, rule ? { outcome: "content_filter", ruleId: rule.id } : { outcome: "completed" });
@@ -326,11 +331,12 @@ export class ChatService {
   /** Releases the permit with the real usage and writes the ledger row, waiting for its commit. */
   private async settle(run: Run, ending: Ending): Promise<Usage> {
     const { prepared, context } = run;
-    let measured: Awaited<ReturnType<UsageMeter["usage"]>>;
+    let measured: MeasuredUsage;
     try {
-      measured = ending.billNothing
+      const measuring: MeasuredUsage | Promise<MeasuredUsage> = ending.billNothing
         ? { usage: { promptTokens: 0, completionTokens: 0, reasoningTokens: 0 }, source: "tokenizer" }
-        : await run.meter.usage(prepared.messages, prepared.promptTokens);
+        : run.meter.usage(prepared.messages, prepared.promptTokens);
+      measured = measuring instanceof Promise ? await measuring : measuring;
     } catch (error) {
       run.permit.release(null, this.deps.clock());
       throw error;
@@ -351,7 +357,7 @@ export class ChatService {
    * The last steps of every request that did work, in this order: its places are freed with what it used, it is
    * noted in its log record and the metrics, and its ledger row is written (resolving once committed).
    */
-  private async end(
+  private end(
     places: Permit | Lease,
     prepared: PreparedRequest,
     context: RequestContext,
@@ -365,7 +371,7 @@ export class ChatService {
     else places.settle(usage, endedAt);
     this.note(context, prepared.modelId, usage, ending);
     const times = { startedAt: timing.startedAt ?? endedAt, endedAt, firstTokenMs: timing.firstTokenMs };
-    await this.deps.ledger.record(this.ledgerRow(prepared, context, usage, source, times, ending));
+    return this.deps.ledger.record(this.ledgerRow(prepared, context, usage, source, times, ending));
   }
 
   /** Puts what was billed into the request's record and the token and refusal metrics. */

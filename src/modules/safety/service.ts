@@ -3,6 +3,9 @@ import type { CountableMessage } from "../../tokens/count";
 import { ModerationClient } from "./moderation";
 import { OutputMonitor, RuleMatcher, ruleForCategories } from "./rules";
 
+/** The rule a text breaks, or undefined. */
+export type Verdict = SafetyRuleConfig | undefined;
+
 /**
  * The red-line check: local rules (compiled once, always checked) and an optional external moderation service
  * with a deadline, which fails closed.
@@ -24,8 +27,12 @@ export class SafetyService {
       : undefined;
   }
 
-  /** The rule the conversation breaks, if any; throws 503 safety_unavailable when the external check fails. */
-  async checkInput(messages: CountableMessage[], signal: AbortSignal): Promise<SafetyRuleConfig | undefined> {
+  /**
+   * The rule the conversation breaks, if any; a promise only when the external check runs (the local rules answer at
+   * once, and an await the request does not need costs every request a turn). The external check's failure rejects
+   * with 503 safety_unavailable.
+   */
+  checkInput(messages: CountableMessage[], signal: AbortSignal): Verdict | Promise<Verdict> {
     if (!this.config.enabled) return undefined;
     for (const message of messages) {
       const rule = this.inputRules.match(message.text);
@@ -34,11 +41,11 @@ export class SafetyService {
     if (!this.moderation) return undefined;
     const texts = messages.map((message) => message.text).filter(Boolean);
     if (texts.length === 0) return undefined;
-    return ruleForCategories(this.config.rules, await this.moderation.flaggedCategories(texts, signal), "input");
+    return this.moderated(this.moderation, texts, signal, "input");
   }
 
   /** The rule a whole answer breaks, if any (local rules, and the external check when `moderate_output` is on). */
-  async checkOutput(texts: string[], signal: AbortSignal): Promise<SafetyRuleConfig | undefined> {
+  checkOutput(texts: string[], signal: AbortSignal): Verdict | Promise<Verdict> {
     if (!this.config.enabled) return undefined;
     for (const text of texts) {
       const rule = this.outputRules.match(text);
@@ -46,7 +53,11 @@ export class SafetyService {
     }
     const nonEmpty = texts.filter(Boolean);
     if (!this.moderation || !this.config.moderation?.moderateOutput || nonEmpty.length === 0) return undefined;
-    return ruleForCategories(this.config.rules, await this.moderation.flaggedCategories(nonEmpty, signal), "output");
+    return this.moderated(this.moderation, nonEmpty, signal, "output");
+  }
+
+  private async moderated(moderation: ModerationClient, texts: string[], signal: AbortSignal, direction: "input" | "output"): Promise<Verdict> {
+    return ruleForCategories(this.config.rules, await moderation.flaggedCategories(texts, signal), direction);
   }
 
   /** A watcher for a streamed answer; undefined when no rule applies to output. */
