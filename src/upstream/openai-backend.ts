@@ -16,9 +16,11 @@ interface CallSignal {
   done(): void;
 }
 
+const nothing = (): void => {};
+
 function callSignal(request: BackendRequest, model: ModelConfig): CallSignal {
   if (model.firstByteTimeoutMs === undefined && model.idleTimeoutMs === undefined) {
-    return { signal: request.signal, arm() {}, done() {} };
+    return { signal: request.signal, arm: nothing, done: nothing };
   }
   const controller = new AbortController();
   const forward = () => controller.abort(request.signal.reason);

@@ -28,10 +28,6 @@ class GrowingText {
     }
   }
 
-  get empty(): boolean {
-    return this.blocks.length === 0 && this.pieces.length === 0;
-  }
-
   toString(): string {
     return this.blocks.join("") + this.pieces.join("");
   }
@@ -42,30 +38,35 @@ class GrowingText {
  * (it has none, the client left, or the stream broke): then Sluice counts with its own tokenizer.
  */
 export class UsageMeter {
-  private readonly content = new GrowingText();
-  private readonly reasoning = new GrowingText();
-  private readonly toolText = new GrowingText();
+  // Made at the first piece of each kind (so undefined means empty): most answers have no tool calls or reasoning.
+  private content: GrowingText | undefined;
+  private reasoning: GrowingText | undefined;
+  private toolText: GrowingText | undefined;
   private reported: Usage | undefined;
+  /** A whole answer's tool calls, encoded only if the tokenizer must count them. */
+  private wholeToolCalls: Completion["toolCalls"] = null;
 
   observe(event: CompletionEvent): void {
     if (event.type === "usage") this.reported = event.usage;
     else if (event.type === "delta") {
-      if (event.content) this.content.add(event.content);
-      if (event.reasoning) this.reasoning.add(event.reasoning);
-      if (event.toolCalls) this.toolText.add(JSON.stringify(event.toolCalls));
+      if (event.content) this.content = withPiece(this.content, event.content);
+      if (event.reasoning) this.reasoning = withPiece(this.reasoning, event.reasoning);
+      if (event.toolCalls) this.toolText = withPiece(this.toolText, JSON.stringify(event.toolCalls));
     }
   }
 
   /** Whether the upstream produced anything (or reported usage) for this request. */
   producedAnything(): boolean {
-    return this.reported !== undefined || !this.content.empty || !this.reasoning.empty || !this.toolText.empty;
+    return (
+      this.reported !== undefined || this.content !== undefined || this.reasoning !== undefined || this.toolText !== undefined || this.wholeToolCalls !== null
+    );
   }
 
   /** A whole answer: the only thing a meter observes when there is no stream. */
   observeCompletion(completion: Completion): void {
-    if (completion.content) this.content.add(completion.content);
-    if (completion.reasoning) this.reasoning.add(completion.reasoning);
-    if (completion.toolCalls) this.toolText.add(JSON.stringify(completion.toolCalls));
+    if (completion.content) this.content = withPiece(this.content, completion.content);
+    if (completion.reasoning) this.reasoning = withPiece(this.reasoning, completion.reasoning);
+    this.wholeToolCalls = completion.toolCalls;
     this.reported = completion.usage;
   }
 
@@ -76,23 +77,38 @@ export class UsageMeter {
   usage(messages: CountableMessage[], knownPromptTokens: number | undefined): MeasuredUsage | Promise<MeasuredUsage> {
     const reported = this.reported;
     // Some servers (vLLM among them) report no reasoning_tokens; the reasoning they streamed still counts.
-    if (reported && (reported.reasoningTokens > 0 || this.reasoning.empty)) return { usage: reported, source: "upstream" };
+    if (reported && (reported.reasoningTokens > 0 || this.reasoning === undefined)) return { usage: reported, source: "upstream" };
     return loadTokenizer().then(() => this.counted(messages, knownPromptTokens));
   }
 
   private counted(messages: CountableMessage[], knownPromptTokens: number | undefined): MeasuredUsage {
     if (this.reported) {
-      const reasoningTokens = Math.min(countTextTokens(this.reasoning.toString()), this.reported.completionTokens);
+      const reasoningTokens = Math.min(countTextTokens(textOf(this.reasoning)), this.reported.completionTokens);
       return { usage: { ...this.reported, reasoningTokens }, source: "upstream" };
     }
-    const reasoningTokens = countTextTokens(this.reasoning.toString());
+    const reasoningTokens = countTextTokens(textOf(this.reasoning));
     return {
       usage: {
         promptTokens: knownPromptTokens ?? countChatTokens(messages),
-        completionTokens: reasoningTokens + countTextTokens(this.content.toString()) + countTextTokens(this.toolText.toString()),
+        completionTokens: reasoningTokens + countTextTokens(textOf(this.content)) + countTextTokens(this.toolCallsText()),
         reasoningTokens,
       },
       source: "tokenizer",
     };
   }
+
+  private toolCallsText(): string {
+    return this.wholeToolCalls ? JSON.stringify(this.wholeToolCalls) : textOf(this.toolText);
+  }
+}
+
+/** `text` with `piece` added; made at the first piece. */
+function withPiece(text: GrowingText | undefined, piece: string): GrowingText {
+  const grown = text ?? new GrowingText();
+  grown.add(piece);
+  return grown;
+}
+
+function textOf(text: GrowingText | undefined): string {
+  return text?.toString() ?? "";
 }
