@@ -51,18 +51,25 @@ export function prepareRequest(request: ChatRequest, entry: ModelEntry): Prepare
   }
   const messages = request.messages.map((message) => ({ role: message.role, text: textOfContent(message.content) }));
   const wanted = requested ?? Math.min(defaultMaxTokens, model.maxOutputTokens);
-  if (chatTokensUpperBound(messages) + wanted <= model.contextWindow) return prepared(request, entry, messages, undefined, wanted);
+  if (chatTokensUpperBound(messages) + wanted <= model.contextWindow) return prepared(request, entry, messages, limitName, undefined, wanted);
   return loadTokenizer().then(() => {
     const promptTokens = countChatTokens(messages);
     if (promptTokens >= model.contextWindow) throw contextTooLong(model, promptTokens, requested ?? 0);
     if (requested !== undefined && promptTokens + requested > model.contextWindow) throw contextTooLong(model, promptTokens, requested);
-    return prepared(request, entry, messages, promptTokens, Math.min(wanted, model.contextWindow - promptTokens));
+    return prepared(request, entry, messages, limitName, promptTokens, Math.min(wanted, model.contextWindow - promptTokens));
   });
 }
 
-function prepared(request: ChatRequest, entry: ModelEntry, messages: CountableMessage[], promptTokens: number | undefined, maxTokens: number): PreparedRequest {
+/** The prepared request, its output limit sent upstream under the name the caller used. */
+function prepared(
+  request: ChatRequest,
+  entry: ModelEntry,
+  messages: CountableMessage[],
+  limitName: "max_tokens" | "max_completion_tokens",
+  promptTokens: number | undefined,
+  maxTokens: number,
+): PreparedRequest {
   const model = entry.config;
-  const limitName = request.max_completion_tokens !== undefined ? "max_completion_tokens" : "max_tokens";
   const stream = request.stream === true;
   const upstreamBody: Record<string, unknown> = { model: model.upstreamModel, messages: request.messages, [limitName]: maxTokens };
   if (stream) {
