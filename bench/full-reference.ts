@@ -155,11 +155,11 @@ setInterval(() => {
 
 // Sluice's write set through Sluice's own writer (src/ledger/ledger-writer.ts): the row staged in
 // usage_ledger_inbox (no index) by the commit the answer waits for, then moved in bulk into usage_ledger with its
-// indexes and the per-minute and per-month aggregates every 20 ms, both on this thread. REFERENCE_LEDGER=direct
-// moves right after each commit, before the answers are sent.
+// indexes and the per-minute and per-month aggregates every 100 ms (as Sluice's writer thread moves them), both on
+// this thread. REFERENCE_LEDGER=direct moves right after each commit, before the answers are sent.
 const writer = new LedgerWriter(database);
 const direct = process.env.REFERENCE_LEDGER === "direct";
-if (!direct) setInterval(() => writer.move(), 20).unref();
+if (!direct) setInterval(() => writer.move(), 100).unref();
 let pendingValues: LedgerValue[] = [];
 let pendingWaiters: (() => void)[] = [];
 function flushRows(): void {
