@@ -11,9 +11,10 @@ export interface SseOptions {
 
 /**
  * Streams a generator's batches of server-sent event text (already encoded, each batch whole frames in one or more
- * pieces, the last batch ending the protocol's way, `[DONE]` or otherwise). It is a Bun "direct" stream: text goes straight into the response, without a chunk
- * queue (the queue cost more CPU than anything else with thousands of streams). When the client goes away,
- * `onCancel` runs first, then the generator is returned so its `finally` settles the request.
+ * pieces, the last batch ending the protocol's way, `[DONE]` or otherwise). It is a Bun "direct" stream: text goes
+ * straight into the response, without a chunk queue (the queue cost more CPU than anything else with thousands of
+ * streams). When the client goes away, `onCancel` runs first, then the generator is returned so its `finally`
+ * settles the request.
  *
  * The generator is started at once, not at the first pull: a client that leaves before the response starts gets
  * cancel() without any pull(), and returning a generator that never started skips its `finally`, which would leave
