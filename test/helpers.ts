@@ -43,6 +43,7 @@ export const committedRowsSql = `SELECT * FROM (SELECT ${ledgerColumns} FROM usa
  * Whether a ledger row is in the database file itself, without its WAL (so a checkpoint copied it there). It reads
  * a copy, as another connection would see the WAL too. A copy taken while a checkpoint is writing pages can be torn
  * (SQLITE_CORRUPT); such a copy proves nothing either way, so it counts as "not yet" and the caller tries again.
+ * So does a file that no checkpoint has reached since the tables were made (they are still only in the WAL).
  */
 export function rowInDatabaseFile(path: string, requestId: string): boolean {
   const copy = `${path}.copy`;
@@ -52,6 +53,7 @@ export function rowInDatabaseFile(path: string, requestId: string): boolean {
     return snapshot.query(committedRowSql).get(requestId) !== null;
   } catch (error) {
     if ((error as { code?: string }).code === "SQLITE_CORRUPT") return false;
+    if (error instanceof Error && error.message.startsWith("no such table")) return false;
     throw error;
   } finally {
     snapshot.close();

@@ -1,15 +1,14 @@
-// The writer thread of the request path: ledger rows, and keys' last-used times. A commit writes every page it
-// touched to the WAL; on the server's event loop that was ~15% of the CPU of a whole answer. Here it runs beside
-// the server: rows arrive in batches (grouped by the server, see ledger.ts), and every batch that arrived while a
-// commit ran shares the next transaction. A commit stages rows in usage_ledger_inbox (inbox.ts), the few pages an
-// answer waits for; after replying, this thread moves staged rows (its own and the server's quiet commits) into
-// usage_ledger and the aggregates, at most every `moveIntervalMs`, so that each move carries many rows.
-// This thread also checkpoints, right after the commit that fills `checkpointPages` of WAL, and when the server asks
-// at the end of a stretch of its own quiet commits (ledger.ts): nothing else appends meanwhile, so each pass copies
-// the whole WAL and the next commit starts it again from its beginning. Small passes keep each fsync short: a
-// separate checkpoint thread, whose passes chased a WAL that kept growing under its feet, stalled commits behind
-// fsyncs of tens of megabytes (p99 at 1,000 requests a second after a burst: 40-260 ms, against 8-13 ms this way;
-// bench/README.md).
+// The writer thread of the request path: it moves staged ledger rows into usage_ledger and the aggregates, and
+// checkpoints. The server stages each turn's rows itself (usage_ledger_inbox, inbox.ts: a page or two an answer
+// waits for) and asks this thread, about every 100 ms, to move them and checkpoint (ledger.ts). Until that reply, and
+// whenever another connection holds the lock, the server sends its rows here instead: every batch that arrived while
+// a commit ran shares the next transaction, and after replying this thread moves what it staged, at most every
+// `moveIntervalMs`, so that each move carries many rows. It also writes keys' last-used times in bulk.
+// Checkpoints run here, right after the commit that fills `checkpointPages` of WAL, and when the server asks with its
+// staged rows: nothing else appends meanwhile, so each pass copies the whole WAL and the next commit starts it again
+// from its beginning. Small passes keep each fsync short: a separate checkpoint thread, whose passes chased a WAL
+// that kept growing under its feet, stalled commits behind fsyncs of tens of megabytes (p99 at 1,000 requests a
+// second after a burst: 40-260 ms, against 8-13 ms this way; bench/README.md).
 import { Database } from "bun:sqlite";
 import { LedgerWriter, type LedgerValue } from "./ledger-writer";
 
@@ -20,7 +19,7 @@ export type LedgerWorkerMessage =
   | { type: "open"; path: string; progress: SharedArrayBuffer }
   /**
    * `urgent`: commit at once, and move every staged row before replying (a flush waits for that). `checkpoint`: the
-   * server has committed a stretch of quiet rows itself (ledger.ts): move them and checkpoint before replying.
+   * server has staged rows itself (ledger.ts): move them and checkpoint before replying.
    */
   | { type: "rows"; sequence: number; values: LedgerValue[]; urgent: boolean; checkpoint: boolean }
   | { type: "touch"; entries: [string, number][] }

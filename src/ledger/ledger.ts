@@ -28,26 +28,19 @@ interface Waiter {
 }
 
 /**
- * Handing a batch to the writer thread costs this thread a copy and a wake-up (and on a busy machine the woken
- * writer can take this thread's core), and a commit costs the writer several times what one more row does. So when
- * traffic is light a row is sent on the next turn of the event loop, adding no wait; once batches carry several
- * rows (the server is busy), they are sent this far apart, so that the rows finishing in between travel and commit
- * together. (bench/README.md has the figures.)
+ * Each turn's rows are staged on this thread (inbox.ts): a page or two appended to the WAL, without an fsync, is
+ * cheaper than handing the batch to the writer thread and back (a copy, two wake-ups, a reply to settle; whole
+ * answers a second rose by 4-11% when every batch was staged here rather than only batches of a few rows:
+ * bench/README.md).
+ * Moving staged rows and checkpoints, whose fsyncs can take hundreds of milliseconds on a slow disk, stay on the
+ * writer thread: after this many rows here, or `moveDelayMs` after the first, the writer is asked to move them and
+ * checkpoint. While it does, and whenever another connection holds the lock, batches go to the writer instead.
  */
-const busyIntervalMs = 2;
-const busyRows = 4;
-
-/**
- * When traffic is quiet (a batch of fewer than `busyRows` rows, nothing at the writer), the batch is committed on
- * this thread instead: staging a row or two (inbox.ts) writes a page or two without an fsync, cheaper than the two
- * thread wake-ups of the round trip (p50 at 1,000 requests a second: bench/README.md). Moving staged rows and
- * checkpoints, whose fsyncs can take hundreds of milliseconds on a slow disk, stay on the writer thread: after this
- * many rows here, or `quietMoveDelayMs` after the first, the writer is asked to move them and checkpoint.
- */
-const quietRowsBetweenCheckpoints = 28;
-const quietMoveDelayMs = 20;
+const rowsBetweenMoves = 1000;
+/** Staged rows wait about this long to be moved, as the writer's own rows do (see ledger-worker.ts). */
+const moveDelayMs = 100;
 /** At most this many keys' last-used times are written on this thread (one UPDATE each). */
-const quietTouches = 16;
+const touchesHere = 16;
 
 /** How long `flush` waits for the writer thread before giving up on what it has not committed. */
 const flushTimeoutMs = 10_000;
@@ -62,8 +55,8 @@ function isBusy(error: unknown): boolean {
 }
 
 /**
- * The usage ledger: a group commit on a writer thread of its own (see ledger-worker.ts), or on this thread when
- * traffic is quiet (above). `record` resolves only once its row is committed, so a caller that waits for it before
+ * The usage ledger: a group commit a turn, staged on this thread, moved by a writer thread of its own (see above
+ * and ledger-worker.ts), which also takes batches when this thread cannot write. `record` resolves only once its row is committed, so a caller that waits for it before
  * finishing an answer never answers a request the ledger could lose. The rows of one turn of the event loop travel
  * together; an in-memory database (no file the thread could open) is always written on this thread.
  */
@@ -73,18 +66,16 @@ export class Ledger {
   private readonly sent: { sequence: number; waiters: Waiter[] }[] = [];
   private sequence = 0;
   private scheduled = false;
-  private lastSend = 0;
-  private lastRows = 0;
   private failuresSeen = 0;
   private worker: Worker | undefined;
   private progress = new Int32Array(new SharedArrayBuffer(12));
-  /** This thread's own writes: every row of an in-memory database, quiet batches of a file. */
+  /** This thread's own writes: every row of an in-memory database, the staged rows of a file (see `rowsBetweenMoves`). */
   private readonly local: LedgerWriter;
   private readonly inMemory: boolean;
-  private quietRowsSinceWriter = 0;
-  private quietMoveTimer: Timer | undefined;
+  private rowsStagedHere = 0;
+  private moveTimer: Timer | undefined;
   private workerStartedAt = 0;
-  /** This connection's `busy_timeout`, put back after each quiet write (which must not wait: see `withoutWaiting`). */
+  /** This connection's `busy_timeout`, put back after each write here (which must not wait: see `withoutWaiting`). */
   private readonly busyTimeout: string;
 
   constructor(private readonly sqlite: Database) {
@@ -107,9 +98,7 @@ export class Ledger {
       this.unsentWaiters.push({ resolve, reject });
       if (this.scheduled) return;
       this.scheduled = true;
-      const wait = this.lastRows < busyRows ? 0 : this.lastSend + busyIntervalMs - performance.now();
-      if (wait <= 0) setImmediate(() => this.send(false));
-      else setTimeout(() => this.send(false), wait);
+      setImmediate(() => this.send(false));
     });
   }
 
@@ -135,9 +124,9 @@ export class Ledger {
   }
 
   /**
-   * Records when keys were last used ([key id, time] pairs); nothing waits for it. A few keys in quiet traffic are
-   * written here: on the writer thread their transaction would hold the lock, and a quiet commit that found it
-   * taken would go the round trip to the writer that quiet rows avoid.
+   * Records when keys were last used ([key id, time] pairs); nothing waits for it. A few keys are written here: on
+   * the writer thread their transaction would hold the lock, and a batch that found it taken would go the round
+   * trip to the writer that staging here avoids.
    */
   touchKeys(entries: [string, number][]): void {
     if (this.inMemory) {
@@ -145,7 +134,7 @@ export class Ledger {
       return;
     }
     if (!this.worker) return;
-    if (this.sent.length === 0 && this.lastRows < busyRows && entries.length <= quietTouches && this.touchHere(entries)) return;
+    if (this.sent.length === 0 && entries.length <= touchesHere && this.touchHere(entries)) return;
     const message: LedgerWorkerMessage = { type: "touch", entries };
     this.worker.postMessage(message);
   }
@@ -186,43 +175,41 @@ export class Ledger {
     if (this.unsentWaiters.length === 0 && !evenIfEmpty) return;
     const values = this.unsent;
     const waiters = this.unsentWaiters;
-    this.lastSend = performance.now();
-    this.lastRows = waiters.length;
     this.unsent = [];
     this.unsentWaiters = [];
     if (this.inMemory) {
       this.commitHere(values, waiters, false);
       return;
     }
-    if (this.worker && this.quiet(urgent, waiters.length) && this.withoutWaiting(() => this.commitHere(values, waiters, true))) {
-      this.noteQuietRows(waiters.length);
+    if (this.worker && this.stagesHere(urgent) && this.withoutWaiting(() => this.commitHere(values, waiters, true))) {
+      this.noteStagedRows(waiters.length);
       return;
     }
     if (!this.worker) {
       for (const waiter of waiters) waiter.reject(new LedgerWriteError("the ledger is closed"));
       return;
     }
-    // The writer moves every staged row, this thread's quiet ones included, after this batch (see ledger-worker.ts).
-    this.quietRowsSinceWriter = 0;
+    // The writer moves every staged row, this thread's included, after this batch (see ledger-worker.ts).
+    this.rowsStagedHere = 0;
     const sequence = ++this.sequence;
     this.sent.push({ sequence, waiters });
     const message: LedgerWorkerMessage = { type: "rows", sequence, values, urgent, checkpoint: false };
     this.worker.postMessage(message);
   }
 
-  /** Whether this batch is committed here (see `busyRows`) rather than by the writer thread. */
-  private quiet(urgent: boolean, rows: number): boolean {
+  /** Whether this batch is committed here (see `rowsBetweenMoves`) rather than by the writer thread. */
+  private stagesHere(urgent: boolean): boolean {
     // Nothing in flight at the writer: its connection holds no write lock this commit could wait behind.
-    return !urgent && rows < busyRows && this.sent.length === 0;
+    return !urgent && this.sent.length === 0;
   }
 
-  /** After a quiet commit: its rows are moved, and the WAL checkpointed, by the writer thread soon (see above). */
-  private noteQuietRows(rows: number): void {
-    this.quietRowsSinceWriter += rows;
-    if (this.quietRowsSinceWriter >= quietRowsBetweenCheckpoints) this.askToMove();
-    else if (!this.quietMoveTimer) {
-      this.quietMoveTimer = setTimeout(() => this.askToMove(), quietMoveDelayMs);
-      this.quietMoveTimer.unref();
+  /** After a commit here: its rows are moved, and the WAL checkpointed, by the writer thread soon (see above). */
+  private noteStagedRows(rows: number): void {
+    this.rowsStagedHere += rows;
+    if (this.rowsStagedHere >= rowsBetweenMoves) this.askToMove();
+    else if (!this.moveTimer) {
+      this.moveTimer = setTimeout(() => this.askToMove(), moveDelayMs);
+      this.moveTimer.unref();
     }
   }
 
@@ -231,10 +218,10 @@ export class Ledger {
    * reply arrives, rows go to the writer (the batch is in flight), so that nothing appends during the checkpoint.
    */
   private askToMove(): void {
-    clearTimeout(this.quietMoveTimer);
-    this.quietMoveTimer = undefined;
-    if (!this.worker || this.quietRowsSinceWriter === 0) return;
-    this.quietRowsSinceWriter = 0;
+    clearTimeout(this.moveTimer);
+    this.moveTimer = undefined;
+    if (!this.worker || this.rowsStagedHere === 0) return;
+    this.rowsStagedHere = 0;
     const sequence = ++this.sequence;
     this.sent.push({ sequence, waiters: [] });
     const message: LedgerWorkerMessage = { type: "rows", sequence, values: [], urgent: true, checkpoint: true };
