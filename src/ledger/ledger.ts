@@ -31,12 +31,18 @@ interface Waiter {
  * Each turn's rows are staged on this thread (inbox.ts): a page or two appended to the WAL, without an fsync, is
  * cheaper than handing the batch to the writer thread and back (a copy, two wake-ups, a reply to settle; whole
  * answers a second rose by 4-11% when every batch was staged here rather than only batches of a few rows:
- * bench/README.md).
- * Moving staged rows and checkpoints, whose fsyncs can take hundreds of milliseconds on a slow disk, stay on the
- * writer thread: after this many rows here, or `moveDelayMs` after the first, the writer is asked to move them and
- * checkpoint. While it does, and whenever another connection holds the lock, batches go to the writer instead.
+ * bench/README.md). Moving staged rows and checkpoints, whose fsyncs can take hundreds of milliseconds on a slow
+ * disk, stay on the writer thread: after this many rows here, or `commitsBetweenMoves` commits, or `moveDelayMs`
+ * after the first, the writer is asked to move them and checkpoint. While it does, and whenever another connection
+ * holds the lock, batches go to the writer instead.
  */
 const rowsBetweenMoves = 1000;
+/**
+ * Each commit appends at least a page to the WAL (a one-row commit about 1.1: bench/results/ledger-pages.json), and
+ * this thread never checkpoints: this many keep the WAL near the writer's own 250-page threshold (about 1 MB)
+ * when rows come one a turn. By rows alone, 1,000 one-row commits grew it to 4.9 MB between checkpoints.
+ */
+const commitsBetweenMoves = 200;
 /** Staged rows wait about this long to be moved, as the writer's own rows do (see ledger-worker.ts). */
 const moveDelayMs = 100;
 /** At most this many keys' last-used times are written on this thread (one UPDATE each). */
@@ -56,8 +62,9 @@ function isBusy(error: unknown): boolean {
 
 /**
  * The usage ledger: a group commit a turn, staged on this thread, moved by a writer thread of its own (see above
- * and ledger-worker.ts), which also takes batches when this thread cannot write. `record` resolves only once its row is committed, so a caller that waits for it before
- * finishing an answer never answers a request the ledger could lose. The rows of one turn of the event loop travel
+ * and ledger-worker.ts), which also takes batches when this thread cannot write. `record` resolves only once its
+ * row is committed, so a caller that waits for it before finishing an answer never answers a request the ledger
+ * could lose. The rows of one turn of the event loop travel
  * together; an in-memory database (no file the thread could open) is always written on this thread.
  */
 export class Ledger {
@@ -73,6 +80,7 @@ export class Ledger {
   private readonly local: LedgerWriter;
   private readonly inMemory: boolean;
   private rowsStagedHere = 0;
+  private commitsStagedHere = 0;
   private moveTimer: Timer | undefined;
   private workerStartedAt = 0;
   /** This connection's `busy_timeout`, put back after each write here (which must not wait: see `withoutWaiting`). */
@@ -151,6 +159,8 @@ export class Ledger {
 
   /** Flushes, then stops the writer thread; rows it never committed are refused. The WAL is emptied. */
   close(): void {
+    clearTimeout(this.moveTimer);
+    this.moveTimer = undefined;
     this.flush();
     const worker = this.worker;
     if (worker) {
@@ -191,6 +201,7 @@ export class Ledger {
     }
     // The writer moves every staged row, this thread's included, after this batch (see ledger-worker.ts).
     this.rowsStagedHere = 0;
+    this.commitsStagedHere = 0;
     const sequence = ++this.sequence;
     this.sent.push({ sequence, waiters });
     const message: LedgerWorkerMessage = { type: "rows", sequence, values, urgent, checkpoint: false };
@@ -206,7 +217,8 @@ export class Ledger {
   /** After a commit here: its rows are moved, and the WAL checkpointed, by the writer thread soon (see above). */
   private noteStagedRows(rows: number): void {
     this.rowsStagedHere += rows;
-    if (this.rowsStagedHere >= rowsBetweenMoves) this.askToMove();
+    this.commitsStagedHere++;
+    if (this.rowsStagedHere >= rowsBetweenMoves || this.commitsStagedHere >= commitsBetweenMoves) this.askToMove();
     else if (!this.moveTimer) {
       this.moveTimer = setTimeout(() => this.askToMove(), moveDelayMs);
       this.moveTimer.unref();
@@ -220,8 +232,9 @@ export class Ledger {
   private askToMove(): void {
     clearTimeout(this.moveTimer);
     this.moveTimer = undefined;
-    if (!this.worker || this.rowsStagedHere === 0) return;
+    if (!this.worker || this.commitsStagedHere === 0) return;
     this.rowsStagedHere = 0;
+    this.commitsStagedHere = 0;
     const sequence = ++this.sequence;
     this.sent.push({ sequence, waiters: [] });
     const message: LedgerWorkerMessage = { type: "rows", sequence, values: [], urgent: true, checkpoint: true };
