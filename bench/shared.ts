@@ -151,13 +151,16 @@ async function main(): Promise<void> {
     const { RedisConnection } = await import("../src/storage/redis");
     const connection = new RedisConnection(redis.url);
     while (!connection.connected) await Bun.sleep(10);
-    const keysOf = ["state", "minutes", "lasts", "leases", "reservations"].map((part) => `sluice:org:{bench-probe}:${part}`);
-    await connection.call("SET", ["sluice:ready", "1"]);
+    // Keys and arguments as RedisAdmissionStore sends them (redis-store.ts): one request alone, then its settle.
+    const keysOf = ["sluice:ready", ...["state", "minutes", "lasts", "leases", "reservations", "expired"].map((part) => `sluice:org:{bench-probe}:${part}`)];
+    await connection.call("SET", ["sluice:ready", "probe"]);
     const admissionMicroseconds: number[] = [];
     for (let index = 0; index < 5000; index++) {
       const started = performance.now();
-      await connection.script("admit", [...keysOf, "sluice:ready"], ["admit", 10, 1_000_000_000, -1, -1, 100, `probe-${index}`, 15000]);
+      const [answer] = (await connection.script("admit", keysOf, ["admit", 15000, 1_000_000_000, -1, 100, 11, 30, `probe-${index}`])) as number[][];
       admissionMicroseconds.push((performance.now() - started) * 1000);
+      if (answer?.[0] !== 0) throw new Error(`the probe was not admitted: ${JSON.stringify(answer)}`);
+      await connection.script("settle", keysOf, ["probe", `probe-${index}`, 20]);
     }
     connection.close();
 

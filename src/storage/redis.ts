@@ -1,7 +1,7 @@
 // Redis in shared mode: admission state only (quota windows, reservations, concurrency leases, model slots) and the
 // change epoch that tells instances to drop their caches. Everything in it can be rebuilt from PostgreSQL.
 import { RedisClient } from "bun";
-import monthLua from "./redis-scripts/month.lua" with { type: "text" };
+import preludeLua from "./redis-scripts/prelude.lua" with { type: "text" };
 import admitLua from "./redis-scripts/admit.lua" with { type: "text" };
 import settleLua from "./redis-scripts/settle.lua" with { type: "text" };
 import restoreLua from "./redis-scripts/restore.lua" with { type: "text" };
@@ -13,12 +13,18 @@ import { withTimeout } from "./with-timeout";
 /** Every Redis call a request waits for gives up after this long. */
 export const redisTimeoutMs = 1000;
 
+/** Each script with the prelude its functions come from, and the SHA1 Redis knows it by. */
+function script(body: string): { source: string; sha: string } {
+  const source = `${preludeLua}\n${body}`;
+  return { source, sha: new Bun.CryptoHasher("sha1").update(source).digest("hex") };
+}
+
 const scripts = {
-  admit: admitLua,
-  settle: settleLua,
-  restore: restoreLua,
-  renew: renewLua,
-  takeSlot: takeSlotLua,
+  admit: script(admitLua),
+  settle: script(settleLua),
+  restore: script(restoreLua),
+  renew: script(renewLua),
+  takeSlot: script(takeSlotLua),
 };
 export type ScriptName = keyof typeof scripts;
 
@@ -40,23 +46,31 @@ export class RedisUnavailableError extends Error {
 export class RedisConnection {
   readonly client: RedisClient;
   private subscriber: RedisClient | undefined;
-  private readonly shas = new Map<ScriptName, string>();
+  /** Scripts this connection has sent whole: Redis knows them by their SHA from then on. */
+  private readonly sent = new Set<ScriptName>();
   private closed = false;
 
   constructor(readonly url: string) {
     this.client = this.connect();
   }
 
-  /** Runs one of Sluice's scripts by its SHA, loading it first when Redis does not know it (after a restart). */
+  /**
+   * Runs one of Sluice's scripts: sent whole the first time (EVAL, which also makes Redis keep it), by its SHA after.
+   * Both are sent at once, in the order of the calls, so a script always takes effect before the commands that follow
+   * it (a settle before the next admission); Redis that forgot the script (a restart) gets it whole again.
+   */
   async script(name: ScriptName, keys: string[], args: (string | number)[]): Promise<RedisReply> {
     const parameters = [String(keys.length), ...keys, ...args.map(String)];
-    let sha = this.shas.get(name);
-    if (sha === undefined) sha = await this.load(name);
+    const script = scripts[name];
+    if (!this.sent.has(name)) {
+      this.sent.add(name);
+      return (await this.call("EVAL", [script.source, ...parameters])) as RedisReply;
+    }
     try {
-      return (await this.call("EVALSHA", [sha, ...parameters])) as RedisReply;
+      return (await this.call("EVALSHA", [script.sha, ...parameters])) as RedisReply;
     } catch (error) {
       if (!String((error as Error).message).includes("NOSCRIPT")) throw error;
-      return (await this.call("EVALSHA", [await this.load(name), ...parameters])) as RedisReply;
+      return (await this.call("EVAL", [script.source, ...parameters])) as RedisReply;
     }
   }
 
@@ -100,12 +114,6 @@ export class RedisConnection {
     };
     client.connect().catch(() => {});
     return client;
-  }
-
-  private async load(name: ScriptName): Promise<string> {
-    const sha = String(await this.call("SCRIPT", ["LOAD", `${monthLua}\n${scripts[name]}`]));
-    this.shas.set(name, sha);
-    return sha;
   }
 }
 

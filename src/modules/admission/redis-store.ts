@@ -1,6 +1,7 @@
 import type { PlanConfig } from "../../config/schema";
 import { SluiceError } from "../../errors";
 import { keyPrefix, type RedisConnection, type RedisReply } from "../../storage/redis";
+import { ScriptBatches } from "../../storage/redis-batches";
 import type { KeyRepository, UsageRepository } from "../../storage/types";
 import { restoreLimitedKeys } from "./ledger-usage";
 import { withTimeout } from "../../storage/with-timeout";
@@ -28,12 +29,15 @@ const rebuildWaitMs = 3000;
 const settleRetryMs = 1000;
 const settleGiveUpMs = 10 * 60_000;
 
-/** The five keys of one subject: an organization, or (with `keyId`) one of its keys with caps of its own. */
-function subjectKeys(organizationId: string, keyId?: string): string[] {
+/** The keys of one subject: an organization, or (with `keyId`) one of its keys with caps of its own. */
+export function subjectKeys(organizationId: string, keyId?: string): string[] {
   // The organization's hash tag keeps its keys' state in the same slot, so one script can touch both.
   const base = `${keyPrefix}org:{${organizationId}}:${keyId === undefined ? "" : `key:${keyId}:`}`;
-  return [`${base}state`, `${base}minutes`, `${base}lasts`, `${base}leases`, `${base}reservations`];
+  return [`${base}state`, `${base}minutes`, `${base}lasts`, `${base}leases`, `${base}reservations`, `${base}expired`];
 }
+
+/** Where a subject's leases set is among its keys. */
+const leasesIndex = 3;
 
 function limitArgs(limits: Limits): number[] {
   return [limits.tokensPer5h ?? -1, limits.tokensPerMonth ?? -1, limits.maxConcurrency ?? -1];
@@ -76,7 +80,9 @@ function readReply(reply: RedisReply): AdmitReply {
 
 interface PendingSettle {
   keys: string[];
-  args: (string | number)[];
+  generation: string;
+  leaseId: string;
+  tokens: number;
   since: number;
 }
 
@@ -93,6 +99,8 @@ export class RedisAdmissionStore implements AdmissionStore {
   private rebuilding: Promise<void> | undefined;
   private pendingSettles: PendingSettle[] = [];
   private readonly retryTimer: Timer;
+  private readonly admits: ScriptBatches;
+  private readonly settles: ScriptBatches;
 
   constructor(
     private readonly redis: RedisConnection,
@@ -102,7 +110,10 @@ export class RedisAdmissionStore implements AdmissionStore {
     /** Renews this instance's leases; the CLI, which holds none, passes none. */
     private readonly keeper?: LeaseKeeper,
   ) {
-    this.retryTimer = setInterval(() => void this.retrySettles(), settleRetryMs);
+    this.settles = new ScriptBatches(redis, "settle", "whole");
+    // A request that ended and the next one from the same client: its place must be free when that one is admitted.
+    this.admits = new ScriptBatches(redis, "admit", "each", () => this.settles.sendWaiting());
+    this.retryTimer = setInterval(() => this.retrySettles(), settleRetryMs);
     this.retryTimer.unref();
   }
 
@@ -110,10 +121,11 @@ export class RedisAdmissionStore implements AdmissionStore {
     const plan = request.plan;
     const leaseId = crypto.randomUUID();
     const key = request.key;
-    const keys = [...subjectKeys(request.organizationId), ...(key ? subjectKeys(request.organizationId, key.id) : [])];
+    const organizationKeys = subjectKeys(request.organizationId);
+    const keys = key ? [...organizationKeys, ...subjectKeys(request.organizationId, key.id)] : organizationKeys;
     const wanted = hasQuota(plan) || (key && hasQuota(key.limits)) ? request.promptTokens + this.estimate.expected(request.modelId, request.maxTokens) : 0;
-    const args = ["admit", request.promptTokens + 1, wanted, leaseId, leaseMs, ...limitArgs(plan), ...(key ? limitArgs(key.limits) : [])];
-    const reply = await this.runRebuilt(keys, args);
+    const head = ["admit", leaseMs, ...limitArgs(plan), ...(key ? limitArgs(key.limits) : [])];
+    const reply = await this.runRebuilt(keys, head, [request.promptTokens + 1, wanted, leaseId]);
     if (reply.status !== 0) {
       const byKey = reply.refused === 2 && key !== undefined;
       const refusing = reply.subjects[reply.refused - 1];
@@ -124,7 +136,8 @@ export class RedisAdmissionStore implements AdmissionStore {
         byKey ? "key" : "organization",
       );
     }
-    this.keeper?.hold(key ? [keys[3] as string, keys[8] as string] : (keys[3] as string), leaseId);
+    const leases = organizationKeys[leasesIndex] as string;
+    this.keeper?.hold(key ? [leases, keys[organizationKeys.length + leasesIndex] as string] : leases, leaseId);
     this.localInFlight++;
     this.localReserved += reply.reservation;
     let settled = false;
@@ -142,7 +155,7 @@ export class RedisAdmissionStore implements AdmissionStore {
         this.localReserved -= reply.reservation;
         if (spent) this.estimate.observe(request.modelId, spent.completionTokens);
         const tokens = spent ? spent.promptTokens + spent.completionTokens : -1;
-        this.settleInRedis([`${keyPrefix}settled:${leaseId}`, readyKey, ...keys], [leaseId, tokens, reply.generation]);
+        this.settleInRedis({ keys, generation: reply.generation, leaseId, tokens, since: Date.now() });
       },
     };
   }
@@ -186,43 +199,46 @@ export class RedisAdmissionStore implements AdmissionStore {
   }
 
   private async peek(keys: string[]): Promise<QuotaState> {
-    return (await this.runRebuilt(keys, ["peek", 0, 0, "", 0, -1, -1, -1])).subjects[0] as QuotaState;
+    return (await this.runRebuilt(keys, ["peek", 0])).subjects[0] as QuotaState;
   }
 
-  /** Runs admit.lua; if Redis lost its data, rebuilds the state from the ledger first (503 if that fails). */
-  private async runRebuilt(keys: string[], args: (string | number)[]): Promise<AdmitReply> {
-    let reply = await this.run(keys, args);
+  /**
+   * Runs admit.lua (a request's values batched with others on the same keys; a peek alone); if Redis lost its data,
+   * rebuilds the state from the ledger first (503 if that fails).
+   */
+  private async runRebuilt(keys: string[], head: (string | number)[], values?: (string | number)[]): Promise<AdmitReply> {
+    let reply = await this.run(keys, head, values);
     if (reply.status === 9) {
       await this.rebuildOnce();
-      reply = await this.run(keys, args);
+      reply = await this.run(keys, head, values);
       if (reply.status === 9) throw admissionUnavailable(new Error("the admission state is being rebuilt from the ledger"));
     }
     return reply;
   }
 
-  private async run(keys: string[], args: (string | number)[]): Promise<AdmitReply> {
+  private async run(keys: string[], head: (string | number)[], values?: (string | number)[]): Promise<AdmitReply> {
     try {
-      return readReply(await this.redis.script("admit", [readyKey, ...keys], args));
+      const scriptKeys = [readyKey, ...keys];
+      const reply = values ? await this.admits.run(scriptKeys, head, values) : ((await this.redis.script("admit", scriptKeys, head)) as RedisReply[])[0];
+      if (!Array.isArray(reply)) throw new Error("admit.lua answered without a list");
+      return readReply(reply);
     } catch (error) {
       throw admissionUnavailable(error);
     }
   }
 
-  private settleInRedis(keys: string[], args: (string | number)[]): void {
-    this.redis.script("settle", keys, args).catch(() => {
-      // Redis did not take it: tried again until it does (the marker key makes a repeat harmless).
-      this.pendingSettles.push({ keys, args, since: Date.now() });
+  private settleInRedis(settle: PendingSettle): void {
+    this.settles.run([readyKey, ...settle.keys], [settle.generation], [settle.leaseId, settle.tokens]).catch(() => {
+      // Redis did not take it: tried again until it does (a lease settles once, however often it is sent).
+      this.pendingSettles.push(settle);
     });
   }
 
-  private async retrySettles(): Promise<void> {
+  private retrySettles(): void {
     if (this.pendingSettles.length === 0 || !this.redis.connected) return;
     const pending = this.pendingSettles;
     this.pendingSettles = [];
-    for (const settle of pending) {
-      if (Date.now() - settle.since > settleGiveUpMs) continue;
-      await this.redis.script("settle", settle.keys, settle.args).catch(() => this.pendingSettles.push(settle));
-    }
+    for (const settle of pending) if (Date.now() - settle.since <= settleGiveUpMs) this.settleInRedis(settle);
   }
 
   /** One rebuild at a time in this instance; across instances, a lock in Redis lets one do it while others wait. */

@@ -2,7 +2,9 @@
 // that the cluster tests can only hit by chance.
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import type { PlanConfig } from "../../../src/config/schema";
-import { RedisAdmissionStore } from "../../../src/modules/admission/redis-store";
+import { MemoryAdmissionStore } from "../../../src/modules/admission/memory-store";
+import { RedisAdmissionStore, subjectKeys } from "../../../src/modules/admission/redis-store";
+import { AdmissionRejected, type Lease } from "../../../src/modules/admission/store";
 import { postgresStorage } from "../../../src/storage/postgres";
 import { RedisConnection } from "../../../src/storage/redis";
 import type { ChangeFeed, Storage } from "../../../src/storage/types";
@@ -54,5 +56,129 @@ test("a rebuild asked for after another instance finished one does nothing: leas
     other.close();
     first.close();
     second.close();
+  }
+});
+
+/** How many script calls Redis has run so far. */
+async function scriptCalls(connection: RedisConnection): Promise<number> {
+  const stats = String(await connection.call("INFO", ["commandstats"]));
+  return Number(/cmdstat_evalsha:calls=(\d+)/.exec(stats)?.[1] ?? 0);
+}
+
+test("a burst of 300 admits in one instance reaches Redis as a few script calls, and admits exactly what one call each would", async () => {
+  const connection = new RedisConnection(redis.url);
+  const store = new RedisAdmissionStore(connection, storage.usage, storage.keys);
+  try {
+    while (!connection.connected) await Bun.sleep(10);
+    await store.rebuildFromLedger();
+    const burstPlan: PlanConfig = { id: "default", models: ["*"], tokensPer5h: 3000, maxConcurrency: 120 };
+    const burst = { ...request, organizationId: "org_burst", plan: burstPlan };
+    // The same 300 requests, one after the other, in one process's memory: what exactness means.
+    const memory = new MemoryAdmissionStore();
+    const expected = Array.from({ length: 300 }, () => {
+      try {
+        return memory.admit(burst, Date.now()).reservedTokens;
+      } catch (error) {
+        return (error as AdmissionRejected).kind;
+      }
+    });
+    await store.admit(burst, Date.now()).then((lease) => lease.settle(null, Date.now()));
+    while ((await store.snapshot("org_burst", burstPlan, Date.now())).inFlight > 0) await Bun.sleep(10);
+    const callsBefore = await scriptCalls(connection);
+    const outcomes = await Promise.all(
+      Array.from({ length: 300 }, () =>
+        store.admit(burst, Date.now()).then(
+          (lease) => lease,
+          (error: AdmissionRejected) => error,
+        ),
+      ),
+    );
+    const calls = (await scriptCalls(connection)) - callsBefore;
+    // The first alone, the rest in batches of at most 200.
+    expect(calls).toBeGreaterThanOrEqual(2);
+    expect(calls).toBeLessThanOrEqual(4);
+    expect(outcomes.map((outcome) => (outcome instanceof AdmissionRejected ? outcome.kind : outcome.reservedTokens))).toEqual(expected);
+    const admitted = outcomes.filter((outcome): outcome is Lease => !(outcome instanceof AdmissionRejected));
+    expect(admitted).toHaveLength(100);
+    expect((await store.snapshot("org_burst", burstPlan, Date.now())).inFlight).toBe(100);
+    for (const lease of admitted) lease.settle({ promptTokens: 10, completionTokens: 5 }, Date.now());
+    let snapshot = await store.snapshot("org_burst", burstPlan, Date.now());
+    for (let attempt = 0; attempt < 100 && snapshot.inFlight > 0; attempt++) {
+      await Bun.sleep(20);
+      snapshot = await store.snapshot("org_burst", burstPlan, Date.now());
+    }
+    expect(snapshot.inFlight).toBe(0);
+    expect(snapshot.reserved).toBe(0);
+    expect(snapshot.fiveHours.used).toBe(100 * 15);
+  } finally {
+    store.close();
+    connection.close();
+  }
+});
+
+test("a settle sent twice counts once; a lease that expired before its settle arrived counts what it spent, once", async () => {
+  const connection = new RedisConnection(redis.url);
+  const store = new RedisAdmissionStore(connection, storage.usage, storage.keys);
+  try {
+    while (!connection.connected) await Bun.sleep(10);
+    await store.rebuildFromLedger();
+    const generation = String(await connection.call("GET", ["sluice:ready"]));
+    const keys = ["sluice:ready", ...subjectKeys("org_settles")];
+    // A lease of 100 ms, a 5-hour limit of 100,000 and a concurrency cap of 10; need 11, reserve 30.
+    const admit = async (leaseId: string) => ((await connection.script("admit", keys, ["admit", 100, 100_000, -1, 10, 11, 30, leaseId])) as number[][])[0];
+    const settle = (leaseId: string, tokens: number) => connection.script("settle", keys, [generation, leaseId, tokens]);
+    const quotaPlan: PlanConfig = { id: "default", models: ["*"], tokensPer5h: 100_000, maxConcurrency: 10 };
+    const state = () => store.snapshot("org_settles", quotaPlan, Date.now());
+
+    expect((await admit("lease-a"))?.[0]).toBe(0);
+    expect(await settle("lease-a", 15)).toBe(1);
+    // The answer was lost, say, and the instance sends it again.
+    expect(await settle("lease-a", 15)).toBe(0);
+    expect(await state()).toMatchObject({ inFlight: 0, reserved: 0, fiveHours: { used: 15 } });
+
+    expect((await admit("lease-b"))?.[0]).toBe(0);
+    await Bun.sleep(150);
+    // lease-b expired unsettled: the next admission frees its place and reservation.
+    expect((await admit("lease-c"))?.[0]).toBe(0);
+    expect(await state()).toMatchObject({ inFlight: 1, reserved: 30, fiveHours: { used: 15 } });
+    // Its settle, late, still counts what it spent, once.
+    expect(await settle("lease-b", 20)).toBe(1);
+    expect(await settle("lease-b", 20)).toBe(0);
+    expect(await state()).toMatchObject({ inFlight: 1, reserved: 30, fiveHours: { used: 35 } });
+    // Both in one batch, one of them twice: counted once each.
+    expect(await connection.script("settle", keys, [generation, "lease-c", 7, "lease-c", 7, "lease-b", 20])).toBe(1);
+    expect(await state()).toMatchObject({ inFlight: 0, reserved: 0, fiveHours: { used: 42 } });
+  } finally {
+    store.close();
+    connection.close();
+  }
+});
+
+test("workers that each send their next request after their last answer never exceed max_concurrency = workers: every settle reaches Redis before the admit that follows it", async () => {
+  const connection = new RedisConnection(redis.url);
+  const store = new RedisAdmissionStore(connection, storage.usage, storage.keys);
+  try {
+    while (!connection.connected) await Bun.sleep(10);
+    await store.rebuildFromLedger();
+    const capPlan: PlanConfig = { id: "default", models: ["*"], maxConcurrency: 4 };
+    const capped = { ...request, organizationId: "org_sequential", plan: capPlan };
+    let refused = 0;
+    await Promise.all(
+      Array.from({ length: 4 }, async () => {
+        for (let turn = 0; turn < 100; turn++) {
+          try {
+            const lease = await store.admit(capped, Date.now());
+            await Bun.sleep(0);
+            lease.settle({ promptTokens: 10, completionTokens: 5 }, Date.now());
+          } catch {
+            refused++;
+          }
+        }
+      }),
+    );
+    expect(refused).toBe(0);
+  } finally {
+    store.close();
+    connection.close();
   }
 });
