@@ -34,9 +34,11 @@ export class ScriptBatches {
     private readonly beforeSend: () => void = () => {},
   ) {}
 
-  /** Runs the script for one item; resolves with its answer (or the batch's), rejects when the call failed. */
-  run(keys: string[], head: (string | number)[], values: (string | number)[]): Promise<RedisReply> {
-    const id = `${keys.join(" ")}\n${head.join(" ")}`;
+  /**
+   * Runs the script for one item; resolves with its answer (or the batch's), rejects when the call failed. `id` names
+   * the keys and head: items with the same id go in one call.
+   */
+  run(id: string, keys: string[], head: (string | number)[], values: (string | number)[]): Promise<RedisReply> {
     let group = this.groups.get(id);
     if (group === undefined) {
       group = { keys, head, waiting: [], inFlight: 0 };

@@ -2,16 +2,19 @@
 // run, answered as the SQLite ones answer them.
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { postgresStorage } from "../../src/storage/postgres";
+import { bucketMs, monthOf } from "../../src/usage-periods";
 import type { ChangeFeed, Storage } from "../../src/storage/types";
 import { startPostgres, type PostgresServer } from "../support/services";
 
 let postgres: PostgresServer;
 let storage: Storage;
+let databaseUrl: string;
 const quiet: ChangeFeed = { onChange() {}, check() {}, async announce() {} };
 
 beforeAll(async () => {
   postgres = await startPostgres();
-  storage = await postgresStorage(await postgres.createDatabase("repositories"), quiet);
+  databaseUrl = await postgres.createDatabase("repositories");
+  storage = await postgresStorage(databaseUrl, quiet);
 });
 afterAll(async () => {
   await storage?.close();
@@ -70,6 +73,63 @@ test("ledger rows, aggregates, hourly series, refusals, last use and credentials
   expect((await storage.usage.read(now)).get("org_1")).toBeUndefined();
   expect((await storage.usage.resets()).get("org_1")).toBe(now);
   await ledger.close();
+});
+
+test("a committed row keeps every field as recorded, and counts in the minute and UTC calendar month that monthOf gives, at a month's edges", async () => {
+  const ledger = storage.openLedger();
+  await storage.organizations.insert({ id: "org_edges", name: "edges", plan: "default", status: "active", createdAt: 1 });
+  const times = [Date.UTC(2026, 10, 30, 23, 59, 59, 999), Date.UTC(2026, 11, 1), Date.UTC(2024, 1, 29, 12, 30, 1, 1), Date.UTC(2027, 0, 1) - 1];
+  const rows = times.map((endedAt, index) => ({
+    requestId: `req_edge_${index}`,
+    organizationId: "org_edges",
+    keyId: "key_edges",
+    model: `model "${index}" é`,
+    promptTokens: 10 + index,
+    completionTokens: 5,
+    reasoningTokens: index,
+    outcome: "completed" as const,
+    errorCode: index === 1 ? "upstream_error" : null,
+    ruleId: null,
+    usageSource: "tokenizer" as const,
+    startedAt: endedAt - 1000,
+    endedAt,
+    firstTokenMs: index === 2 ? 40 : null,
+  }));
+  await Promise.all(rows.map((row) => ledger.record(row)));
+  await ledger.close();
+  const client = new Bun.SQL(databaseUrl);
+  try {
+    const stored = await client`SELECT * FROM usage_ledger WHERE organization_id = 'org_edges' ORDER BY request_id`;
+    expect(
+      stored.map((row: Record<string, unknown>) => ({
+        requestId: row.request_id,
+        organizationId: row.organization_id,
+        keyId: row.key_id,
+        model: row.model,
+        promptTokens: Number(row.prompt_tokens),
+        completionTokens: Number(row.completion_tokens),
+        reasoningTokens: Number(row.reasoning_tokens),
+        outcome: row.outcome,
+        errorCode: row.error_code,
+        ruleId: row.rule_id,
+        usageSource: row.usage_source,
+        startedAt: Number(row.started_at),
+        endedAt: Number(row.ended_at),
+        firstTokenMs: row.first_token_ms === null ? null : Number(row.first_token_ms),
+      })),
+    ).toEqual(rows);
+    const months = await client`SELECT month, tokens FROM usage_months WHERE organization_id = 'org_edges' ORDER BY month`;
+    const expectedMonths = new Map<number, number>();
+    for (const row of rows) expectedMonths.set(monthOf(row.endedAt), (expectedMonths.get(monthOf(row.endedAt)) ?? 0) + row.promptTokens + row.completionTokens);
+    expect(months.map((row: { month: unknown; tokens: unknown }) => [Number(row.month), Number(row.tokens)])).toEqual(
+      [...expectedMonths].sort((a, b) => a[0] - b[0]),
+    );
+    expect(expectedMonths.size).toBe(3);
+    const minutes = await client`SELECT minute FROM usage_minutes WHERE organization_id = 'org_edges' ORDER BY minute`;
+    expect(minutes.map((row: { minute: unknown }) => Number(row.minute))).toEqual(times.map((time) => Math.floor(time / bucketMs)).sort((a, b) => a - b));
+  } finally {
+    await client.close();
+  }
 });
 
 test("sign-in failures: counted in one window, restarted after it, cleared", async () => {

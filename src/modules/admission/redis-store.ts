@@ -39,6 +39,23 @@ export function subjectKeys(organizationId: string, keyId?: string): string[] {
 /** Where a subject's leases set is among its keys. */
 const leasesIndex = 3;
 
+/** What admit.lua and settle.lua take for a request: the generation's key, then each of its subjects' keys. */
+interface Subjects {
+  /** Names the set in one process, for batching. */
+  id: string;
+  scriptKeys: string[];
+  /** The leases sets a lease lives in (the organization's, and its key's when the key has caps). */
+  leaseSets: string | readonly string[];
+}
+
+function subjectsOf(organizationId: string, keyId: string | undefined): Subjects {
+  const organization = subjectKeys(organizationId);
+  const id = `${organizationId}\n${keyId ?? ""}`;
+  if (keyId === undefined) return { id, scriptKeys: [readyKey, ...organization], leaseSets: organization[leasesIndex] as string };
+  const key = subjectKeys(organizationId, keyId);
+  return { id, scriptKeys: [readyKey, ...organization, ...key], leaseSets: [organization[leasesIndex] as string, key[leasesIndex] as string] };
+}
+
 function limitArgs(limits: Limits): number[] {
   return [limits.tokensPer5h ?? -1, limits.tokensPerMonth ?? -1, limits.maxConcurrency ?? -1];
 }
@@ -79,7 +96,7 @@ function readReply(reply: RedisReply): AdmitReply {
 }
 
 interface PendingSettle {
-  keys: string[];
+  subjects: Subjects;
   generation: string;
   leaseId: string;
   tokens: number;
@@ -100,6 +117,8 @@ export class RedisAdmissionStore implements AdmissionStore {
   private pendingSettles: PendingSettle[] = [];
   private readonly retryTimer: Timer;
   private readonly admits: ScriptBatches;
+  /** Every organization's (and capped key's) script keys, made once. */
+  private readonly subjects = new Map<string, Subjects>();
   private readonly settles: ScriptBatches;
 
   constructor(
@@ -121,11 +140,10 @@ export class RedisAdmissionStore implements AdmissionStore {
     const plan = request.plan;
     const leaseId = crypto.randomUUID();
     const key = request.key;
-    const organizationKeys = subjectKeys(request.organizationId);
-    const keys = key ? [...organizationKeys, ...subjectKeys(request.organizationId, key.id)] : organizationKeys;
+    const subjects = this.subjectsOf(request.organizationId, key?.id);
     const wanted = hasQuota(plan) || (key && hasQuota(key.limits)) ? request.promptTokens + this.estimate.expected(request.modelId, request.maxTokens) : 0;
     const head = ["admit", leaseMs, ...limitArgs(plan), ...(key ? limitArgs(key.limits) : [])];
-    const reply = await this.runRebuilt(keys, head, [request.promptTokens + 1, wanted, leaseId]);
+    const reply = await this.runRebuilt(subjects, head, [request.promptTokens + 1, wanted, leaseId]);
     if (reply.status !== 0) {
       const byKey = reply.refused === 2 && key !== undefined;
       const refusing = reply.subjects[reply.refused - 1];
@@ -136,8 +154,7 @@ export class RedisAdmissionStore implements AdmissionStore {
         byKey ? "key" : "organization",
       );
     }
-    const leases = organizationKeys[leasesIndex] as string;
-    this.keeper?.hold(key ? [leases, keys[organizationKeys.length + leasesIndex] as string] : leases, leaseId);
+    this.keeper?.hold(subjects.leaseSets, leaseId);
     this.localInFlight++;
     this.localReserved += reply.reservation;
     let settled = false;
@@ -155,17 +172,18 @@ export class RedisAdmissionStore implements AdmissionStore {
         this.localReserved -= reply.reservation;
         if (spent) this.estimate.observe(request.modelId, spent.completionTokens);
         const tokens = spent ? spent.promptTokens + spent.completionTokens : -1;
-        this.settleInRedis({ keys, generation: reply.generation, leaseId, tokens, since: Date.now() });
+        this.settleInRedis({ subjects, generation: reply.generation, leaseId, tokens, since: Date.now() });
       },
     };
   }
 
   async snapshot(organizationId: string, plan: PlanConfig, _now: number): Promise<UsageSnapshot> {
-    return usageSnapshot(plan, await this.peek(subjectKeys(organizationId)));
+    return usageSnapshot(plan, await this.peek(subjectsOf(organizationId, undefined)));
   }
 
   async keySnapshot(organizationId: string, key: KeyAdmission, _now: number): Promise<UsageSnapshot> {
-    return usageSnapshot(key.limits, await this.peek(subjectKeys(organizationId, key.id)));
+    // The key's subject alone: admit.lua then reads it as it reads an organization.
+    return usageSnapshot(key.limits, await this.peek({ id: "", scriptKeys: [readyKey, ...subjectKeys(organizationId, key.id)], leaseSets: [] }));
   }
 
   async restore(organizationId: string, buckets: LedgerBucket[], monthTokens: number, monthStart: number, keyId?: string): Promise<void> {
@@ -198,28 +216,29 @@ export class RedisAdmissionStore implements AdmissionStore {
     }
   }
 
-  private async peek(keys: string[]): Promise<QuotaState> {
-    return (await this.runRebuilt(keys, ["peek", 0])).subjects[0] as QuotaState;
+  private async peek(subjects: Subjects): Promise<QuotaState> {
+    return (await this.runRebuilt(subjects, ["peek", 0])).subjects[0] as QuotaState;
   }
 
   /**
    * Runs admit.lua (a request's values batched with others on the same keys; a peek alone); if Redis lost its data,
    * rebuilds the state from the ledger first (503 if that fails).
    */
-  private async runRebuilt(keys: string[], head: (string | number)[], values?: (string | number)[]): Promise<AdmitReply> {
-    let reply = await this.run(keys, head, values);
+  private async runRebuilt(subjects: Subjects, head: (string | number)[], values?: (string | number)[]): Promise<AdmitReply> {
+    let reply = await this.run(subjects, head, values);
     if (reply.status === 9) {
       await this.rebuildOnce();
-      reply = await this.run(keys, head, values);
+      reply = await this.run(subjects, head, values);
       if (reply.status === 9) throw admissionUnavailable(new Error("the admission state is being rebuilt from the ledger"));
     }
     return reply;
   }
 
-  private async run(keys: string[], head: (string | number)[], values?: (string | number)[]): Promise<AdmitReply> {
+  private async run(subjects: Subjects, head: (string | number)[], values?: (string | number)[]): Promise<AdmitReply> {
     try {
-      const scriptKeys = [readyKey, ...keys];
-      const reply = values ? await this.admits.run(scriptKeys, head, values) : ((await this.redis.script("admit", scriptKeys, head)) as RedisReply[])[0];
+      const reply = values
+        ? await this.admits.run(`${subjects.id}\n${head.join(" ")}`, subjects.scriptKeys, head, values)
+        : ((await this.redis.script("admit", subjects.scriptKeys, head)) as RedisReply[])[0];
       if (!Array.isArray(reply)) throw new Error("admit.lua answered without a list");
       return readReply(reply);
     } catch (error) {
@@ -227,8 +246,19 @@ export class RedisAdmissionStore implements AdmissionStore {
     }
   }
 
+  private subjectsOf(organizationId: string, keyId: string | undefined): Subjects {
+    const id = keyId === undefined ? organizationId : `${organizationId}\n${keyId}`;
+    let subjects = this.subjects.get(id);
+    if (subjects === undefined) {
+      subjects = subjectsOf(organizationId, keyId);
+      this.subjects.set(id, subjects);
+    }
+    return subjects;
+  }
+
   private settleInRedis(settle: PendingSettle): void {
-    this.settles.run([readyKey, ...settle.keys], [settle.generation], [settle.leaseId, settle.tokens]).catch(() => {
+    const subjects = settle.subjects;
+    this.settles.run(`${subjects.id}\n${settle.generation}`, subjects.scriptKeys, [settle.generation], [settle.leaseId, settle.tokens]).catch(() => {
       // Redis did not take it: tried again until it does (a lease settles once, however often it is sent).
       this.pendingSettles.push(settle);
     });
