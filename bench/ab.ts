@@ -12,11 +12,12 @@
 // the warm-up), TTFT p50 and p99, and CPU time per relayed event; `--reference` adds the durable reference server
 // (bench/reference-proxy.ts) to every round as the yardstick of the unavoidable work.
 //   bun bench/ab.ts REVISION [--rounds 4] [--seconds 6] [--latency 1000 | --streams 2000 [--reference]]
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { freePort, waitForPort } from "./ports";
+import { cpuMicroseconds } from "./process-cpu";
 import { prepareSluice } from "./sluice-setup";
 import { memoryOf, runStreams } from "./stream-client";
 
@@ -70,17 +71,6 @@ function build(tree: string, outfile: string): void {
     stderr: "inherit",
   });
   if (result.exitCode !== 0) throw new Error(`build of ${tree} failed`);
-}
-
-/** CPU time so far in microseconds: of the process's main thread (the event loop) and of all its threads. */
-function cpuMicroseconds(pid: number): { main: number; process: number } {
-  const fields = (path: string) => {
-    const stat = readFileSync(path, "utf8");
-    const rest = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    // utime and stime, in clock ticks (USER_HZ: 100 a second on Linux; fields 14 and 15 of proc(5), 12 and 13 after the name)
-    return (Number(rest[11]) + Number(rest[12])) * 10_000;
-  };
-  return { main: fields(`/proc/${pid}/task/${pid}/stat`), process: fields(`/proc/${pid}/stat`) };
 }
 
 async function startSluice(binary: string, name: string, upstreamPort: number): Promise<{ port: number; key: string; pid: number }> {

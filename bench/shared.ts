@@ -1,7 +1,8 @@
 // The shared-mode phase of `make bench`: Sluice on PostgreSQL + Redis against the same executable on SQLite, in one
 // run, on Debian's servers started here (as the tests start them). Writes its figures into the `shared` key of
 // bench/results/latest.json (or partial.json when that is what the main runner wrote last).
-//   1. whole answers, closed loop, one instance each: SQLite vs shared (interleaved rounds, medians)
+//   1. whole answers, closed loop, one instance each: SQLite vs shared (interleaved rounds, medians), and the CPU
+//      time a request of the instance, PostgreSQL and Redis
 //   2. latency at 1,000 requests a second, open loop: p50 / p99 of each
 //   3. one admission script call on its own (sequential EVALSHA round trips): what Redis adds per request
 //   4. three shared instances at once (one wrk per instance), and a burst of 500 over them against
@@ -11,6 +12,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startPostgres, startRedis } from "../test/support/services";
 import { freePort, waitForPort } from "./ports";
+import { cpuMicroseconds, cpuOfProcessesNamed } from "./process-cpu";
 
 const root = join(import.meta.dir, "..");
 const bun = process.execPath;
@@ -47,12 +49,22 @@ async function wrkScript(name: string, key: string): Promise<string> {
   return script;
 }
 
-/** Requests a second of one wrk run, and how many answers were not 2xx. */
-async function wrk(url: string, script: string, threads: number, connectionCount: number, duration: number): Promise<{ rps: number; non2xx: number }> {
+/** Requests a second of one wrk run, how many were answered, and how many answers were not 2xx. */
+async function wrk(
+  url: string,
+  script: string,
+  threads: number,
+  connectionCount: number,
+  duration: number,
+): Promise<{ rps: number; requests: number; non2xx: number }> {
   const child = Bun.spawn(["wrk", `-t${threads}`, `-c${connectionCount}`, `-d${duration}s`, "-s", script, url], { stdout: "pipe" });
   const output = await new Response(child.stdout).text();
   await child.exited;
-  return { rps: Number(/Requests\/sec:\s+([\d.]+)/.exec(output)?.[1] ?? Number.NaN), non2xx: Number(/Non-2xx or 3xx responses: (\d+)/.exec(output)?.[1] ?? 0) };
+  return {
+    rps: Number(/Requests\/sec:\s+([\d.]+)/.exec(output)?.[1] ?? Number.NaN),
+    requests: Number(/(\d+) requests in/.exec(output)?.[1] ?? Number.NaN),
+    non2xx: Number(/Non-2xx or 3xx responses: (\d+)/.exec(output)?.[1] ?? 0),
+  };
 }
 
 async function openLoop(url: string, key: string, duration: number): Promise<{ p50_ms: number; p99_ms: number; errors: number }> {
@@ -89,6 +101,24 @@ function cli(environment: Record<string, string | undefined>, ...args: string[])
     .trim();
 }
 
+/** Where a round's CPU went, in microseconds a request: the instance (and its event loop), PostgreSQL, Redis. */
+interface CpuShares {
+  sluice: number;
+  event_loop: number;
+  postgres: number;
+  redis: number;
+}
+
+function cpuNow(pid: number): CpuShares {
+  const instance = cpuMicroseconds(pid);
+  return { sluice: instance.process, event_loop: instance.main, postgres: cpuOfProcessesNamed("postgres"), redis: cpuOfProcessesNamed("redis-server") };
+}
+
+function cpuPerRequest(before: CpuShares, after: CpuShares, requests: number): CpuShares {
+  const share = (part: keyof CpuShares) => (after[part] - before[part]) / requests;
+  return { sluice: share("sluice"), event_loop: share("event_loop"), postgres: share("postgres"), redis: share("redis") };
+}
+
 async function startInstance(environment: Record<string, string | undefined>): Promise<{ url: string; child: Bun.Subprocess }> {
   const port = freePort();
   const child = start([sluiceBinary, "serve"], { ...environment, SLUICE_PORT: String(port) });
@@ -122,20 +152,28 @@ async function main(): Promise<void> {
     const sqlite = await startInstance(sqliteEnvironment);
     const shared = await startInstance(sharedEnvironment);
     const targets = [
-      { name: "sqlite", url: sqlite.url, script: await wrkScript("sqlite", keys.sqlite as string), key: keys.sqlite as string },
-      { name: "shared", url: shared.url, script: await wrkScript("shared", keys.shared as string), key: keys.shared as string },
+      { name: "sqlite", url: sqlite.url, pid: sqlite.child.pid, script: await wrkScript("sqlite", keys.sqlite as string), key: keys.sqlite as string },
+      { name: "shared", url: shared.url, pid: shared.child.pid, script: await wrkScript("shared", keys.shared as string), key: keys.shared as string },
     ];
 
     log(`1/4 whole answers, closed loop (${connections} connections, ${rounds} rounds of ${seconds} s, interleaved)`);
     const rps: Record<string, number[]> = { sqlite: [], shared: [] };
+    const cpu: Record<string, CpuShares[]> = { sqlite: [], shared: [] };
     for (const target of targets) await wrk(target.url, target.script, 2, connections, 2);
     for (let round = 0; round < rounds; round++) {
       for (const target of targets) {
+        const before = cpuNow(target.pid);
         const result = await wrk(target.url, target.script, 2, connections, seconds);
+        cpu[target.name]?.push(cpuPerRequest(before, cpuNow(target.pid), result.requests));
         if (result.non2xx > 0) log(`${target.name}: ${result.non2xx} non-2xx answers`);
         rps[target.name]?.push(result.rps);
       }
     }
+    const cpuMedian = (name: string): CpuShares => {
+      const shares = cpu[name] ?? [];
+      const of = (part: keyof CpuShares) => median(shares.map((share) => share[part]));
+      return { sluice: of("sluice"), event_loop: of("event_loop"), postgres: of("postgres"), redis: of("redis") };
+    };
 
     log(`2/4 latency at ${rate} requests a second, open loop`);
     const latency: Record<string, { p50: number[]; p99: number[] }> = { sqlite: { p50: [], p99: [] }, shared: { p50: [], p99: [] } };
@@ -199,7 +237,15 @@ async function main(): Promise<void> {
     const shared_ = {
       date: new Date().toISOString(),
       machine: { cores: navigator.hardwareConcurrency, bun_version: Bun.version, postgres: "Debian 15 (fsync off: test cluster)", redis: "Debian 7.0" },
-      nonstream: { connections, sqlite_rps: sqliteRps, shared_rps: sharedRps, shared_vs_sqlite: sharedRps / sqliteRps },
+      nonstream: {
+        connections,
+        sqlite_rps: sqliteRps,
+        shared_rps: sharedRps,
+        shared_vs_sqlite: sharedRps / sqliteRps,
+        // CPU time a request, medians of the rounds: the instance's process (its event loop apart), every PostgreSQL
+        // process, redis-server. Where shared mode's extra cost goes.
+        cpu_us_per_request: { sqlite: cpuMedian("sqlite"), shared: cpuMedian("shared") },
+      },
       latency: {
         rate,
         sqlite_p50_ms: median(latency.sqlite?.p50 ?? []),
@@ -229,6 +275,7 @@ async function main(): Promise<void> {
     console.log(`
 Shared mode (PostgreSQL + Redis) vs SQLite, one instance each, medians of ${rounds}
   whole answers: SQLite ${fixed(sqliteRps, 0)} rps | shared ${fixed(sharedRps, 0)} rps = ${fixed(shared_.nonstream.shared_vs_sqlite)} (target >= 0.5)
+  CPU a request, µs: SQLite instance ${fixed(cpuMedian("sqlite").sluice, 1)} (event loop ${fixed(cpuMedian("sqlite").event_loop, 1)}) | shared instance ${fixed(cpuMedian("shared").sluice, 1)} (event loop ${fixed(cpuMedian("shared").event_loop, 1)}), PostgreSQL ${fixed(cpuMedian("shared").postgres, 1)}, Redis ${fixed(cpuMedian("shared").redis, 1)}
   latency at ${rate} rps p50 / p99 ms: SQLite ${fixed(l.sqlite_p50_ms)} / ${fixed(l.sqlite_p99_ms)} | shared ${fixed(l.shared_p50_ms)} / ${fixed(l.shared_p99_ms)} (p50 added ${fixed(l.shared_p50_ms - l.sqlite_p50_ms)} ms, target < 1)
   one admission script call: p50 ${fixed(shared_.admission_script_round_trip_us.p50, 0)} µs, p99 ${fixed(shared_.admission_script_round_trip_us.p99, 0)} µs
   three shared instances: ${fixed(shared_.three_instances.rps, 0)} rps in all (${fixed(shared_.three_instances.vs_one_shared)} x one)
