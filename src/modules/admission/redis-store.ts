@@ -41,16 +41,15 @@ const leasesIndex = 3;
 
 /** What admit.lua and settle.lua take for a request: the generation's key, then each of its subjects' keys. */
 interface Subjects {
-  /** Names the set in one process, for batching. */
+  /** Names the set in one process (its organization and capped key), for batching. */
   id: string;
   scriptKeys: string[];
   /** The leases sets a lease lives in (the organization's, and its key's when the key has caps). */
   leaseSets: string | readonly string[];
 }
 
-function subjectsOf(organizationId: string, keyId: string | undefined): Subjects {
+function subjectsOf(id: string, organizationId: string, keyId: string | undefined): Subjects {
   const organization = subjectKeys(organizationId);
-  const id = `${organizationId}\n${keyId ?? ""}`;
   if (keyId === undefined) return { id, scriptKeys: [readyKey, ...organization], leaseSets: organization[leasesIndex] as string };
   const key = subjectKeys(organizationId, keyId);
   return { id, scriptKeys: [readyKey, ...organization, ...key], leaseSets: [organization[leasesIndex] as string, key[leasesIndex] as string] };
@@ -117,7 +116,7 @@ export class RedisAdmissionStore implements AdmissionStore {
   private pendingSettles: PendingSettle[] = [];
   private readonly retryTimer: Timer;
   private readonly admits: ScriptBatches;
-  /** Every organization's (and capped key's) script keys, made once. */
+  /** Every organization's (and capped key's) script keys, made once: as many as the organizations and keys it served. */
   private readonly subjects = new Map<string, Subjects>();
   private readonly settles: ScriptBatches;
 
@@ -143,7 +142,9 @@ export class RedisAdmissionStore implements AdmissionStore {
     const subjects = this.subjectsOf(request.organizationId, key?.id);
     const wanted = hasQuota(plan) || (key && hasQuota(key.limits)) ? request.promptTokens + this.estimate.expected(request.modelId, request.maxTokens) : 0;
     const head = ["admit", leaseMs, ...limitArgs(plan), ...(key ? limitArgs(key.limits) : [])];
-    const reply = await this.runRebuilt(subjects, head, [request.promptTokens + 1, wanted, leaseId]);
+    const batch = `${subjects.id}\n${head.join(" ")}`;
+    const values = [request.promptTokens + 1, wanted, leaseId];
+    const reply = await this.runRebuilt(() => this.admits.run(batch, subjects.scriptKeys, head, values));
     if (reply.status !== 0) {
       const byKey = reply.refused === 2 && key !== undefined;
       const refusing = reply.subjects[reply.refused - 1];
@@ -178,12 +179,12 @@ export class RedisAdmissionStore implements AdmissionStore {
   }
 
   async snapshot(organizationId: string, plan: PlanConfig, _now: number): Promise<UsageSnapshot> {
-    return usageSnapshot(plan, await this.peek(subjectsOf(organizationId, undefined)));
+    return usageSnapshot(plan, await this.peek(this.subjectsOf(organizationId, undefined).scriptKeys));
   }
 
   async keySnapshot(organizationId: string, key: KeyAdmission, _now: number): Promise<UsageSnapshot> {
     // The key's subject alone: admit.lua then reads it as it reads an organization.
-    return usageSnapshot(key.limits, await this.peek({ id: "", scriptKeys: [readyKey, ...subjectKeys(organizationId, key.id)], leaseSets: [] }));
+    return usageSnapshot(key.limits, await this.peek([readyKey, ...subjectKeys(organizationId, key.id)]));
   }
 
   async restore(organizationId: string, buckets: LedgerBucket[], monthTokens: number, monthStart: number, keyId?: string): Promise<void> {
@@ -216,29 +217,28 @@ export class RedisAdmissionStore implements AdmissionStore {
     }
   }
 
-  private async peek(subjects: Subjects): Promise<QuotaState> {
-    return (await this.runRebuilt(subjects, ["peek", 0])).subjects[0] as QuotaState;
+  private async peek(scriptKeys: string[]): Promise<QuotaState> {
+    return (await this.runRebuilt(() => this.redis.script("admit", scriptKeys, ["peek", 0]).then((answers) => (answers as RedisReply[])[0] ?? null)))
+      .subjects[0] as QuotaState;
   }
 
   /**
-   * Runs admit.lua (a request's values batched with others on the same keys; a peek alone); if Redis lost its data,
-   * rebuilds the state from the ledger first (503 if that fails).
+   * Runs admit.lua through `call` (a request batched with others on the same keys, or a peek alone); if Redis lost its
+   * data, rebuilds the state from the ledger first (503 if that fails).
    */
-  private async runRebuilt(subjects: Subjects, head: (string | number)[], values?: (string | number)[]): Promise<AdmitReply> {
-    let reply = await this.run(subjects, head, values);
+  private async runRebuilt(call: () => Promise<RedisReply>): Promise<AdmitReply> {
+    let reply = await this.run(call);
     if (reply.status === 9) {
       await this.rebuildOnce();
-      reply = await this.run(subjects, head, values);
+      reply = await this.run(call);
       if (reply.status === 9) throw admissionUnavailable(new Error("the admission state is being rebuilt from the ledger"));
     }
     return reply;
   }
 
-  private async run(subjects: Subjects, head: (string | number)[], values?: (string | number)[]): Promise<AdmitReply> {
+  private async run(call: () => Promise<RedisReply>): Promise<AdmitReply> {
     try {
-      const reply = values
-        ? await this.admits.run(`${subjects.id}\n${head.join(" ")}`, subjects.scriptKeys, head, values)
-        : ((await this.redis.script("admit", subjects.scriptKeys, head)) as RedisReply[])[0];
+      const reply = await call();
       if (!Array.isArray(reply)) throw new Error("admit.lua answered without a list");
       return readReply(reply);
     } catch (error) {
@@ -250,7 +250,7 @@ export class RedisAdmissionStore implements AdmissionStore {
     const id = keyId === undefined ? organizationId : `${organizationId}\n${keyId}`;
     let subjects = this.subjects.get(id);
     if (subjects === undefined) {
-      subjects = subjectsOf(organizationId, keyId);
+      subjects = subjectsOf(id, organizationId, keyId);
       this.subjects.set(id, subjects);
     }
     return subjects;

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, expect, test } from "bun:test";
 import type { PlanConfig } from "../../../src/config/schema";
 import { MemoryAdmissionStore } from "../../../src/modules/admission/memory-store";
 import { RedisAdmissionStore, subjectKeys } from "../../../src/modules/admission/redis-store";
-import { AdmissionRejected, type Lease } from "../../../src/modules/admission/store";
+import { AdmissionRejected, type Lease, type UsageSnapshot } from "../../../src/modules/admission/store";
 import { postgresStorage } from "../../../src/storage/postgres";
 import { RedisConnection } from "../../../src/storage/redis";
 import type { ChangeFeed, Storage } from "../../../src/storage/types";
@@ -25,6 +25,16 @@ afterAll(async () => {
   await redis?.stop();
 });
 
+/** The organization's usage once nothing is in flight (settles reach Redis just after the call), or after 2 s. */
+async function settledSnapshot(store: RedisAdmissionStore, organizationId: string, limits: PlanConfig): Promise<UsageSnapshot> {
+  let snapshot = await store.snapshot(organizationId, limits, Date.now());
+  for (let attempt = 0; attempt < 100 && snapshot.inFlight > 0; attempt++) {
+    await Bun.sleep(20);
+    snapshot = await store.snapshot(organizationId, limits, Date.now());
+  }
+  return snapshot;
+}
+
 const plan: PlanConfig = { id: "default", models: ["*"], tokensPer5h: 1000, maxConcurrency: 5 };
 const request = { organizationId: "org_1", plan, modelId: "m", promptTokens: 10, maxTokens: 20 };
 
@@ -42,11 +52,7 @@ test("a rebuild asked for after another instance finished one does nothing: leas
     // The other instance found the state missing too, just before that rebuild ended, and asks for its own now.
     await other.rebuildFromLedger();
     lease.settle({ promptTokens: 10, completionTokens: 20 }, Date.now());
-    let snapshot = await other.snapshot("org_1", plan, Date.now());
-    for (let attempt = 0; attempt < 100 && snapshot.inFlight > 0; attempt++) {
-      await Bun.sleep(20);
-      snapshot = await other.snapshot("org_1", plan, Date.now());
-    }
+    const snapshot = await settledSnapshot(other, "org_1", plan);
     // Settled in the generation it was admitted in: its place is free and its tokens count.
     expect(snapshot.inFlight).toBe(0);
     expect(snapshot.reserved).toBe(0);
@@ -59,18 +65,28 @@ test("a rebuild asked for after another instance finished one does nothing: leas
   }
 });
 
-/** How many script calls Redis has run so far. */
+/** How many script calls (EVAL and EVALSHA) Redis has run so far. */
 async function scriptCalls(connection: RedisConnection): Promise<number> {
   const stats = String(await connection.call("INFO", ["commandstats"]));
-  return Number(/cmdstat_evalsha:calls=(\d+)/.exec(stats)?.[1] ?? 0);
+  return [...stats.matchAll(/cmdstat_eval(?:sha)?:calls=(\d+)/g)].reduce((sum, match) => sum + Number(match[1]), 0);
 }
 
-test("a burst of 300 admits in one instance reaches Redis as a few script calls, and admits exactly what one call each would", async () => {
+/** Runs `body` with a store of its own on a connected Redis whose state is rebuilt; closes both after. */
+async function withStore(body: (store: RedisAdmissionStore, connection: RedisConnection) => Promise<void>): Promise<void> {
   const connection = new RedisConnection(redis.url);
   const store = new RedisAdmissionStore(connection, storage.usage, storage.keys);
   try {
     while (!connection.connected) await Bun.sleep(10);
     await store.rebuildFromLedger();
+    await body(store, connection);
+  } finally {
+    store.close();
+    connection.close();
+  }
+}
+
+test("a burst of 300 admits in one instance reaches Redis as a few script calls, and admits exactly what one call each would", async () => {
+  await withStore(async (store, connection) => {
     const burstPlan: PlanConfig = { id: "default", models: ["*"], tokensPer5h: 3000, maxConcurrency: 120 };
     const burst = { ...request, organizationId: "org_burst", plan: burstPlan };
     // The same 300 requests, one after the other, in one process's memory: what exactness means.
@@ -102,26 +118,15 @@ test("a burst of 300 admits in one instance reaches Redis as a few script calls,
     expect(admitted).toHaveLength(100);
     expect((await store.snapshot("org_burst", burstPlan, Date.now())).inFlight).toBe(100);
     for (const lease of admitted) lease.settle({ promptTokens: 10, completionTokens: 5 }, Date.now());
-    let snapshot = await store.snapshot("org_burst", burstPlan, Date.now());
-    for (let attempt = 0; attempt < 100 && snapshot.inFlight > 0; attempt++) {
-      await Bun.sleep(20);
-      snapshot = await store.snapshot("org_burst", burstPlan, Date.now());
-    }
+    const snapshot = await settledSnapshot(store, "org_burst", burstPlan);
     expect(snapshot.inFlight).toBe(0);
     expect(snapshot.reserved).toBe(0);
     expect(snapshot.fiveHours.used).toBe(100 * 15);
-  } finally {
-    store.close();
-    connection.close();
-  }
+  });
 });
 
 test("a settle sent twice counts once; a lease that expired before its settle arrived counts what it spent, once", async () => {
-  const connection = new RedisConnection(redis.url);
-  const store = new RedisAdmissionStore(connection, storage.usage, storage.keys);
-  try {
-    while (!connection.connected) await Bun.sleep(10);
-    await store.rebuildFromLedger();
+  await withStore(async (store, connection) => {
     const generation = String(await connection.call("GET", ["sluice:ready"]));
     const keys = ["sluice:ready", ...subjectKeys("org_settles")];
     // A lease of 100 ms, a 5-hour limit of 100,000 and a concurrency cap of 10; need 11, reserve 30.
@@ -148,18 +153,11 @@ test("a settle sent twice counts once; a lease that expired before its settle ar
     // Both in one batch, one of them twice: counted once each.
     expect(await connection.script("settle", keys, [generation, "lease-c", 7, "lease-c", 7, "lease-b", 20])).toBe(1);
     expect(await state()).toMatchObject({ inFlight: 0, reserved: 0, fiveHours: { used: 42 } });
-  } finally {
-    store.close();
-    connection.close();
-  }
+  });
 });
 
 test("workers that each send their next request after their last answer never exceed max_concurrency = workers: every settle reaches Redis before the admit that follows it", async () => {
-  const connection = new RedisConnection(redis.url);
-  const store = new RedisAdmissionStore(connection, storage.usage, storage.keys);
-  try {
-    while (!connection.connected) await Bun.sleep(10);
-    await store.rebuildFromLedger();
+  await withStore(async (store) => {
     const capPlan: PlanConfig = { id: "default", models: ["*"], maxConcurrency: 4 };
     const capped = { ...request, organizationId: "org_sequential", plan: capPlan };
     let refused = 0;
@@ -177,8 +175,5 @@ test("workers that each send their next request after their last answer never ex
       }),
     );
     expect(refused).toBe(0);
-  } finally {
-    store.close();
-    connection.close();
-  }
+  });
 });
