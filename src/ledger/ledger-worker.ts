@@ -1,15 +1,17 @@
 // The writer thread of the request path: it moves staged ledger rows into usage_ledger and the aggregates, and
 // checkpoints. The server stages each turn's rows itself (usage_ledger_inbox, inbox.ts: a page or two an answer
-// waits for) and asks this thread, about every 100 ms, to move them and checkpoint (ledger.ts). Until that reply, and
-// whenever another connection holds the lock, the server sends its rows here instead: every batch that arrived while
-// a commit ran shares the next transaction, and after replying this thread moves what it staged, at most every
+// waits for) and asks this thread, about every 100 ms, to move them (ledger.ts). Until that reply, and whenever
+// another connection holds the lock, the server sends its rows here instead: every batch that arrived while a commit
+// ran shares the next transaction, and after replying this thread moves what it staged, at most every
 // `moveIntervalMs`, so that each move carries many rows. It also writes keys' last-used times in bulk.
-// Checkpoints run here, right after the commit that fills `checkpointPages` of WAL, and when the server asks with its
-// staged rows: nothing else appends meanwhile, so each pass copies the whole WAL and the next commit starts it again
-// from its beginning. Small passes keep each fsync short: a separate checkpoint thread, whose passes chased a WAL
-// that kept growing under its feet, stalled commits behind fsyncs of tens of megabytes (p99 at 1,000 requests a
-// second after a burst: 40-260 ms, against 8-13 ms this way; bench/README.md).
-import { Database } from "bun:sqlite";
+// A checkpoint follows each move once no rows wait here, while the server goes on staging its own: no answer waits
+// behind its fsyncs (p99 at 1,000 requests a second: 2.5-3.0 ms, against 3.7 with each pass before the reply to the
+// server's move, when the rows of those milliseconds waited for it; bench/README.md). A pass that runs while rows are
+// appended never leaves the WAL fully copied when the next write comes, and only then does SQLite start the WAL again
+// from its beginning; so once it holds `restartPages`, the next pass runs before a reply, while the server sends its
+// rows here and nothing appends, and the WAL starts again. (A separate checkpoint thread that never did this chased a
+// WAL that grew under its feet, and stalled commits behind fsyncs of tens of megabytes: p99 40-260 ms.)
+import { Database, type Statement } from "bun:sqlite";
 import { LedgerWriter, type LedgerValue } from "./ledger-writer";
 
 declare const self: Worker;
@@ -18,10 +20,10 @@ declare const self: Worker;
 export type LedgerWorkerMessage =
   | { type: "open"; path: string; progress: SharedArrayBuffer }
   /**
-   * `urgent`: commit at once, and move every staged row before replying (a flush waits for that). `checkpoint`: the
-   * server has staged rows itself (ledger.ts): move them and checkpoint before replying.
+   * `urgent`: commit at once, and move every staged row before replying (a flush waits for that, and the server asks
+   * so for the rows it staged itself).
    */
-  | { type: "rows"; sequence: number; values: LedgerValue[]; urgent: boolean; checkpoint: boolean }
+  | { type: "rows"; sequence: number; values: LedgerValue[]; urgent: boolean }
   | { type: "touch"; entries: [string, number][] }
   | { type: "close" };
 
@@ -32,8 +34,11 @@ export interface LedgerWorkerReply {
   error?: string;
 }
 
-/** About 1 MB of WAL: 1,000 pages gave p99s twice as long (bench/README.md). */
-const checkpointPages = 250;
+/**
+ * Pages of WAL (16 MB) past which the next pass runs before a reply (see above): at 1,000 requests a second about
+ * once every few seconds, where each pass ran before the reply to a move before, ten times a second.
+ */
+const restartPages = 4096;
 /**
  * Staged rows wait at most about this long to be moved (the request log and the usage charts read staged rows too;
  * `sluice requests` lags by no more). A move's rows share the index pages they enter: 200 rows a move cost about
@@ -51,11 +56,14 @@ let writer: LedgerWriter;
 let progress: Int32Array;
 let queued: LedgerValue[][] = [];
 let queuedUpTo = 0;
-let checkpointAsked = false;
 let urgentAsked = false;
 let scheduled = false;
 let lastMove = 0;
 let moveTimer: Timer | undefined;
+let checkpointTimer: Timer | undefined;
+let checkpointStatement: Statement<{ log: number; checkpointed: number }, []>;
+/** Pages in the WAL since it last started from its beginning, as the last pass found them. */
+let walPages = 0;
 
 /** Moves the staged rows; a failure (the lock held past busy_timeout, a full disk) leaves them staged for the next. */
 function move(): void {
@@ -66,8 +74,27 @@ function move(): void {
   lastMove = performance.now();
   try {
     writer.move();
+    checkpointSoon();
   } catch {
     moveSoon();
+  }
+}
+
+/** A pass once no rows wait here, so that none waits behind its fsyncs. */
+function checkpointSoon(): void {
+  checkpointTimer ??= setTimeout(() => {
+    checkpointTimer = undefined;
+    if (queued.length > 0) checkpointSoon();
+    else checkpoint();
+  }, 0);
+}
+
+/** Copies what it can of the WAL into the database file, and notes how long the WAL has grown. */
+function checkpoint(): void {
+  try {
+    walPages = checkpointStatement.get()?.log ?? 0;
+  } catch {
+    // the next pass copies what this one could not
   }
 }
 
@@ -81,7 +108,7 @@ function commit(): void {
   const batches = queued;
   const upTo = queuedUpTo;
   queued = [];
-  const moveFirst = urgentAsked || checkpointAsked;
+  const moveFirst = urgentAsked;
   urgentAsked = false;
   let error: string | undefined;
   try {
@@ -91,15 +118,11 @@ function commit(): void {
     Atomics.add(progress, 1, 1);
   }
   if (moveFirst) move();
-  if (checkpointAsked) {
-    checkpointAsked = false;
-    try {
-      // Before the reply: until it arrives the server sends its rows here, so nothing appends during the pass and it
-      // copies the whole WAL, which the next commit then starts again from its beginning.
-      writerDatabase.run("PRAGMA wal_checkpoint(PASSIVE)");
-    } catch {
-      // the next commit past `checkpointPages` checkpoints anyway
-    }
+  if (walPages >= restartPages) {
+    // The server sends its rows here until this reply: nothing appends during this pass, and the next write starts
+    // the WAL again from its beginning.
+    checkpoint();
+    walPages = 0;
   }
   Atomics.store(progress, 0, upTo);
   Atomics.notify(progress, 0);
@@ -119,7 +142,8 @@ self.onmessage = (event: MessageEvent<LedgerWorkerMessage>) => {
     database.run("PRAGMA synchronous = NORMAL");
     // After a WAL restart, a WAL file grown by a burst is cut back to this size.
     database.run("PRAGMA journal_size_limit = 67108864");
-    database.run(`PRAGMA wal_autocheckpoint = ${checkpointPages}`);
+    database.run("PRAGMA wal_autocheckpoint = 0");
+    checkpointStatement = database.query("PRAGMA wal_checkpoint(PASSIVE)");
     writerDatabase = database;
     writer = new LedgerWriter(database);
     progress = new Int32Array(message.progress);
@@ -129,6 +153,7 @@ self.onmessage = (event: MessageEvent<LedgerWorkerMessage>) => {
     commit();
     move();
     clearTimeout(moveTimer);
+    clearTimeout(checkpointTimer);
     writerDatabase.close();
     Atomics.store(progress, 2, 1);
     Atomics.notify(progress, 2);
@@ -144,7 +169,6 @@ self.onmessage = (event: MessageEvent<LedgerWorkerMessage>) => {
   }
   queued.push(message.values);
   queuedUpTo = message.sequence;
-  checkpointAsked ||= message.checkpoint;
   urgentAsked ||= message.urgent;
   if (message.urgent) commit();
   else if (!scheduled) {

@@ -33,14 +33,14 @@ interface Waiter {
  * answers a second rose by 4-11% when every batch was staged here rather than only batches of a few rows:
  * bench/README.md). Moving staged rows and checkpoints, whose fsyncs can take hundreds of milliseconds on a slow
  * disk, stay on the writer thread: after this many rows here, or `commitsBetweenMoves` commits, or `moveDelayMs`
- * after the first, the writer is asked to move them and checkpoint. While it does, and whenever another connection
- * holds the lock, batches go to the writer instead.
+ * after the first, the writer is asked to move them (it checkpoints afterwards, while this thread goes on staging).
+ * While it moves, and whenever another connection holds the lock, batches go to the writer instead.
  */
 const rowsBetweenMoves = 1000;
 /**
  * Each commit appends at least a page to the WAL (a one-row commit about 1.1: bench/results/ledger-pages.json), and
- * this thread never checkpoints: this many keep the WAL near the writer's own 250-page threshold (about 1 MB)
- * when rows come one a turn. By rows alone, 1,000 one-row commits grew it to 4.9 MB between checkpoints.
+ * this thread never checkpoints: this many keep each of the writer's passes to about 1 MB when rows come one a turn.
+ * By rows alone, 1,000 one-row commits appended 4.9 MB between passes.
  */
 const commitsBetweenMoves = 200;
 /** Staged rows wait about this long to be moved, as the writer's own rows do (see ledger-worker.ts). */
@@ -204,7 +204,7 @@ export class Ledger {
     this.commitsStagedHere = 0;
     const sequence = ++this.sequence;
     this.sent.push({ sequence, waiters });
-    const message: LedgerWorkerMessage = { type: "rows", sequence, values, urgent, checkpoint: false };
+    const message: LedgerWorkerMessage = { type: "rows", sequence, values, urgent };
     this.worker.postMessage(message);
   }
 
@@ -226,8 +226,8 @@ export class Ledger {
   }
 
   /**
-   * An empty batch that asks the writer to move the staged rows and checkpoint. No request waits for it; until its
-   * reply arrives, rows go to the writer (the batch is in flight), so that nothing appends during the checkpoint.
+   * An empty batch that asks the writer to move the staged rows. No request waits for it; until its reply arrives,
+   * rows go to the writer (the batch is in flight) rather than wait here for the move's lock.
    */
   private askToMove(): void {
     clearTimeout(this.moveTimer);
@@ -237,7 +237,7 @@ export class Ledger {
     this.commitsStagedHere = 0;
     const sequence = ++this.sequence;
     this.sent.push({ sequence, waiters: [] });
-    const message: LedgerWorkerMessage = { type: "rows", sequence, values: [], urgent: true, checkpoint: true };
+    const message: LedgerWorkerMessage = { type: "rows", sequence, values: [], urgent: true };
     this.worker.postMessage(message);
   }
 

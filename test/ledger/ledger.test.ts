@@ -200,17 +200,23 @@ test("keys' last-used times: a few on this thread, many on the writer thread", a
   expect(version()).not.toBe(before);
 });
 
-test("the writer checkpoints as it goes: committed rows reach the database file itself, and the WAL stays small", async () => {
+test("the writer checkpoints as it goes: committed rows reach the database file itself, and the WAL stays bounded", async () => {
   const { ledger, path } = setup();
   const first = row();
   await ledger.record(first);
-  for (let batch = 0; batch < 3000; batch++) await ledger.record(row());
+  let largestWal = 0;
+  for (let batch = 0; batch < 12_000; batch++) {
+    await ledger.record(row());
+    if (batch % 100 === 0) largestWal = Math.max(largestWal, Bun.file(`${path}-wal`).size);
+  }
   for (let batch = 0; batch < 20; batch++) await Promise.all(Array.from({ length: 50 }, () => ledger.record(row())));
   expect(rowInDatabaseFile(path, first.requestId)).toBe(true);
-  // 4,000 rows, most of them one to a commit (about a page each): without checkpoints the WAL reached 14.5 MB, and
-  // with a move asked only every 1,000 rows 4.9 MB; asked every 200 commits as well, passes start it again from its
-  // beginning at about 1.2 MB.
-  expect(Bun.file(`${path}-wal`).size).toBeLessThan(2 * 1024 * 1024);
+  // 13,000 rows, most of them one to a commit (about a page each). The writer's passes run while rows are staged, so
+  // the WAL only starts again from its beginning when a pass past 16 MB runs with nothing appended: without that it
+  // grew to 61 MB here (18.7 MB with it).
+  expect(largestWal).toBeGreaterThan(0);
+  expect(Bun.file(`${path}-wal`).size).toBeLessThan(24 * 1024 * 1024);
+  expect(largestWal).toBeLessThan(24 * 1024 * 1024);
 });
 
 test("a stop leaves no WAL to read back: the writer closes its connection, the ledger's last checkpoint truncates", async () => {
