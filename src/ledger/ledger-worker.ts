@@ -5,7 +5,7 @@
 // ran shares the next transaction, and after replying this thread moves what it staged, at most every
 // `moveIntervalMs`, so that each move carries many rows. It also writes keys' last-used times in bulk.
 // A checkpoint follows each move once no rows wait here, while the server goes on staging its own: no answer waits
-// behind its fsyncs (p99 at 1,000 requests a second: 2.5-3.0 ms, against 3.7 with each pass before the reply to the
+// behind its fsyncs (p99 at 1,000 requests a second: 3.0 ms, against 3.7 with each pass before the reply to the
 // server's move, when the rows of those milliseconds waited for it; bench/README.md). A pass that runs while rows are
 // appended never leaves the WAL fully copied when the next write comes, and only then does SQLite start the WAL again
 // from its beginning; so once it holds `restartPages`, the next pass runs before a reply, while the server sends its
@@ -61,7 +61,7 @@ let scheduled = false;
 let lastMove = 0;
 let moveTimer: Timer | undefined;
 let checkpointTimer: Timer | undefined;
-let checkpointStatement: Statement<{ log: number; checkpointed: number }, []>;
+let checkpointStatement: Statement<{ log: number }, []>;
 /** Pages in the WAL since it last started from its beginning, as the last pass found them. */
 let walPages = 0;
 
