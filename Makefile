@@ -24,7 +24,7 @@ build: dist/sluice
 # what a recorded start runs (src/bytecode-order.txt), so the bytecode a server never runs is never paged in. The
 # CLI, the ledger's writer thread and the tokenizer are entry points of their own, loaded only when used.
 dist/sluice: $(STAMP) $(shell find src -type f)
-	$(BUN) build --compile --bytecode --bytecode-order src/bytecode-order.txt --format=esm --minify --sourcemap src/main.ts src/cli/run.ts src/ledger/ledger-worker.ts src/tokens/tokenizer.ts --outfile dist/sluice
+	$(BUN) build --compile --bytecode --bytecode-order src/bytecode-order.txt --format=esm --minify --sourcemap src/main.ts src/cli/run.ts src/ledger/ledger-worker.ts src/tokens/tokenizer-worker.ts --outfile dist/sluice
 
 bench: $(STAMP) shared-services
 	@command -v wrk >/dev/null || (command -v apt-get >/dev/null && (apt-get install -y -qq wrk >/dev/null 2>&1 || (apt-get update -qq >/dev/null && apt-get install -y -qq wrk >/dev/null))) || echo "wrk not installed: bench/load.ts is used instead"

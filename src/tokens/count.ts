@@ -1,23 +1,62 @@
 // Token counts for context checks and for upstreams that report no usage. The tokenizer is OpenAI's cl100k_base
-// (gpt-tokenizer). Loading it takes ~150 ms and ~45 MB (o200k_base: ~340 ms, ~75 MB), so it is loaded only when
-// an exact count is needed; admission works from estimateChatTokens.
+// (gpt-tokenizer). Loading it takes ~150 ms and ~45 MB (o200k_base: ~340 ms, ~75 MB), so it runs on a thread of its
+// own (tokenizer-worker.ts), started at the first exact count: a server that never counts never loads it, and the
+// event loop never waits for the tables to build or a long prompt to tokenize. Admission works from
+// estimateChatTokens.
 import { entryPointModule } from "../entry-points";
+import type { TokenizerReply, TokenizerRequest } from "./tokenizer-worker";
 
-type Tokenizer = typeof import("./tokenizer");
+/** A count the tokenizer's thread could not give (it failed, or stopped before answering). */
+export class TokenizerError extends Error {}
 
-let tokenizer: Tokenizer | undefined;
-let loading: Promise<Tokenizer> | undefined;
-
-/** Starts loading the tokenizer (once) and resolves when it is ready. */
-export function loadTokenizer(): Promise<Tokenizer> {
-  loading ??= (import(entryPointModule("tokens/tokenizer.ts")) as Promise<Tokenizer>).then((module) => (tokenizer = module));
-  return loading;
+interface Waiting {
+  resolve(counts: number[]): void;
+  reject(error: Error): void;
 }
 
-/** Tokens in a text; the tokenizer must be loaded (await loadTokenizer() first). */
-export function countTextTokens(text: string): number {
-  if (!tokenizer) throw new Error("tokenizer not loaded");
-  return text.length === 0 ? 0 : tokenizer.countTokens(text);
+let thread: Worker | undefined;
+const waiting = new Map<number, Waiting>();
+let lastId = 0;
+
+function startThread(): Worker {
+  const worker = new Worker(entryPointModule("tokens/tokenizer-worker.ts"));
+  worker.onmessage = (event: MessageEvent<TokenizerReply>) => {
+    const reply = event.data;
+    const waiter = waiting.get(reply.id);
+    if (!waiter) return;
+    waiting.delete(reply.id);
+    if (reply.counts) waiter.resolve(reply.counts);
+    else waiter.reject(new TokenizerError(`the tokenizer failed: ${reply.error}`));
+    // Only a count in flight keeps a process (a CLI command) alive.
+    if (waiting.size === 0) worker.unref();
+  };
+  worker.onerror = (event) => {
+    // The thread died: every count it owed fails, and the next count starts a new one.
+    if (thread === worker) thread = undefined;
+    worker.terminate();
+    for (const waiter of waiting.values()) waiter.reject(new TokenizerError(`the tokenizer's thread stopped: ${event.message}`));
+    waiting.clear();
+  };
+  return worker;
+}
+
+/** The tokens of each text, in order, counted on the tokenizer's thread (started at the first call). */
+export function countTexts(texts: string[]): Promise<number[]> {
+  thread ??= startThread();
+  const worker = thread;
+  const id = ++lastId;
+  return new Promise<number[]>((resolve, reject) => {
+    waiting.set(id, { resolve, reject });
+    worker.ref();
+    const request: TokenizerRequest = { id, texts };
+    worker.postMessage(request);
+  });
+}
+
+/** Tokens in a text. */
+export async function countTextTokens(text: string): Promise<number> {
+  const [count = 0] = await countTexts([text]);
+  return count;
 }
 
 export interface CountableMessage {
@@ -30,9 +69,10 @@ const tokensPerMessage = 3;
 const replyPrimer = 3;
 
 /** Tokens of a conversation in the chat format. */
-export function countChatTokens(messages: CountableMessage[]): number {
-  let total = replyPrimer;
-  for (const message of messages) total += tokensPerMessage + countTextTokens(message.role) + countTextTokens(message.text);
+export async function countChatTokens(messages: CountableMessage[]): Promise<number> {
+  const counts = await countTexts(messages.flatMap((message) => [message.role, message.text]));
+  let total = replyPrimer + tokensPerMessage * messages.length;
+  for (const count of counts) total += count;
   return total;
 }
 

@@ -1,4 +1,4 @@
-import { countChatTokens, countTextTokens, loadTokenizer } from "../tokens/count";
+import { countChatTokens, countTexts } from "../tokens/count";
 import { textOfContent } from "../tokens/text";
 import { abortError } from "./errors";
 import type { Backend, BackendRequest, Completion, CompletionEvent, Usage } from "./types";
@@ -15,12 +15,12 @@ function pieces(text: string): string[] {
   return text.match(/\S+\s*|\s+/g) ?? [];
 }
 
-/** Cuts pieces once their tokens would pass the budget; returns the kept pieces and their tokens. */
-function takeWithin(all: string[], budget: number): { kept: string[]; tokens: number } {
+/** Cuts pieces once their tokens (`costs`, in the same order) would pass the budget; returns the kept pieces and their tokens. */
+function takeWithin(all: string[], costs: number[], budget: number): { kept: string[]; tokens: number } {
   const kept: string[] = [];
   let tokens = 0;
-  for (const piece of all) {
-    const cost = countTextTokens(piece);
+  for (const [index, piece] of all.entries()) {
+    const cost = costs[index] ?? 0;
     if (tokens + cost > budget) break;
     kept.push(piece);
     tokens += cost;
@@ -67,7 +67,6 @@ export class DemoBackend implements Backend {
   }
 
   private async script(request: BackendRequest): Promise<Script> {
-    await loadTokenizer();
     const messages = (request.body.messages as { role: string; content?: unknown }[]).map((message) => ({
       role: message.role,
       text: textOfContent(message.content),
@@ -86,15 +85,18 @@ export class DemoBackend implements Backend {
       `You asked: "${quoted}" (${words} word${words === 1 ? "" : "s"}). ` +
       "This answer comes from Sluice's built-in demo model; configure a real model in sluice.toml for real answers.";
     const budget = Number(request.body.max_tokens ?? request.body.max_completion_tokens ?? 8192);
-    const reasoning = takeWithin(pieces(reasoningText), budget);
-    const content = takeWithin(pieces(contentText), budget - reasoning.tokens);
-    const complete = reasoning.kept.length === pieces(reasoningText).length && content.kept.length === pieces(contentText).length;
+    const reasoningPieces = pieces(reasoningText);
+    const contentPieces = pieces(contentText);
+    const [promptTokens, costs] = await Promise.all([countChatTokens(messages), countTexts([...reasoningPieces, ...contentPieces])]);
+    const reasoning = takeWithin(reasoningPieces, costs, budget);
+    const content = takeWithin(contentPieces, costs.slice(reasoningPieces.length), budget - reasoning.tokens);
+    const complete = reasoning.kept.length === reasoningPieces.length && content.kept.length === contentPieces.length;
     return {
       reasoning: reasoning.kept,
       content: content.kept,
       finishReason: complete ? "stop" : "length",
       usage: {
-        promptTokens: countChatTokens(messages),
+        promptTokens,
         completionTokens: reasoning.tokens + content.tokens,
         reasoningTokens: reasoning.tokens,
       },

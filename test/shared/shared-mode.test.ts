@@ -3,7 +3,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
 import { postgresJournalTags } from "../../src/db/postgres/migrations/index";
-import { countChatTokens, loadTokenizer } from "../../src/tokens/count";
+import { countChatTokens } from "../../src/tokens/count";
 import { codeOf, expectFiveHourQuotaAnswers, httpPost, readSse, useFakeUpstream } from "../helpers";
 import { startCluster, type Cluster } from "../support/cluster";
 import { startPostgres, startRedis, type PostgresServer, type RedisServer } from "../support/services";
@@ -125,8 +125,7 @@ describe("limits are exact across three instances", () => {
   }, 60_000);
 
   test("200 concurrent requests over 3 instances against a 5-hour quota with room for about 5: within the one-instance bound; headers right on every instance", async () => {
-    await loadTokenizer();
-    const promptTokens = countChatTokens([{ role: "user", text: "hi" }]);
+    const promptTokens = await countChatTokens([{ role: "user", text: "hi" }]);
     const maxTokens = 90;
     const quota = 5 * (promptTokens + maxTokens);
     await withCluster(toml(`tokens_per_5h = ${quota}`, { upstream: `usage-${promptTokens}-${maxTokens}-20` }), async (cluster) => {
@@ -148,8 +147,7 @@ describe("limits are exact across three instances", () => {
   }, 60_000);
 
   test("the monthly quota: within the one-instance bound across instances; 429 insufficient_quota that the SDK does not retry, on every instance", async () => {
-    await loadTokenizer();
-    const promptTokens = countChatTokens([{ role: "user", text: "hi" }]);
+    const promptTokens = await countChatTokens([{ role: "user", text: "hi" }]);
     await withCluster(toml("tokens_per_month = 150", { upstream: "usage-10-20" }), async (cluster) => {
       const key = cluster.addOrganization("acme");
       const responses = await Promise.all(Array.from({ length: 60 }, (_, index) => cluster.chat(index, key, { model: "m", messages, max_tokens: 20 })));

@@ -1,4 +1,4 @@
-import { countChatTokens, countTextTokens, loadTokenizer, type CountableMessage } from "../../tokens/count";
+import { countChatTokens, countTextTokens, countTexts, type CountableMessage } from "../../tokens/count";
 import type { Completion, CompletionEvent, Usage } from "../../upstream/types";
 
 /** What a request is billed, and who counted it. */
@@ -72,25 +72,28 @@ export class UsageMeter {
 
   /**
    * The upstream's usage when it sent one, otherwise Sluice's own count of what was produced. A promise only when
-   * the tokenizer must count (it loads on first use).
+   * the tokenizer must count (on its own thread).
    */
   usage(messages: CountableMessage[], knownPromptTokens: number | undefined): MeasuredUsage | Promise<MeasuredUsage> {
     const reported = this.reported;
     // Some servers (vLLM among them) report no reasoning_tokens; the reasoning they streamed still counts.
     if (reported && (reported.reasoningTokens > 0 || this.reasoning === undefined)) return { usage: reported, source: "upstream" };
-    return loadTokenizer().then(() => this.counted(messages, knownPromptTokens));
+    return this.counted(messages, knownPromptTokens);
   }
 
-  private counted(messages: CountableMessage[], knownPromptTokens: number | undefined): MeasuredUsage {
+  private async counted(messages: CountableMessage[], knownPromptTokens: number | undefined): Promise<MeasuredUsage> {
     if (this.reported) {
-      const reasoningTokens = Math.min(countTextTokens(textOf(this.reasoning)), this.reported.completionTokens);
+      const reasoningTokens = Math.min(await countTextTokens(textOf(this.reasoning)), this.reported.completionTokens);
       return { usage: { ...this.reported, reasoningTokens }, source: "upstream" };
     }
-    const reasoningTokens = countTextTokens(textOf(this.reasoning));
+    const [promptTokens, [reasoningTokens = 0, contentTokens = 0, toolCallTokens = 0]] = await Promise.all([
+      knownPromptTokens ?? countChatTokens(messages),
+      countTexts([textOf(this.reasoning), textOf(this.content), this.toolCallsText()]),
+    ]);
     return {
       usage: {
-        promptTokens: knownPromptTokens ?? countChatTokens(messages),
-        completionTokens: reasoningTokens + countTextTokens(textOf(this.content)) + countTextTokens(this.toolCallsText()),
+        promptTokens,
+        completionTokens: reasoningTokens + contentTokens + toolCallTokens,
         reasoningTokens,
       },
       source: "tokenizer",

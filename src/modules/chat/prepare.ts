@@ -1,6 +1,6 @@
 import type { ModelConfig } from "../../config/schema";
 import { invalidRequest } from "../../errors";
-import { chatTokensUpperBound, countChatTokens, loadTokenizer, type CountableMessage } from "../../tokens/count";
+import { chatTokensUpperBound, countChatTokens, type CountableMessage } from "../../tokens/count";
 import { textOfContent } from "../../tokens/text";
 import type { ModelEntry } from "../models/registry";
 import { forwardedFields, type ChatRequest } from "./model";
@@ -36,7 +36,7 @@ function contextTooLong(model: ModelConfig, promptTokens: number, completionToke
 /**
  * Checks the output limit and the context window, and builds the upstream body. Tokenizes the prompt only
  * when a cheap upper bound (its UTF-8 bytes) does not already prove that it fits: only then is the answer a promise
- * (the tokenizer loads on first use), so that most requests pay for no await here.
+ * (the tokenizer counts on its own thread), so that most requests pay for no await here.
  */
 export function prepareRequest(request: ChatRequest, entry: ModelEntry): PreparedRequest | Promise<PreparedRequest> {
   const model = entry.config;
@@ -52,8 +52,7 @@ export function prepareRequest(request: ChatRequest, entry: ModelEntry): Prepare
   const messages = request.messages.map((message) => ({ role: message.role, text: textOfContent(message.content) }));
   const wanted = requested ?? Math.min(defaultMaxTokens, model.maxOutputTokens);
   if (chatTokensUpperBound(messages) + wanted <= model.contextWindow) return prepared(request, entry, messages, limitName, undefined, wanted);
-  return loadTokenizer().then(() => {
-    const promptTokens = countChatTokens(messages);
+  return countChatTokens(messages).then((promptTokens) => {
     if (promptTokens >= model.contextWindow) throw contextTooLong(model, promptTokens, requested ?? 0);
     if (requested !== undefined && promptTokens + requested > model.contextWindow) throw contextTooLong(model, promptTokens, requested);
     return prepared(request, entry, messages, limitName, promptTokens, Math.min(wanted, model.contextWindow - promptTokens));

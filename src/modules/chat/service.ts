@@ -2,7 +2,7 @@ import type { SafetyRuleConfig } from "../../config/schema";
 import { ClientGoneError, reachedUpstream, SluiceError, UpstreamError } from "../../errors";
 import type { LedgerRow } from "../../ledger/ledger";
 import type { LedgerStore } from "../../storage/types";
-import { countChatTokens, countTextTokens, estimateChatTokens, loadTokenizer } from "../../tokens/count";
+import { countChatTokens, countTextTokens, estimateChatTokens } from "../../tokens/count";
 import { AdmissionRejected, type Lease } from "../admission/store";
 import { abortAfter } from "../../upstream/deadlines";
 import { ServerShutdown } from "../../upstream/errors";
@@ -181,13 +181,9 @@ export class ChatService {
     lease: Lease,
     rule: SafetyRuleConfig,
   ): Promise<ChatResult> {
-    await loadTokenizer();
     const text = refusalText(rule, "input");
-    const usage: Usage = {
-      promptTokens: prepared.promptTokens ?? countChatTokens(prepared.messages),
-      completionTokens: countTextTokens(text),
-      reasoningTokens: 0,
-    };
+    const [promptTokens, completionTokens] = await Promise.all([prepared.promptTokens ?? countChatTokens(prepared.messages), countTextTokens(text)]);
+    const usage: Usage = { promptTokens, completionTokens, reasoningTokens: 0 };
     // Refused at once: it starts and ends in the same moment.
     await this.end(lease, prepared, context, usage, "tokenizer", { firstTokenMs: null }, { outcome: "content_filter", ruleId: rule.id });
     const completion = { content: text, reasoning: null, toolCalls: null, finishReason: "content_filter", usage };

@@ -1,6 +1,6 @@
 import { Elysia } from "elysia";
 import { SluiceError } from "../../errors";
-import { countChatTokens, loadTokenizer } from "../../tokens/count";
+import { countChatTokens } from "../../tokens/count";
 import { textOfContent } from "../../tokens/text";
 import { anthropicAuthPlugin, anthropicKey } from "../auth/index";
 import type { AuthService } from "../auth/service";
@@ -37,14 +37,13 @@ export const countTokensRoutes = (registry: ModelRegistry, auth: AuthService, ma
       const counted = countTokensMessages(await readJson(request, maxBodyBytes));
       if (counted instanceof SluiceError) throw counted;
       registry.visible(caller.plan, counted.model);
-      await loadTokenizer();
       const messages = counted.messages.map((message) => ({
         role: message.role,
         text: textOfContent(message.content) + (message.tool_calls ? JSON.stringify(message.tool_calls) : ""),
       }));
       // Anthropic answers carry the request id as `request-id`; `x-request-id` is kept for Sluice's own tools.
       set.headers["request-id"] = set.headers["x-request-id"] as string;
-      return { input_tokens: countChatTokens(messages) };
+      return { input_tokens: await countChatTokens(messages) };
     },
     { parse: "none" },
   );

@@ -4,7 +4,7 @@ import { describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import type { ConfigFile } from "../../../src/config/schema";
 import type { KeyLimits } from "../../../src/storage/types";
-import { countChatTokens, loadTokenizer } from "../../../src/tokens/count";
+import { countChatTokens } from "../../../src/tokens/count";
 import { sluiceCommand } from "../../support/sluice-process";
 import {
   eventually,
@@ -85,8 +85,7 @@ describe("a key's max_concurrency", () => {
 
 describe("a key's token quotas", () => {
   test("tokens_per_5h on a key: 200 concurrent requests against room for about 5, the plan unlimited; other keys unaffected", async () => {
-    await loadTokenizer();
-    const promptTokens = countChatTokens([{ role: "user", text: "hi" }]);
+    const promptTokens = await countChatTokens([{ role: "user", text: "hi" }]);
     const maxTokens = 90;
     const quota = 5 * (promptTokens + maxTokens);
     await withSluice(config({}, `usage-${promptTokens}-${maxTokens}-20`), async (sluice) => {

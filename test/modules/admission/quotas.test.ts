@@ -3,7 +3,7 @@ import type { MemoryAdmissionStore } from "../../../src/modules/admission/memory
 import { join } from "node:path";
 import OpenAI from "openai";
 import type { ConfigFile } from "../../../src/config/schema";
-import { countChatTokens, loadTokenizer } from "../../../src/tokens/count";
+import { countChatTokens } from "../../../src/tokens/count";
 import {
   codeOf,
   eventually,
@@ -47,8 +47,7 @@ describe("concurrency cap", () => {
 
 describe("5-hour quota", () => {
   test("200 concurrent requests against room for about 5: never over the README's bound, 429s with the right headers, nothing left reserved", async () => {
-    await loadTokenizer();
-    const promptTokens = countChatTokens([{ role: "user", text: "hi" }]);
+    const promptTokens = await countChatTokens([{ role: "user", text: "hi" }]);
     const maxTokens = 90;
     const quota = 5 * (promptTokens + maxTokens);
     await withSluice(config({ tokens_per_5h: quota }, [fakeModel(upstream.url, "m", `usage-${promptTokens}-${maxTokens}-20`)]), async (sluice) => {

@@ -122,6 +122,29 @@ describe("whole answers", () => {
     expect(row.usage_source).toBe("tokenizer");
   });
 
+  test("a message that names a special token (<|endoftext|>) is counted as text: answered, billed and recorded", async () => {
+    const special = [{ role: "user" as const, content: "What does <|endoftext|> mean?" }];
+    const rowsBefore = sluice.ledgerRows().length;
+    const whole = await sluice.client().chat.completions.create({ model: "no-usage", messages: special });
+    // "What does <|endoftext|> mean?" is 10 tokens as text; "user" 1, the message 3 and the reply 3 more.
+    expect(whole.usage!.prompt_tokens).toBe(17);
+    const stream = await sluice
+      .client()
+      .chat.completions.create({ model: "no-usage", messages: special, stream: true, stream_options: { include_usage: true } });
+    let usage: { prompt_tokens: number } | undefined | null;
+    for await (const chunk of stream) usage = chunk.usage ?? usage;
+    expect(usage!.prompt_tokens).toBe(17);
+    // A prompt long enough to be tokenized for the context check.
+    const long = await sluice.post("/v1/chat/completions", { model: "echo", messages: [{ role: "user", content: "<|endoftext|> ".repeat(400) }] });
+    expect(long.status).toBe(200);
+    const rows = sluice.ledgerRows().slice(rowsBefore);
+    expect(rows.map((row) => [row.outcome, row.usage_source])).toEqual([
+      ["completed", "tokenizer"],
+      ["completed", "tokenizer"],
+      ["completed", "upstream"],
+    ]);
+  });
+
   test("every response carries x-request-id, and the ledger row has the same id", async () => {
     const response = await sluice.post("/v1/chat/completions", { model: "qwen3", messages });
     const requestId = response.headers.get("x-request-id");

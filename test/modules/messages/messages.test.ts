@@ -1,7 +1,7 @@
 // POST /v1/messages and /v1/messages/count_tokens through the official Anthropic SDK: translated onto the chat path.
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:test";
 import Anthropic from "@anthropic-ai/sdk";
-import { countChatTokens, loadTokenizer } from "../../../src/tokens/count";
+import { countChatTokens } from "../../../src/tokens/count";
 import { startFakeUpstream, type FakeUpstream } from "../../fake-upstream";
 import { fakeModel, startSluice, type TestSluice } from "../../helpers";
 
@@ -380,11 +380,10 @@ describe("streams", () => {
 
 describe("count_tokens", () => {
   test("Sluice's tokenizer count of the system prompt, the turns and the tools; no quota taken, no upstream call", async () => {
-    await loadTokenizer();
     const rowsBefore = sluice.ledgerRows().length;
     const counted = await client.messages.countTokens({ model: "qwen", system: "Be brief.", messages: [{ role: "user", content: "What is 2+2?" }] });
     expect(counted.input_tokens).toBe(
-      countChatTokens([
+      await countChatTokens([
         { role: "system", text: "Be brief." },
         { role: "user", text: "What is 2+2?" },
       ]),
