@@ -4,12 +4,10 @@
 // /v1/messages/count_tokens, the first request of the process that needs the tokenizer. Printed per executable,
 // medians of the rounds: the slowest answer in the 500 ms after the count against the slowest in the 500 ms before
 // it (a ratio near 1 means the count held nobody up), and the count's own time.
-import { copyFileSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { freePort, waitForPort } from "./ports";
-import { prepareSluice } from "./sluice-setup";
+import { measureInTurn } from "./sluice-setup";
 
 const { values, positionals } = parseArgs({ args: Bun.argv.slice(2), options: { rounds: { type: "string", default: "6" } }, allowPositionals: true });
 const originals = positionals.map((path) => resolve(path));
@@ -72,41 +70,14 @@ async function measure(executable: string, environment: Record<string, string | 
 }
 
 const median = (numbers: number[]) => [...numbers].sort((a, b) => a - b)[Math.floor(numbers.length / 2)] as number;
-const work = mkdtempSync(join(tmpdir(), "sluice-first-count-"));
-const executables = originals.map((original, index) => {
-  const copy = join(work, `executable-${index}`);
-  copyFileSync(original, copy);
-  return copy;
-});
-const upstreamPort = freePort();
-const upstream = Bun.spawn([process.execPath, join(import.meta.dir, "fake-upstream.ts"), String(upstreamPort)], { stdout: "ignore", stderr: "ignore" });
-try {
-  await waitForPort(upstreamPort);
-  const prepared = await Promise.all(
-    executables.map((executable, index) => {
-      const directory = join(work, String(index));
-      mkdirSync(directory);
-      return prepareSluice(executable, directory, upstreamPort);
-    }),
+const results = await measureInTurn(originals, rounds, measure);
+for (const [index, executable] of originals.entries()) {
+  const own = results[index] as Round[];
+  const before = median(own.map((round) => round.worstBeforeMs));
+  const after = median(own.map((round) => round.worstAfterMs));
+  console.log(
+    `${executable}: slowest answer in the ${windowMs} ms after the first count ${after.toFixed(1)} ms, before it ${before.toFixed(1)} ms` +
+      ` (× ${(after / before).toFixed(2)}); the count itself ${median(own.map((round) => round.countMs)).toFixed(1)} ms;` +
+      ` medians of ${rounds} rounds; per round, after: ${own.map((round) => round.worstAfterMs.toFixed(1)).join(", ")}`,
   );
-  const results: Round[][] = executables.map(() => []);
-  for (let round = 0; round < rounds; round++) {
-    for (const [index, executable] of executables.entries()) {
-      const { environment, key } = prepared[index] as (typeof prepared)[number];
-      results[index]?.push(await measure(executable, environment, key));
-    }
-  }
-  for (const [index, executable] of originals.entries()) {
-    const own = results[index] as Round[];
-    const before = median(own.map((round) => round.worstBeforeMs));
-    const after = median(own.map((round) => round.worstAfterMs));
-    console.log(
-      `${executable}: slowest answer in the ${windowMs} ms after the first count ${after.toFixed(1)} ms, before it ${before.toFixed(1)} ms` +
-        ` (× ${(after / before).toFixed(2)}); the count itself ${median(own.map((round) => round.countMs)).toFixed(1)} ms;` +
-        ` medians of ${rounds} rounds; per round, after: ${own.map((round) => round.worstAfterMs.toFixed(1)).join(", ")}`,
-    );
-  }
-} finally {
-  upstream.kill();
-  rmSync(work, { recursive: true, force: true });
 }

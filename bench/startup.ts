@@ -2,15 +2,12 @@
 // `make bench` measures one): `bun bench/startup.ts dist/sluice /tmp/other-build [--rounds 8]`. Each gets its own
 // data directory; an idle server's memory is read a second after its first answer, split into what the process
 // allocated (anonymous) and the pages of the executable it touched (file-backed).
-// Each executable is copied first and started from the copy: the kernel maps the pages around each one a process
-// touches when they are in the page cache, so an executable partly evicted from the cache shows less file-backed
-// RSS than a fresh one (3.5 MB less, for the same build, in one run).
-import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+// Each is started from a copy of its own (see measureInTurn).
+import { readFileSync } from "node:fs";
+import { resolve } from "node:path";
 import { parseArgs } from "node:util";
-import { freePort, waitForPort } from "./ports";
-import { prepareSluice } from "./sluice-setup";
+import { freePort } from "./ports";
+import { measureInTurn } from "./sluice-setup";
 
 const { values, positionals } = parseArgs({ args: Bun.argv.slice(2), options: { rounds: { type: "string", default: "8" } }, allowPositionals: true });
 const originals = positionals.map((path) => resolve(path));
@@ -54,41 +51,14 @@ async function measure(executable: string, environment: Record<string, string | 
 }
 
 const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] as number;
-const work = mkdtempSync(join(tmpdir(), "sluice-startup-"));
-const executables = originals.map((original, index) => {
-  const copy = join(work, `executable-${index}`);
-  copyFileSync(original, copy);
-  return copy;
-});
-const upstreamPort = freePort();
-const upstream = Bun.spawn([process.execPath, join(import.meta.dir, "fake-upstream.ts"), String(upstreamPort)], { stdout: "ignore", stderr: "ignore" });
-try {
-  await waitForPort(upstreamPort);
-  const prepared = await Promise.all(
-    executables.map((executable, index) => {
-      const directory = join(work, String(index));
-      mkdirSync(directory);
-      return prepareSluice(executable, directory, upstreamPort);
-    }),
+const samples = await measureInTurn(originals, rounds, measure);
+const first = samples[0] as Sample[];
+for (const [index, executable] of originals.entries()) {
+  const own = samples[index] as Sample[];
+  const of = (field: keyof Sample, from: Sample[]) => median(from.map((sample) => sample[field]));
+  console.log(
+    `${executable}: start-up ${of("startupMs", own).toFixed(1)} ms (× ${(of("startupMs", own) / of("startupMs", first)).toFixed(2)} the first),` +
+      ` idle RSS ${of("rssMb", own).toFixed(1)} MB (${of("anonymousMb", own).toFixed(1)} anonymous, ${of("fileMb", own).toFixed(1)} file-backed;` +
+      ` ${(of("rssMb", own) - of("rssMb", first)).toFixed(1)} MB against the first), medians of ${rounds} starts`,
   );
-  const samples: Sample[][] = executables.map(() => []);
-  for (let round = 0; round < rounds; round++) {
-    for (const [index, executable] of executables.entries()) {
-      const { environment, key } = prepared[index] as (typeof prepared)[number];
-      samples[index]?.push(await measure(executable, environment, key));
-    }
-  }
-  const first = samples[0] as Sample[];
-  for (const [index, executable] of originals.entries()) {
-    const own = samples[index] as Sample[];
-    const of = (field: keyof Sample, from: Sample[]) => median(from.map((sample) => sample[field]));
-    console.log(
-      `${executable}: start-up ${of("startupMs", own).toFixed(1)} ms (× ${(of("startupMs", own) / of("startupMs", first)).toFixed(2)} the first),` +
-        ` idle RSS ${of("rssMb", own).toFixed(1)} MB (${of("anonymousMb", own).toFixed(1)} anonymous, ${of("fileMb", own).toFixed(1)} file-backed;` +
-        ` ${(of("rssMb", own) - of("rssMb", first)).toFixed(1)} MB against the first), medians of ${rounds} starts`,
-    );
-  }
-} finally {
-  upstream.kill();
-  rmSync(work, { recursive: true, force: true });
 }
