@@ -7,49 +7,58 @@ import { entryPointModule } from "../entry-points";
 import type { TokenizerReply, TokenizerRequest } from "./tokenizer-worker";
 
 /** A count the tokenizer's thread could not give (it failed, or stopped before answering). */
-export class TokenizerError extends Error {}
+class TokenizerError extends Error {}
 
 interface Waiting {
   resolve(counts: number[]): void;
   reject(error: Error): void;
 }
 
-let thread: Worker | undefined;
-const waiting = new Map<number, Waiting>();
+/** A tokenizer's thread and the counts it owes. */
+interface Thread {
+  worker: Worker;
+  waiting: Map<number, Waiting>;
+}
+
+let current: Thread | undefined;
 let lastId = 0;
 
-function startThread(): Worker {
+function startThread(): Thread {
   const worker = new Worker(entryPointModule("tokens/tokenizer-worker.ts"));
+  const thread: Thread = { worker, waiting: new Map() };
   worker.onmessage = (event: MessageEvent<TokenizerReply>) => {
     const reply = event.data;
-    const waiter = waiting.get(reply.id);
+    const waiter = thread.waiting.get(reply.id);
     if (!waiter) return;
-    waiting.delete(reply.id);
+    thread.waiting.delete(reply.id);
     if (reply.counts) waiter.resolve(reply.counts);
     else waiter.reject(new TokenizerError(`the tokenizer failed: ${reply.error}`));
     // Only a count in flight keeps a process (a CLI command) alive.
-    if (waiting.size === 0) worker.unref();
+    if (thread.waiting.size === 0) worker.unref();
   };
-  worker.onerror = (event) => {
-    // The thread died: every count it owed fails, and the next count starts a new one.
-    if (thread === worker) thread = undefined;
+  // A thread that died or exited: every count it owed fails, never waits for ever (a request holds its places while
+  // it waits), and the next count starts a new thread. A thread that exits fires only "close", one that throws "error".
+  const stopped = (reason: string) => {
+    if (current === thread) current = undefined;
     worker.terminate();
-    for (const waiter of waiting.values()) waiter.reject(new TokenizerError(`the tokenizer's thread stopped: ${event.message}`));
-    waiting.clear();
+    for (const waiter of thread.waiting.values()) waiter.reject(new TokenizerError(`the tokenizer's thread stopped: ${reason}`));
+    thread.waiting.clear();
   };
-  return worker;
+  worker.onerror = (event) => stopped(event.message);
+  worker.addEventListener("close", () => stopped("it exited"));
+  return thread;
 }
 
 /** The tokens of each text, in order, counted on the tokenizer's thread (started at the first call). */
 export function countTexts(texts: string[]): Promise<number[]> {
-  thread ??= startThread();
-  const worker = thread;
+  current ??= startThread();
+  const thread = current;
   const id = ++lastId;
   return new Promise<number[]>((resolve, reject) => {
-    waiting.set(id, { resolve, reject });
-    worker.ref();
+    thread.waiting.set(id, { resolve, reject });
+    thread.worker.ref();
     const request: TokenizerRequest = { id, texts };
-    worker.postMessage(request);
+    thread.worker.postMessage(request);
   });
 }
 

@@ -30,6 +30,34 @@ describe("counting on the tokenizer's thread", () => {
     expect(await countTextTokens("<|endoftext|>")).toBeGreaterThan(1);
   });
 
+  test("a tokenizer's thread that exits fails the counts it owed, and the next count starts a new thread", async () => {
+    // The first thread made exits as soon as it is asked (as a thread killed by an error outside a count would),
+    // before it answers; the next thread is a real one.
+    const script = `
+      const RealWorker = globalThis.Worker;
+      let made = 0;
+      globalThis.Worker = class extends RealWorker {
+        constructor(...parameters) {
+          super(...parameters);
+          if (++made === 1) this.postMessage = () => this.terminate();
+        }
+      };
+      const { countTexts } = await import(${JSON.stringify(join(import.meta.dir, "../../src/tokens/count.ts"))});
+      const first = await countTexts(["hello world"]).then(() => "answered", (error) => error.message);
+      const second = await countTexts(["hello world"]);
+      console.log(JSON.stringify({ first, second, made }));
+    `;
+    const child = Bun.spawn([process.execPath, "-e", script], { stdout: "pipe", stderr: "pipe" });
+    const exitCode = await Promise.race([child.exited, Bun.sleep(20_000).then(() => "still running")]);
+    if (exitCode === "still running") child.kill();
+    expect(exitCode).toBe(0);
+    expect(JSON.parse(await new Response(child.stdout).text())).toEqual({
+      first: "the tokenizer's thread stopped: it exited",
+      second: [2],
+      made: 2,
+    });
+  }, 30_000);
+
   test("the server's own thread never loads the tables, and an idle tokenizer does not keep a process alive", async () => {
     const script = `
       const { countTexts } = await import(${JSON.stringify(join(import.meta.dir, "../../src/tokens/count.ts"))});
