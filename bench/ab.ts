@@ -48,7 +48,14 @@ const children: Bun.Subprocess[] = [];
  * The entry points of `make build`, over revisions: ones a revision lacks (the old checkpoint thread, the tokenizer
  * before it had its own) are skipped.
  */
-const entryPoints = ["src/main.ts", "src/cli/run.ts", "src/db/checkpoint-worker.ts", "src/ledger/ledger-worker.ts", "src/tokens/tokenizer.ts"];
+const entryPoints = [
+  "src/main.ts",
+  "src/cli/run.ts",
+  "src/db/checkpoint-worker.ts",
+  "src/ledger/ledger-worker.ts",
+  "src/tokens/tokenizer.ts",
+  "src/tokens/tokenizer-worker.ts",
+];
 /** Revisions with a recorded start are built as bytecode laid out by it, as `make build` builds them. */
 const bytecodeOrder = "src/bytecode-order.txt";
 

@@ -109,4 +109,62 @@ describe("upstream faults mid-stream", () => {
       expect(sluice.server.admission.reservedTokens()).toBe(0);
     });
   });
+
+  test("streams that break mid-stream count against their server: the breaker opens, and a failed probe opens it again", async () => {
+    await withModels(
+      [{ id: "m", backend: "openai", base_url: upstream.url, upstream_model: "reset-midstream", breaker_failures: 2, breaker_cooldown_ms: 200 }],
+      async (sluice) => {
+        const streamed = () => sluice.post("/v1/chat/completions", { model: "m", messages, stream: true });
+        for (let index = 0; index < 2; index++) {
+          const response = await streamed();
+          expect(response.status).toBe(200);
+          expect((await readSse(response)).at(-1)).toBe("[DONE]");
+        }
+        expect(await codeOf(await streamed())).toEqual({ status: 503, code: "model_unavailable" });
+        expect(upstream.bodies.length).toBe(2);
+        await Bun.sleep(250);
+        const probe = await streamed();
+        expect(probe.status).toBe(200);
+        await readSse(probe);
+        expect(await codeOf(await streamed())).toEqual({ status: 503, code: "model_unavailable" });
+        expect(upstream.bodies.length).toBe(3);
+        // The three streams that broke are billed for what they relayed; the refusals bill nothing.
+        expect(sluice.ledgerRows().filter((row) => row.completion_tokens > 0).length).toBe(3);
+        expect(sluice.server.admission.inFlight()).toBe(0);
+      },
+    );
+  });
+
+  test("a client that leaves a probe's stream early does not leave the server's breaker stuck", async () => {
+    await withModels(
+      [
+        {
+          id: "m",
+          backend: "openai",
+          base_url: upstream.url,
+          upstream_model: "goes-silent",
+          idle_timeout_ms: 300,
+          breaker_failures: 1,
+          breaker_cooldown_ms: 100,
+        },
+      ],
+      async (sluice) => {
+        const streamed = (signal?: AbortSignal) => sluice.post("/v1/chat/completions", { model: "m", messages, stream: true }, {}, signal);
+        await readSse(await streamed());
+        expect(await codeOf(await streamed())).toEqual({ status: 503, code: "model_unavailable" });
+        await Bun.sleep(150);
+        const leaving = new AbortController();
+        const probe = await streamed(leaving.signal);
+        expect(probe.status).toBe(200);
+        await (probe.body as ReadableStream<Uint8Array>).getReader().read();
+        leaving.abort();
+        await eventually(() => sluice.server.admission.inFlight() === 0);
+        // Neither failed nor stuck as a probe: the next request probes the server again.
+        const next = await streamed();
+        expect(next.status).toBe(200);
+        await readSse(next);
+        expect(upstream.bodies.length).toBe(3);
+      },
+    );
+  });
 });
