@@ -45,8 +45,8 @@ const bun = process.execPath;
 const work = mkdtempSync(join(tmpdir(), "sluice-ab-"));
 const children: Bun.Subprocess[] = [];
 /**
- * The entry points of `make build`, over revisions: ones a revision lacks (the old checkpoint thread, the tokenizer
- * before it had its own) are skipped.
+ * The entry points of `make build`, over revisions: ones a revision lacks are skipped (the old checkpoint thread;
+ * tokenizer.ts, the tokenizer's module before 8cf1af5; tokenizer-worker.ts, its thread since).
  */
 const entryPoints = [
   "src/main.ts",

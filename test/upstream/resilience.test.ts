@@ -115,17 +115,17 @@ describe("upstream faults mid-stream", () => {
       [{ id: "m", backend: "openai", base_url: upstream.url, upstream_model: "reset-midstream", breaker_failures: 2, breaker_cooldown_ms: 200 }],
       async (sluice) => {
         const streamed = () => sluice.post("/v1/chat/completions", { model: "m", messages, stream: true });
-        for (let index = 0; index < 2; index++) {
-          const response = await streamed();
+        const expectBroken = async (response: Response) => {
           expect(response.status).toBe(200);
-          expect((await readSse(response)).at(-1)).toBe("[DONE]");
-        }
+          const events = await readSse(response);
+          expect(events.at(-1)).toBe("[DONE]");
+          expect((events.at(-2) as { error: { code: string } }).error.code).toBe("upstream_error");
+        };
+        for (let index = 0; index < 2; index++) await expectBroken(await streamed());
         expect(await codeOf(await streamed())).toEqual({ status: 503, code: "model_unavailable" });
         expect(upstream.bodies.length).toBe(2);
         await Bun.sleep(250);
-        const probe = await streamed();
-        expect(probe.status).toBe(200);
-        await readSse(probe);
+        await expectBroken(await streamed());
         expect(await codeOf(await streamed())).toEqual({ status: 503, code: "model_unavailable" });
         expect(upstream.bodies.length).toBe(3);
         // The three streams that broke are billed for what they relayed; the refusals bill nothing.
