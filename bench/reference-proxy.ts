@@ -8,6 +8,9 @@
 // events, each event's JSON parsed, renamed and re-encoded, and the read's events written in one write (what any
 // gateway that meters a stream must do); in durable mode the row is committed before `[DONE]` goes out.
 // REFERENCE_CLIENT=http reads streams through node:http instead of fetch (a measurement of the upstream client).
+// REFERENCE_STREAM=layered relays a stream through three async generators (reads into events, a pass-through,
+// events into frames), as Sluice's backend, upstream pool and relay are layered: a measurement of what the layers
+// cost a stream's memory and CPU against the one loop above.
 // Usage: BUN_CONFIG_MAX_HTTP_REQUESTS=65535 bun bench/reference-proxy.ts parse|durable PORT UPSTREAM_BASE_URL [DB_PATH]
 import { Database } from "bun:sqlite";
 import { type IncomingMessage, request as httpRequest } from "node:http";
@@ -16,6 +19,13 @@ const mode = process.argv[2] === "durable" ? "durable" : "parse";
 const port = Number(process.argv[3] ?? 9300);
 const upstream = process.argv[4] ?? "http://127.0.0.1:9100";
 const upstreamChat = new URL(`${upstream}/v1/chat/completions`);
+
+/** What a relay reads of an upstream chunk. */
+interface Chunk {
+  id: string;
+  model: string;
+  usage?: { prompt_tokens?: number; completion_tokens?: number };
+}
 
 interface Row {
   id: string;
@@ -66,7 +76,7 @@ function relay(upstreamBody: AsyncIterable<Uint8Array>, model: string): Readable
     async pull(controller) {
       const decoder = new TextDecoder();
       let buffered = "";
-      let usage: { prompt_tokens?: number; completion_tokens?: number } | undefined;
+      let usage: Chunk["usage"];
       for await (const bytes of upstreamBody) {
         buffered += decoder.decode(bytes, { stream: true });
         const events = buffered.split("\n\n");
@@ -81,7 +91,7 @@ function relay(upstreamBody: AsyncIterable<Uint8Array>, model: string): Readable
             out += "data: [DONE]\n\n";
             continue;
           }
-          const chunk = JSON.parse(data) as { id: string; model: string; usage?: typeof usage };
+          const chunk = JSON.parse(data) as Chunk;
           chunk.id = id;
           chunk.model = model;
           if (chunk.usage) usage = chunk.usage;
@@ -91,6 +101,75 @@ function relay(upstreamBody: AsyncIterable<Uint8Array>, model: string): Readable
           controller.write(out);
           await controller.flush();
         }
+      }
+      controller.close();
+    },
+  });
+}
+
+/** The parsed chunks of each upstream read: the first layer (Sluice's backend). */
+async function* chunksOf(body: ReadableStream<Uint8Array>): AsyncGenerator<Chunk[]> {
+  const decoder = new TextDecoder();
+  const reader = body.getReader();
+  let buffered = "";
+  for (let read = await reader.read(); !read.done; read = await reader.read()) {
+    buffered += decoder.decode(read.value, { stream: true });
+    const events = buffered.split("\n\n");
+    buffered = events.pop() ?? "";
+    const chunks: Chunk[] = [];
+    for (const event of events) {
+      const data = event.slice(6);
+      if (data === "[DONE]") {
+        if (chunks.length > 0) yield chunks;
+        return;
+      }
+      chunks.push(JSON.parse(data) as Chunk);
+    }
+    if (chunks.length > 0) yield chunks;
+  }
+}
+
+/** Hands each batch on: the second layer (Sluice's upstream pool). */
+async function* passedOn(inner: AsyncGenerator<Chunk[]>): AsyncGenerator<Chunk[]> {
+  try {
+    for (let result = await inner.next(); !result.done; result = await inner.next()) yield result.value;
+  } finally {
+    await inner.return(undefined);
+  }
+}
+
+/** Each batch renamed and encoded as frames, then the ledger row and [DONE]: the third layer (Sluice's relay). */
+async function* framesOf(inner: AsyncGenerator<Chunk[]>, id: string, model: string): AsyncGenerator<string[]> {
+  let usage: Chunk["usage"];
+  try {
+    for (let result = await inner.next(); !result.done; result = await inner.next()) {
+      const frames: string[] = [];
+      for (const chunk of result.value) {
+        chunk.id = id;
+        chunk.model = model;
+        if (chunk.usage) usage = chunk.usage;
+        frames.push(`data: ${JSON.stringify(chunk)}\n\n`);
+      }
+      yield frames;
+    }
+    if (mode === "durable") {
+      await recorded({ id, model, promptTokens: usage?.prompt_tokens ?? 0, completionTokens: usage?.completion_tokens ?? 0, endedAt: Date.now() });
+    }
+    yield ["data: [DONE]\n\n"];
+  } finally {
+    await inner.return(undefined);
+  }
+}
+
+/** The same relay as `relay`, through the three layers above (REFERENCE_STREAM=layered). */
+function layeredRelay(upstreamBody: ReadableStream<Uint8Array>, model: string): ReadableStream<Uint8Array> {
+  const frames = framesOf(passedOn(chunksOf(upstreamBody)), `chatcmpl-${(counter++).toString(36)}`, model);
+  return new ReadableStream({
+    type: "direct",
+    async pull(controller) {
+      for (let result = await frames.next(); !result.done; result = await frames.next()) {
+        for (const frame of result.value) controller.write(frame);
+        await controller.flush();
       }
       controller.close();
     },
@@ -118,7 +197,8 @@ Bun.serve({
       body: JSON.stringify({ ...body, model: "bench-upstream" }),
     });
     if (body.stream && upstreamResponse.body) {
-      return new Response(relay(upstreamResponse.body, model), { headers: { "content-type": "text/event-stream" } });
+      const stream = process.env.REFERENCE_STREAM === "layered" ? layeredRelay(upstreamResponse.body, model) : relay(upstreamResponse.body, model);
+      return new Response(stream, { headers: { "content-type": "text/event-stream" } });
     }
     const answer = (await upstreamResponse.json()) as { id: string; model: string; usage?: { prompt_tokens?: number; completion_tokens?: number } };
     answer.id = `chatcmpl-${(counter++).toString(36)}`;
