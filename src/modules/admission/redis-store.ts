@@ -39,6 +39,12 @@ export function subjectKeys(organizationId: string, keyId?: string): string[] {
 /** Where a subject's leases set is among its keys. */
 const leasesIndex = 3;
 
+/**
+ * At most this many organizations' and capped keys' script keys are kept (15 key names for a capped key); the oldest
+ * made is dropped first. Without a bound, an instance serving a million capped keys would keep them all.
+ */
+export const cachedSubjects = 10_000;
+
 /** What admit.lua and settle.lua take for a request: the generation's key, then each of its subjects' keys. */
 interface Subjects {
   /** Names the set in one process (its organization and capped key), for batching. */
@@ -116,7 +122,7 @@ export class RedisAdmissionStore implements AdmissionStore {
   private pendingSettles: PendingSettle[] = [];
   private readonly retryTimer: Timer;
   private readonly admits: ScriptBatches;
-  /** Every organization's (and capped key's) script keys, made once: as many as the organizations and keys it served. */
+  /** Organizations' (and capped keys') script keys, each made once while it stays among the last `cachedSubjects`. */
   private readonly subjects = new Map<string, Subjects>();
   private readonly settles: ScriptBatches;
 
@@ -251,6 +257,7 @@ export class RedisAdmissionStore implements AdmissionStore {
     let subjects = this.subjects.get(id);
     if (subjects === undefined) {
       subjects = subjectsOf(id, organizationId, keyId);
+      if (this.subjects.size >= cachedSubjects) this.subjects.delete(this.subjects.keys().next().value as string);
       this.subjects.set(id, subjects);
     }
     return subjects;

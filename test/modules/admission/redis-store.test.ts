@@ -3,7 +3,7 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import type { PlanConfig } from "../../../src/config/schema";
 import { MemoryAdmissionStore } from "../../../src/modules/admission/memory-store";
-import { RedisAdmissionStore, subjectKeys } from "../../../src/modules/admission/redis-store";
+import { cachedSubjects, RedisAdmissionStore, subjectKeys } from "../../../src/modules/admission/redis-store";
 import { AdmissionRejected, type Lease, type UsageSnapshot } from "../../../src/modules/admission/store";
 import { postgresStorage } from "../../../src/storage/postgres";
 import { RedisConnection } from "../../../src/storage/redis";
@@ -177,3 +177,25 @@ test("workers that each send their next request after their last answer never ex
     expect(refused).toBe(0);
   });
 });
+
+test("the script keys kept per organization stay bounded: past the bound the oldest go, and an evicted organization's lease still settles and counts", async () => {
+  await withStore(async (store) => {
+    const kept = () => (store as unknown as { subjects: Map<string, unknown> }).subjects.size;
+    const first = await store.admit({ ...request, organizationId: "org_evicted" }, Date.now());
+    for (let start = 0; start < cachedSubjects + 50; start += 1000) {
+      const count = Math.min(1000, cachedSubjects + 50 - start);
+      const leases = await Promise.all(
+        Array.from({ length: count }, (_, index) => store.admit({ ...request, organizationId: `org_many_${start + index}` }, Date.now())),
+      );
+      for (const lease of leases) lease.settle(null, Date.now());
+    }
+    expect(kept()).toBe(cachedSubjects);
+    // org_evicted's keys were the oldest, so they went first: its lease settles through the keys it was admitted with.
+    first.settle({ promptTokens: 10, completionTokens: 5 }, Date.now());
+    const snapshot = await settledSnapshot(store, "org_evicted", plan);
+    expect(snapshot.inFlight).toBe(0);
+    expect(snapshot.reserved).toBe(0);
+    expect(snapshot.fiveHours.used).toBe(15);
+    expect(kept()).toBe(cachedSubjects);
+  });
+}, 30_000);
