@@ -50,7 +50,8 @@ const moveIntervalMs = 100;
 let writerDatabase: Database;
 let writer: LedgerWriter;
 /**
- * [0]: the last sequence processed; [1]: how many transactions failed; [2]: 1 once the connection is closed. The
+ * [0]: the last sequence processed; [1]: how many transactions failed; [2]: 1 once the connection is closed; [3]: 1
+ * while a checkpoint pass runs (the server does not ask for a move then: see ledger.ts). The
  * server may block on [0] and [2] (Atomics.wait).
  */
 let progress: Int32Array;
@@ -91,10 +92,13 @@ function checkpointSoon(): void {
 
 /** Copies what it can of the WAL into the database file, and notes how long the WAL has grown. */
 function checkpoint(): void {
+  Atomics.store(progress, 3, 1);
   try {
     walPages = checkpointStatement.get()?.log ?? 0;
   } catch {
     // the next pass copies what this one could not
+  } finally {
+    Atomics.store(progress, 3, 0);
   }
 }
 

@@ -43,8 +43,14 @@ const rowsBetweenMoves = 1000;
  * By rows alone, 1,000 one-row commits appended 4.9 MB between passes.
  */
 const commitsBetweenMoves = 200;
-/** Staged rows wait about this long to be moved, as the writer's own rows do (see ledger-worker.ts). */
-const moveDelayMs = 100;
+/**
+ * Staged rows wait about this long to be moved. Rows staged meanwhile go to the writer until the move is done, so a
+ * short move keeps the tail short: at 1,000 requests a second, the p99 fell by a paired 0.79 ms with 25 ms rather
+ * than 100 (lower in all 8 rounds), and whole answers a second did not move (bench/README.md).
+ */
+const moveDelayMs = 25;
+/** How soon a move put off by the writer's checkpoint pass is asked again. */
+const passRecheckMs = 5;
 /** At most this many keys' last-used times are written on this thread (one UPDATE each). */
 const touchesHere = 16;
 
@@ -75,7 +81,7 @@ export class Ledger {
   private scheduled = false;
   private failuresSeen = 0;
   private worker: Worker | undefined;
-  private progress = new Int32Array(new SharedArrayBuffer(12));
+  private progress = new Int32Array(new SharedArrayBuffer(16));
   /** This thread's own writes: every row of an in-memory database, the staged rows of a file (see `rowsBetweenMoves`). */
   private readonly local: LedgerWriter;
   private readonly inMemory: boolean;
@@ -233,6 +239,12 @@ export class Ledger {
     clearTimeout(this.moveTimer);
     this.moveTimer = undefined;
     if (!this.worker || this.commitsStagedHere === 0) return;
+    // A move asked during a pass would wait for its fsyncs (114 ms seen), and every row staged meanwhile with it.
+    if (Atomics.load(this.progress, 3) === 1) {
+      this.moveTimer = setTimeout(() => this.askToMove(), passRecheckMs);
+      this.moveTimer.unref();
+      return;
+    }
     this.rowsStagedHere = 0;
     this.commitsStagedHere = 0;
     const sequence = ++this.sequence;
@@ -301,7 +313,7 @@ export class Ledger {
       if (performance.now() - this.workerStartedAt > 1000) this.startWorker(path);
       else this.worker = undefined;
     };
-    this.progress = new Int32Array(new SharedArrayBuffer(12));
+    this.progress = new Int32Array(new SharedArrayBuffer(16));
     this.sequence = 0;
     this.failuresSeen = 0;
     this.worker = worker;
