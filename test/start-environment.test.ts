@@ -1,0 +1,70 @@
+import { afterAll, expect, test } from "bun:test";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { repositoryRoot, temporaryDirectory, useFakeUpstream } from "./helpers";
+import { sluiceCommand, startSluiceProcess } from "./support/sluice-process";
+
+const upstream = useFakeUpstream();
+const directory = temporaryDirectory();
+afterAll(() => directory.remove());
+
+test("`sluice serve`, started without BUN_CONFIG_MAX_HTTP_REQUESTS, sends more than 256 upstream requests at once", async () => {
+  const environment: Record<string, string | undefined> = {
+    ...process.env,
+    SLUICE_DB: join(directory.path, "sluice.db"),
+    SLUICE_CONFIG: join(directory.path, "sluice.toml"),
+    SLUICE_PORT: "0",
+    BUN_CONFIG_MAX_HTTP_REQUESTS: undefined,
+  };
+  await Bun.write(
+    environment.SLUICE_CONFIG as string,
+    `[[models]]\nid = "wide"\nbackend = "openai"\nbase_url = "${upstream.url}"\nupstream_model = "slow-1-500"\n\n[[plans]]\nid = "default"\nmodels = ["*"]\n`,
+  );
+  expect(sluiceCommand(environment, "org", "create", "acme").code).toBe(0);
+  const key = sluiceCommand(environment, "key", "create", "--org", "acme").stdout.trim().split("\n").at(-1) as string;
+  const { url, child: server } = await startSluiceProcess(environment);
+  try {
+    const client = Bun.spawn([process.execPath, join(repositoryRoot, "test/support/burst-client.ts"), url, key, "wide", "300"], {
+      env: { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: "1000" },
+      stdout: "pipe",
+    });
+    const statuses = JSON.parse(await new Response(client.stdout).text()) as Record<string, number>;
+    expect(statuses).toEqual({ "200": 300 });
+    expect(upstream.maxInFlight).toBeGreaterThan(256);
+  } finally {
+    server.kill();
+    await server.exited;
+  }
+}, 30_000);
+
+/** The environment a running process was started with (after its restart: execve keeps the pid). */
+function environmentOf(pid: number): Record<string, string> {
+  const entries = readFileSync(`/proc/${pid}/environ`, "utf8").split("\0").filter(Boolean);
+  return Object.fromEntries(entries.map((entry) => [entry.slice(0, entry.indexOf("=")), entry.slice(entry.indexOf("=") + 1)]));
+}
+
+test("`sluice serve` restarts with the allocator's hole purge at most once a second, unless the operator chose a value", async () => {
+  const base: Record<string, string | undefined> = {
+    ...process.env,
+    SLUICE_DB: join(directory.path, "environment.db"),
+    SLUICE_CONFIG: join(directory.path, "environment.toml"),
+    SLUICE_PORT: "0",
+    BUN_CONFIG_MAX_HTTP_REQUESTS: undefined,
+    MIMALLOC_PURGE_HOLES_MIN_INTERVAL: undefined,
+  };
+  await Bun.write(base.SLUICE_CONFIG as string, `[[models]]\nid = "demo"\nbackend = "demo"\n`);
+  for (const [operatorValue, expected] of [
+    [undefined, "1000"],
+    ["250", "250"],
+  ] as const) {
+    const { child: server } = await startSluiceProcess({ ...base, MIMALLOC_PURGE_HOLES_MIN_INTERVAL: operatorValue });
+    try {
+      const environment = environmentOf(server.pid);
+      expect(environment.MIMALLOC_PURGE_HOLES_MIN_INTERVAL).toBe(expected);
+      expect(environment.BUN_CONFIG_MAX_HTTP_REQUESTS).toBe("65535");
+    } finally {
+      server.kill();
+      await server.exited;
+    }
+  }
+}, 30_000);
