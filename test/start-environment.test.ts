@@ -8,14 +8,20 @@ const upstream = useFakeUpstream();
 const directory = temporaryDirectory();
 afterAll(() => directory.remove());
 
-test("`sluice serve`, started without BUN_CONFIG_MAX_HTTP_REQUESTS, sends more than 256 upstream requests at once", async () => {
-  const environment: Record<string, string | undefined> = {
+/** A server's environment over files named `name` in the test's directory, as a service started by hand has it: none of the start-up variables set. */
+function unsetEnvironment(name: string): Record<string, string | undefined> {
+  return {
     ...process.env,
-    SLUICE_DB: join(directory.path, "sluice.db"),
-    SLUICE_CONFIG: join(directory.path, "sluice.toml"),
+    SLUICE_DB: join(directory.path, `${name}.db`),
+    SLUICE_CONFIG: join(directory.path, `${name}.toml`),
     SLUICE_PORT: "0",
     BUN_CONFIG_MAX_HTTP_REQUESTS: undefined,
+    MIMALLOC_PURGE_HOLES_MIN_INTERVAL: undefined,
   };
+}
+
+test("`sluice serve`, started without BUN_CONFIG_MAX_HTTP_REQUESTS, sends more than 256 upstream requests at once", async () => {
+  const environment = unsetEnvironment("sluice");
   await Bun.write(
     environment.SLUICE_CONFIG as string,
     `[[models]]\nid = "wide"\nbackend = "openai"\nbase_url = "${upstream.url}"\nupstream_model = "slow-1-500"\n\n[[plans]]\nid = "default"\nmodels = ["*"]\n`,
@@ -44,14 +50,7 @@ function environmentOf(pid: number): Record<string, string> {
 }
 
 test("`sluice serve` restarts with the allocator's hole purge at most once a second, unless the operator chose a value", async () => {
-  const base: Record<string, string | undefined> = {
-    ...process.env,
-    SLUICE_DB: join(directory.path, "environment.db"),
-    SLUICE_CONFIG: join(directory.path, "environment.toml"),
-    SLUICE_PORT: "0",
-    BUN_CONFIG_MAX_HTTP_REQUESTS: undefined,
-    MIMALLOC_PURGE_HOLES_MIN_INTERVAL: undefined,
-  };
+  const base = unsetEnvironment("environment");
   await Bun.write(base.SLUICE_CONFIG as string, `[[models]]\nid = "demo"\nbackend = "demo"\n`);
   for (const [operatorValue, expected] of [
     [undefined, "1000"],
