@@ -1,7 +1,8 @@
 #!/usr/bin/env bun
 // Entry point of `bun src/main.ts` and of the compiled `dist/sluice`. Kept tiny on purpose: `serve` may replace the
-// process (see restartWithStartEnvironment) before anything else is loaded, so the rest of Sluice is a separate module, loaded
-// by URL (a separate entry point of the executable) rather than bundled into this one and evaluated twice.
+// process (see restartWithStartEnvironment) before anything else is loaded, so the rest of Sluice is a separate
+// module, loaded by URL (a separate entry point of the executable) rather than bundled into this one and evaluated
+// twice.
 import { restartWithStartEnvironment } from "./start-environment";
 
 const argv = process.argv.slice(2);

@@ -8,7 +8,10 @@ const upstream = useFakeUpstream();
 const directory = temporaryDirectory();
 afterAll(() => directory.remove());
 
-/** A server's environment over files named `name` in the test's directory, as a service started by hand has it: none of the start-up variables set. */
+/**
+ * A server's environment over files named `name` in the test's directory, as a service started by hand has it: none
+ * of the start-up variables set.
+ */
 function unsetEnvironment(name: string): Record<string, string | undefined> {
   return {
     ...process.env,
@@ -52,18 +55,28 @@ function environmentOf(pid: number): Record<string, string> {
 test("`sluice serve` restarts with the allocator's hole purge at most once a second, unless the operator chose a value", async () => {
   const base = unsetEnvironment("environment");
   await Bun.write(base.SLUICE_CONFIG as string, `[[models]]\nid = "demo"\nbackend = "demo"\n`);
-  for (const [operatorValue, expected] of [
-    [undefined, "1000"],
-    ["250", "250"],
-  ] as const) {
-    const { child: server } = await startSluiceProcess({ ...base, MIMALLOC_PURGE_HOLES_MIN_INTERVAL: operatorValue });
+  // What the operator set, and what the running server has after its restart (or without one).
+  const cases: { set: Record<string, string>; fetchLimit: string; interval: string | undefined }[] = [
+    { set: {}, fetchLimit: "65535", interval: "1000" },
+    { set: { MIMALLOC_PURGE_HOLES_MIN_INTERVAL: "250" }, fetchLimit: "65535", interval: "250" },
+    // An empty fetch limit is no limit set: the restart replaces it (kept, it would restart the server for ever).
+    { set: { BUN_CONFIG_MAX_HTTP_REQUESTS: "" }, fetchLimit: "65535", interval: "1000" },
+    // An operator who sets the fetch limit starts the server without the restart, as the README says.
+    { set: { BUN_CONFIG_MAX_HTTP_REQUESTS: "4096" }, fetchLimit: "4096", interval: undefined },
+  ];
+  for (const { set, fetchLimit, interval } of cases) {
+    let timer: Timer | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`no "listening" line within 10 s with ${JSON.stringify(set)}`)), 10_000);
+    });
+    const { child: server } = await Promise.race([startSluiceProcess({ ...base, ...set }), timeout]).finally(() => clearTimeout(timer));
     try {
       const environment = environmentOf(server.pid);
-      expect(environment.MIMALLOC_PURGE_HOLES_MIN_INTERVAL).toBe(expected);
-      expect(environment.BUN_CONFIG_MAX_HTTP_REQUESTS).toBe("65535");
+      expect(environment.BUN_CONFIG_MAX_HTTP_REQUESTS).toBe(fetchLimit);
+      expect(environment.MIMALLOC_PURGE_HOLES_MIN_INTERVAL).toBe(interval as string);
     } finally {
       server.kill();
       await server.exited;
     }
   }
-}, 30_000);
+}, 60_000);
