@@ -32,6 +32,7 @@ bench: $(STAMP) shared-services
 	BUN_CONFIG_MAX_HTTP_REQUESTS=65535 $(BUN) bench/shared.ts
 	$(BUN) bench/request-log.ts
 	$(BUN) bench/ledger-pages.ts
+	$(BUN) bench/promotion.ts
 
 # Re-records src/bytecode-order.txt from a start of the current executable (see bench/bytecode-order.ts).
 bytecode-order: $(STAMP)

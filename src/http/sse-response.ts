@@ -53,6 +53,9 @@ export function sseResponse(frames: AsyncGenerator<string[]>, options: SseOption
           // not joined first: a joined copy of every frame would be the stream's largest garbage.
           const pieces = result.value;
           for (let index = 0; index < pieces.length; index++) controller.write(pieces[index] as string);
+          // Emptied once written: the generator's settled promise still holds this batch, and with thousands of
+          // streams that promise often sits in the old generation, where it would keep the frames alive too.
+          pieces.length = 0;
           wrote = true;
           // A flush that went out at once returns the bytes written, not a promise: awaiting it would still cost
           // a turn of the microtask queue on every upstream read.

@@ -93,10 +93,14 @@ export class OpenAIBackend implements Backend {
       const reader = response.body.getReader();
       let ended = false;
       try {
-        for (let read = await reader.read(); ; read = await reader.read()) {
+        for (;;) {
+          const read = await reader.read();
           if (idle !== undefined) call.arm(idle);
+          // Nothing of the read is used after the yield below, so this generator does not keep its bytes (and
+          // with them the read) alive while it waits for the next one.
+          const done = read.done;
           // At the end, the decoder gives what the last bytes completed.
-          const batch = decoder.feed(read.done ? undefined : read.value);
+          const batch = decoder.feed(done ? undefined : read.value);
           const events: CompletionEvent[] = [];
           let failure: UpstreamError | undefined;
           for (const data of batch) {
@@ -107,11 +111,13 @@ export class OpenAIBackend implements Backend {
             failure = this.collect(data, events);
             if (failure) break;
           }
+          // The event texts are not kept past this read (the decoder's array would hold them while the next one waits).
+          batch.length = 0;
           if (!finished) finished = events.some((event) => event.type === "finish");
           // What arrived before a failure in the same read is still relayed (and billed) before the failure.
           if (events.length > 0) yield events;
           if (failure) throw failure;
-          if (read.done) {
+          if (done) {
             ended = true;
             break;
           }

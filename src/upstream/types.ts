@@ -37,7 +37,7 @@ export interface BackendRequest {
 /**
  * An OpenAI-compatible model server, or the built-in demo. Failures are thrown as UpstreamError. A stream yields
  * events in batches, as they arrived together: one step per network read, not per event, so that a busy server
- * (whose reads carry many events) spends one await per read.
+ * (whose reads carry many events) spends one await per read. Its consumer may empty each batch once it has used it.
  */
 export interface Backend {
   complete(request: BackendRequest): Promise<Completion>;

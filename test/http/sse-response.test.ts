@@ -51,3 +51,13 @@ test("a heartbeat frame goes out whenever the producer stays silent for its inte
   expect(text.endsWith("data: last\n\n")).toBe(true);
   expect((text.match(/: ping/g) ?? []).length).toBeGreaterThanOrEqual(1);
 });
+
+test("each batch is emptied once written, so that a settled promise in the old generation keeps no frames alive", async () => {
+  const batches = [['data: {"n":1}\n\n'], ['data: {"n":2}\n\n', "data: [DONE]\n\n"]];
+  async function* relay() {
+    for (const batch of batches) yield batch;
+  }
+  const response = sseResponse(relay(), { onCancel: () => {}, headers: {}, onEnd: () => {} });
+  expect(await response.text()).toBe('data: {"n":1}\n\ndata: {"n":2}\n\ndata: [DONE]\n\n');
+  expect(batches).toEqual([[], []]);
+});

@@ -38,7 +38,10 @@ export interface RequestContext {
 
 export type ChatResult =
   | { kind: "whole"; body: unknown; headers: Record<string, string> }
-  /** Batches of SSE text in the answer's format (see StreamEncoder), one per upstream read; the last ends the stream. */
+  /**
+   * Batches of SSE text in the answer's format (see StreamEncoder), one per upstream read; the last ends the stream.
+   * Each is a new array that its consumer may empty once written.
+   */
   | { kind: "stream"; frames: AsyncGenerator<string[]>; headers: Record<string, string> };
 
 export interface ChatServiceDependencies {
@@ -277,6 +280,9 @@ export class ChatService {
           }
           if (event.type !== "usage") encoder.event(event, out);
         }
+        // Emptied once relayed, as sseResponse empties its frames: the settled promises of the layers below still
+        // hold this batch, often from the old generation.
+        batch.length = 0;
         if (out.length > 0) yield out;
       }
       settled = true;

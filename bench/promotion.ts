@@ -1,0 +1,144 @@
+// What each open stream leaves in the old generation: with N streams of 200 tokens open (the fake upstream at 20 ms a
+// token, as `make bench`'s stream phase), a full collection, then an eden collection 150 ms later
+// (bench/promotion-preload.ts); what the eden collection promoted, per open stream, in objects by type and in bytes
+// of heap, for Sluice (from source) and the durable reference (bench/reference-proxy.ts), measured the same way in
+// one run. Promoted garbage stays in the old generation until a full collection, and with thousands of streams the
+// collector runs few of those: it is what the stream peak is made of beyond the live set (bench/README.md).
+// Unlike the peak, which moves by ±40 MB between identical rounds, these counts repeat to a few percent.
+// Usage: bun bench/promotion.ts [STREAMS=1000] [SAMPLES=9]   (`make bench` runs it; writes results/promotion.json)
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { freePort, waitForPort } from "./ports";
+import { prepareSluice } from "./sluice-setup";
+
+const streams = Number(process.argv[2] ?? 1000);
+const samples = Number(process.argv[3] ?? 9);
+const root = join(import.meta.dir, "..");
+const bun = process.execPath;
+const lifted = { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" };
+const preload = join(import.meta.dir, "promotion-preload.ts");
+const work = mkdtempSync(join(tmpdir(), "sluice-promotion-"));
+const children: Bun.Subprocess[] = [];
+
+interface HeapSide {
+  heapSize: number;
+  extraMemorySize: number;
+  objects: Record<string, number>;
+}
+interface Sample {
+  before: HeapSide;
+  after: HeapSide;
+}
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)] as number;
+}
+
+/** Per open stream: objects and heap bytes one eden collection promoted, and the objects by type. */
+function promotedPerStream(sample: Sample): { objects: number; bytes: number; types: Record<string, number> } {
+  const types: Record<string, number> = {};
+  let objects = 0;
+  for (const [type, count] of Object.entries(sample.after.objects)) {
+    const added = count - (sample.before.objects[type] ?? 0);
+    if (added === 0) continue;
+    types[type] = added / streams;
+    objects += added;
+  }
+  return { objects: objects / streams, bytes: (sample.after.heapSize - sample.before.heapSize) / streams, types };
+}
+
+async function measure(name: string, command: string[], environment: Record<string, string | undefined>, port: number, headers: Record<string, string>) {
+  const output = join(work, `${name}.jsonl`);
+  const server = Bun.spawn([bun, "--preload", preload, ...command], {
+    env: { ...environment, PROMOTION_OUT: output },
+    stdout: "ignore",
+    stderr: "ignore",
+  });
+  children.push(server);
+  await waitForPort(port);
+  const body = join(work, "body.json");
+  writeFileSync(body, JSON.stringify({ model: "bench", stream: true, messages: [{ role: "user", content: "Count to two hundred." }] }));
+  const url = `http://127.0.0.1:${port}/v1/chat/completions`;
+  const open = (count: number) =>
+    Bun.spawn([bun, join(import.meta.dir, "streams.ts"), url, body, JSON.stringify({ ...headers, "content-type": "application/json" }), String(count), "200"], {
+      env: lifted,
+      stdout: "pipe",
+    });
+  await open(100).exited;
+  const burst = open(streams);
+  // Every stream has opened by then (time to first token is well under 2 s at this count) and none has ended (4 s).
+  await Bun.sleep(2000);
+  for (let index = 0; index < samples; index++) {
+    process.kill(server.pid, "SIGUSR2");
+    await Bun.sleep(400);
+  }
+  const result = JSON.parse(await new Response(burst.stdout).text()) as { completed: number };
+  server.kill();
+  await server.exited;
+  if (result.completed !== streams) throw new Error(`${name}: ${result.completed} of ${streams} streams completed`);
+  const lines = existsSync(output) ? readFileSync(output, "utf8").trim().split("\n") : [];
+  if (lines.length !== samples) throw new Error(`${name}: ${lines.length} of ${samples} samples were taken`);
+  const per = lines.map((line) => promotedPerStream(JSON.parse(line) as Sample));
+  const typeNames = new Set(per.flatMap((sample) => Object.keys(sample.types)));
+  const types: Record<string, number> = {};
+  for (const type of typeNames) {
+    const value = median(per.map((sample) => sample.types[type] ?? 0));
+    if (Math.abs(value) >= 0.05) types[type] = Math.round(value * 100) / 100;
+  }
+  return {
+    objects_per_stream: Math.round(median(per.map((sample) => sample.objects)) * 10) / 10,
+    bytes_per_stream: Math.round(median(per.map((sample) => sample.bytes))),
+    by_type: Object.fromEntries(Object.entries(types).sort((a, b) => b[1] - a[1])),
+    samples: per.map((sample) => ({ objects: Math.round(sample.objects * 10) / 10, bytes: Math.round(sample.bytes) })),
+  };
+}
+
+try {
+  const upstreamPort = freePort();
+  children.push(
+    Bun.spawn([bun, join(import.meta.dir, "fake-upstream.ts"), String(upstreamPort), "200", "20"], { env: lifted, stdout: "ignore", stderr: "ignore" }),
+  );
+  await waitForPort(upstreamPort);
+
+  // Sluice's CLI from source, for prepareSluice (which runs `BINARY org create` and `BINARY key create`).
+  const cli = join(work, "sluice");
+  writeFileSync(cli, `#!/bin/sh\nexec "${bun}" "${join(root, "src/main.ts")}" "$@"\n`);
+  chmodSync(cli, 0o755);
+  const directory = join(work, "sluice-data");
+  mkdirSync(directory);
+  const { environment, key } = await prepareSluice(cli, directory, upstreamPort);
+  const sluicePort = freePort();
+  const sluice = await measure(
+    "sluice",
+    [join(root, "src/main.ts"), "serve"],
+    { ...environment, SLUICE_PORT: String(sluicePort), BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" },
+    sluicePort,
+    { authorization: `Bearer ${key}` },
+  );
+  const referencePort = freePort();
+  const reference = await measure(
+    "reference",
+    [join(import.meta.dir, "reference-proxy.ts"), "durable", String(referencePort), `http://127.0.0.1:${upstreamPort}`, join(work, "reference.db")],
+    lifted,
+    referencePort,
+    {},
+  );
+  const report = {
+    streams,
+    samples,
+    sluice,
+    durable_reference: reference,
+    sluice_over_reference: {
+      objects: Math.round((sluice.objects_per_stream / reference.objects_per_stream) * 100) / 100,
+      bytes: Math.round((sluice.bytes_per_stream / reference.bytes_per_stream) * 100) / 100,
+    },
+  };
+  console.log(JSON.stringify(report, null, 2));
+  writeFileSync(join(import.meta.dir, "results", "promotion.json"), `${JSON.stringify(report, null, 2)}\n`);
+} finally {
+  for (const child of children) child.kill();
+  await Promise.all(children.map((child) => child.exited));
+  rmSync(work, { recursive: true, force: true });
+}
