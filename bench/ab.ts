@@ -8,10 +8,10 @@
 // for `--seconds` (bench/load.ts, as `make bench`'s latency phase): p50 and p99 of each side, and the median of each
 // round's own B - A.
 // With `--streams N` each round is instead N concurrent streams of 200 tokens (bench/streams.ts, as `make bench`'s
-// stream phase) against freshly started A and B, each after a warm-up of a tenth of N: peak RSS (VmHWM, reset after
-// the warm-up), TTFT p50 and p99, and CPU time per relayed event; `--reference` adds the durable reference server
-// (bench/reference-proxy.ts) to every round as the yardstick of the unavoidable work.
-//   bun bench/ab.ts REVISION [--rounds 4] [--seconds 6] [--latency 1000 | --streams 2000 [--reference]]
+// stream phase; `--tokens` for longer ones) against freshly started A and B, each after a warm-up of a tenth of N:
+// peak RSS (VmHWM, reset after the warm-up), TTFT p50 and p99, and CPU time per relayed event; `--reference` adds the
+// durable reference server (bench/reference-proxy.ts) to every round as the yardstick of the unavoidable work.
+//   bun bench/ab.ts REVISION [--rounds 4] [--seconds 6] [--latency 1000 | --streams 2000 [--tokens 200] [--reference]]
 import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -28,17 +28,21 @@ const { values, positionals } = parseArgs({
     latency: { type: "string" },
     streams: { type: "string" },
     reference: { type: "boolean", default: false },
+    tokens: { type: "string", default: "200" },
   },
   allowPositionals: true,
 });
 const revision = positionals[0];
-if (!revision) throw new Error("usage: bun bench/ab.ts REVISION [--rounds 4] [--seconds 6] [--latency RATE | --streams N [--reference]]");
+if (!revision) throw new Error("usage: bun bench/ab.ts REVISION [--rounds 4] [--seconds 6] [--latency RATE | --streams N [--tokens 200] [--reference]]");
 const rounds = Number(values.rounds);
 const seconds = Number(values.seconds);
 const latencyRate = values.latency === undefined ? undefined : Number(values.latency);
 const streamCount = values.streams === undefined ? undefined : Number(values.streams);
-/** Tokens of each stream, and milliseconds between them at the fake upstream, as `make bench` paces them. */
-const streamTokens = 200;
+/**
+ * Tokens of each stream (`--tokens`; 200 as in `make bench`, more for the long streams of reasoning models), and
+ * milliseconds between them at the fake upstream, as `make bench` paces them.
+ */
+const streamTokens = Number(values.tokens);
 const streamPaceMs = 20;
 const root = join(import.meta.dir, "..");
 const bun = process.execPath;
