@@ -68,6 +68,7 @@ async function measure(name: string, command: string[], environment: Record<stri
     });
   await open(100).exited;
   const burst = open(streams);
+  children.push(burst);
   // Every stream has opened by then (time to first token is well under 2 s at this count) and none has ended (4 s).
   await Bun.sleep(2000);
   for (let index = 0; index < samples; index++) {
