@@ -4,7 +4,7 @@ import { abortAfter } from "./deadlines";
 import { errorFromFailure, errorFromStatus } from "./errors";
 import { eventsOfChunk, reasoningOf, usageOf } from "./normalize";
 import { ServerSentEventDecoder } from "./sse";
-import type { Backend, BackendRequest, Completion, CompletionEvent, ToolCallDelta } from "./types";
+import type { Backend, BackendRequest, Completion, CompletionEvent, StreamEnding, ToolCallDelta } from "./types";
 
 /**
  * The signal of one upstream call. Without first-byte or idle limits it is the request's own; with them, a signal
@@ -76,7 +76,10 @@ export class OpenAIBackend implements Backend {
     }
   }
 
-  async *stream(request: BackendRequest): AsyncGenerator<CompletionEvent[]> {
+  /** The answer's events; `onEnd`, when given, is told once how the call ended (the pool's circuit breaker is). */
+  async *stream(request: BackendRequest, onEnd?: (ending: StreamEnding) => void): AsyncGenerator<CompletionEvent[], void> {
+    // Left as it is when the consumer stops the generator at a yield.
+    let ending: StreamEnding = "stopped";
     let finished = false;
     let answered = false;
     const call = callSignal(request, request.model);
@@ -106,6 +109,7 @@ export class OpenAIBackend implements Backend {
           for (const data of batch) {
             if (data === "[DONE]") {
               if (events.length > 0) yield events;
+              ending = "finished";
               return;
             }
             failure = this.collect(data, events);
@@ -127,11 +131,15 @@ export class OpenAIBackend implements Backend {
         if (!ended) await reader.cancel().catch(() => undefined);
       }
       if (!finished) throw new UpstreamError(`The upstream stream for model ${this.modelId} ended before the answer did.`, { isRetryable: true });
+      ending = "finished";
     } catch (error) {
       // A stream reached the upstream once its status line arrived.
-      throw errorFromFailure(this.modelId, error, call.signal, answered);
+      const failure = errorFromFailure(this.modelId, error, call.signal, answered);
+      ending = { failure };
+      throw failure;
     } finally {
       call.done();
+      onEnd?.(ending);
     }
   }
 

@@ -1,7 +1,7 @@
 import type { ModelConfig } from "../config/schema";
 import { SluiceError, UpstreamError } from "../errors";
 import { OpenAIBackend } from "./openai-backend";
-import type { Backend, BackendRequest, Completion, CompletionEvent } from "./types";
+import type { Backend, BackendRequest, Completion, CompletionEvent, EventStream, StreamEnding } from "./types";
 
 /** One upstream server of a model, with its circuit breaker. */
 class Endpoint {
@@ -9,12 +9,63 @@ class Endpoint {
   openUntil = 0;
   probing = false;
 
-  constructor(readonly backend: OpenAIBackend) {}
+  constructor(
+    readonly backend: OpenAIBackend,
+    private readonly model: ModelConfig,
+    private readonly clock: () => number,
+  ) {}
+
+  succeeded(): void {
+    this.failures = 0;
+    this.openUntil = 0;
+    this.probing = false;
+  }
+
+  failed(error: unknown): void {
+    this.probing = false;
+    if (!countsAgainstServer(error)) return;
+    this.failures++;
+    if (this.failures >= this.model.breakerFailures) this.openUntil = this.clock() + this.model.breakerCooldownMs;
+  }
+
+  /** Told by each stream on this server how it ended (one function per server, not per stream). */
+  readonly streamEnded = (ending: StreamEnding): void => {
+    if (ending === "finished") this.succeeded();
+    // A consumer that stops early says nothing about the server's health; a probe must not stay stuck.
+    else if (ending === "stopped") this.probing = false;
+    else this.failed(ending.failure);
+  };
 }
 
 /** Failures that say the server is unwell (not the request): connection failures, timeouts, 5xx, garbage. */
 function countsAgainstServer(error: unknown): boolean {
   return error instanceof UpstreamError && error.isRetryable;
+}
+
+const noMoreEvents: IteratorResult<CompletionEvent[], void> = { done: true, value: undefined };
+
+/**
+ * A stream through the pool. Its first read chooses the server, and may move to another one; every later read goes
+ * straight to that server's generator. A generator of the pool's own around it would cost each read a promise and
+ * an iterator result more, and with thousands of open streams those are much of what each leaves in the old
+ * generation (bench/promotion.ts). The server's breaker learns how the stream ended from the generator itself.
+ */
+class PooledStream implements EventStream {
+  /** The chosen server's generator, once the first read has chosen. */
+  events: EventStream | undefined;
+
+  constructor(
+    private readonly pool: UpstreamPool,
+    readonly request: BackendRequest,
+  ) {}
+
+  next(): Promise<IteratorResult<CompletionEvent[], void>> {
+    return this.events === undefined ? this.pool.firstRead(this) : this.events.next();
+  }
+
+  return(): Promise<IteratorResult<CompletionEvent[], void>> {
+    return this.events === undefined ? Promise.resolve(noMoreEvents) : this.events.return(undefined);
+  }
 }
 
 /**
@@ -31,56 +82,49 @@ export class UpstreamPool implements Backend {
     apiKey: string | undefined,
     private readonly clock: () => number = Date.now,
   ) {
-    this.endpoints = model.baseUrls.map((url) => new Endpoint(new OpenAIBackend(model.id, url, apiKey)));
+    this.endpoints = model.baseUrls.map((url) => new Endpoint(new OpenAIBackend(model.id, url, apiKey), model, clock));
   }
 
   async complete(request: BackendRequest): Promise<Completion> {
     const first = this.pick(undefined);
     try {
-      return this.succeeded(first, await first.backend.complete(request));
+      const completion = await first.backend.complete(request);
+      first.succeeded();
+      return completion;
     } catch (error) {
-      this.failed(first, error);
+      first.failed(error);
       const second = this.retryTarget(error, first);
       if (!second) throw error;
       try {
-        return this.succeeded(second, await second.backend.complete(request));
+        const completion = await second.backend.complete(request);
+        second.succeeded();
+        return completion;
       } catch (retryError) {
-        this.failed(second, retryError);
+        second.failed(retryError);
         throw retryError;
       }
     }
   }
 
-  async *stream(request: BackendRequest): AsyncGenerator<CompletionEvent[]> {
-    let endpoint = this.pick(undefined);
-    let events = endpoint.backend.stream(request);
-    let first: IteratorResult<CompletionEvent[]>;
+  stream(request: BackendRequest): EventStream {
+    return new PooledStream(this, request);
+  }
+
+  /**
+   * A pooled stream's first read: on the next server, or, when the connection failed before the upstream got the
+   * request, once more on another. Called by PooledStream only.
+   */
+  async firstRead(stream: PooledStream): Promise<IteratorResult<CompletionEvent[], void>> {
+    const first = this.pick(undefined);
+    stream.events = first.backend.stream(stream.request, first.streamEnded);
     try {
-      first = await events.next();
+      return await stream.events.next();
     } catch (error) {
-      this.failed(endpoint, error);
-      const second = this.retryTarget(error, endpoint);
+      // The generator has told the breaker of the failure already (streamEnded).
+      const second = this.retryTarget(error, first);
       if (!second) throw error;
-      endpoint = second;
-      events = endpoint.backend.stream(request);
-      try {
-        first = await events.next();
-      } catch (retryError) {
-        this.failed(endpoint, retryError);
-        throw retryError;
-      }
-    }
-    try {
-      if (!first.done) yield first.value;
-      for (let result = await events.next(); !result.done; result = await events.next()) yield result.value;
-      this.succeeded(endpoint, undefined);
-    } catch (error) {
-      this.failed(endpoint, error);
-      throw error;
-    } finally {
-      // A consumer that stops early says nothing about the server's health; a probe must not stay stuck.
-      endpoint.probing = false;
-      await events.return(undefined);
+      stream.events = second.backend.stream(stream.request, second.streamEnded);
+      return await stream.events.next();
     }
   }
 
@@ -113,19 +157,5 @@ export class UpstreamPool implements Backend {
     } catch {
       return undefined;
     }
-  }
-
-  private succeeded<T>(endpoint: Endpoint, result: T): T {
-    endpoint.failures = 0;
-    endpoint.openUntil = 0;
-    endpoint.probing = false;
-    return result;
-  }
-
-  private failed(endpoint: Endpoint, error: unknown): void {
-    endpoint.probing = false;
-    if (!countsAgainstServer(error)) return;
-    endpoint.failures++;
-    if (endpoint.failures >= this.model.breakerFailures) endpoint.openUntil = this.clock() + this.model.breakerCooldownMs;
   }
 }

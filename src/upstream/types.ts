@@ -35,11 +35,21 @@ export interface BackendRequest {
 }
 
 /**
- * An OpenAI-compatible model server, or the built-in demo. Failures are thrown as UpstreamError. A stream yields
- * events in batches, as they arrived together: one step per network read, not per event, so that a busy server
- * (whose reads carry many events) spends one await per read. Its consumer may empty each batch once it has used it.
+ * A streamed answer's events in batches, as they arrived together: one step per network read, not per event, so that
+ * a busy server (whose reads carry many events) spends one await per read. Its consumer reads one batch at a time,
+ * may empty each batch once it has used it, and calls `return` when it stops before the end. An async generator is
+ * one.
  */
+export interface EventStream {
+  next(): Promise<IteratorResult<CompletionEvent[], void>>;
+  return(value?: undefined): Promise<IteratorResult<CompletionEvent[], void>>;
+}
+
+/** How a stream's upstream call ended, for whoever keeps its server's health: it finished, failed, or was stopped. */
+export type StreamEnding = "finished" | "stopped" | { failure: unknown };
+
+/** An OpenAI-compatible model server, or the built-in demo. Failures are thrown as UpstreamError. */
 export interface Backend {
   complete(request: BackendRequest): Promise<Completion>;
-  stream(request: BackendRequest): AsyncGenerator<CompletionEvent[]>;
+  stream(request: BackendRequest): EventStream;
 }

@@ -8,7 +8,7 @@ import { abortAfter } from "../../upstream/deadlines";
 import { ServerShutdown } from "../../upstream/errors";
 import type { Metrics } from "../observability/metrics";
 import { deferRecord, noteBilled, noteFailure, noteFirstToken, type RequestRecord } from "../observability/request-record";
-import type { CompletionEvent, Usage } from "../../upstream/types";
+import type { CompletionEvent, EventStream, Usage } from "../../upstream/types";
 import type { AdmissionStore } from "../admission/store";
 import type { Caller } from "../auth/service";
 import type { ModelRegistry } from "../models/registry";
@@ -228,7 +228,7 @@ export class ChatService {
   /** Waits for the upstream's first event, so that a failure before it is still an HTTP error, then relays. */
   private async stream(run: Run): Promise<ChatResult> {
     const { prepared, context } = run;
-    let events: AsyncGenerator<CompletionEvent[]>;
+    let events: EventStream;
     let first: IteratorResult<CompletionEvent[]>;
     try {
       events = prepared.entry.backend.stream({ model: prepared.entry.config, body: prepared.upstreamBody, signal: context.abort.signal });
@@ -242,12 +242,7 @@ export class ChatService {
     return { kind: "stream", frames: this.relay(run, encoder, events, first), headers: run.permit.lease.headers };
   }
 
-  private async *relay(
-    run: Run,
-    encoder: StreamEncoder,
-    events: AsyncGenerator<CompletionEvent[]>,
-    first: IteratorResult<CompletionEvent[]>,
-  ): AsyncGenerator<string[]> {
+  private async *relay(run: Run, encoder: StreamEncoder, events: EventStream, first: IteratorResult<CompletionEvent[]>): AsyncGenerator<string[]> {
     let settled = false;
     const monitor = this.deps.safety.outputMonitor();
     const record = run.context.record;

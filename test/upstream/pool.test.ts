@@ -1,0 +1,74 @@
+import { expect, test } from "bun:test";
+import type { ModelConfig } from "../../src/config/schema";
+import { SluiceError } from "../../src/errors";
+import { UpstreamPool } from "../../src/upstream/pool";
+import type { CompletionEvent } from "../../src/upstream/types";
+import { useFakeUpstream } from "../helpers";
+
+const upstream = useFakeUpstream({ resetBeforeEach: true });
+
+function model(baseUrls: string[]): ModelConfig {
+  return {
+    id: "m",
+    aliases: [],
+    backend: "openai",
+    baseUrls,
+    upstreamModel: "usage-10-5",
+    apiKeyEnv: undefined,
+    ownedBy: "test",
+    contextWindow: 100_000,
+    maxOutputTokens: 1000,
+    enabled: true,
+    timeoutMs: 10_000,
+    streamDelayMs: 0,
+    maxConcurrency: undefined,
+    queueSize: 10,
+    queueTimeoutMs: 1000,
+    firstByteTimeoutMs: undefined,
+    idleTimeoutMs: undefined,
+    breakerFailures: 1,
+    breakerCooldownMs: 60_000,
+  };
+}
+
+function request(config: ModelConfig) {
+  const body = { model: config.upstreamModel, messages: [{ role: "user", content: "hi" }], stream: true };
+  return { model: config, body, signal: new AbortController().signal };
+}
+
+test("a pooled stream stopped before its first read opens no connection and leaves no probe held", async () => {
+  const config = model([upstream.url]);
+  const pool = new UpstreamPool(config, undefined);
+  expect(await pool.stream(request(config)).return()).toEqual({ done: true, value: undefined });
+  expect(upstream.bodies.length).toBe(0);
+  // The next stream reads to its end as usual.
+  const stream = pool.stream(request(config));
+  const events: CompletionEvent[] = [];
+  for (let result = await stream.next(); !result.done; result = await stream.next()) events.push(...result.value);
+  expect(events.some((event) => event.type === "finish")).toBe(true);
+  expect(upstream.bodies.length).toBe(1);
+});
+
+test("a pooled stream's first read moves to the other server when the connection is refused; the failure opens the breaker", async () => {
+  const refused = "http://127.0.0.1:1/v1";
+  const both = model([refused, upstream.url]);
+  const stream = new UpstreamPool(both, undefined).stream(request(both));
+  expect((await stream.next()).done).toBe(false);
+  await stream.return();
+  expect(upstream.bodies.length).toBe(1);
+
+  const alone = model([refused]);
+  const pool = new UpstreamPool(alone, undefined);
+  expect(await codeOf(pool.stream(request(alone)).next())).toBe("upstream_error");
+  // breaker_failures = 1: the stream's own generator told the breaker, which now keeps the server out.
+  expect(await codeOf(pool.stream(request(alone)).next())).toBe("model_unavailable");
+});
+
+async function codeOf(read: Promise<unknown>): Promise<string | undefined> {
+  try {
+    await read;
+    return undefined;
+  } catch (error) {
+    return error instanceof SluiceError ? error.code : String(error);
+  }
+}
