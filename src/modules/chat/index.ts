@@ -74,6 +74,20 @@ function parseJson(text: string): unknown {
 }
 
 /**
+ * The callbacks of one answer, made outside the handler: a closure made in an async function keeps the scopes it
+ * sits in, and the handler's holds the request (its headers, its URL, its signal), for as long as a stream lasts.
+ */
+function answerCallbacks(options: ChatRouteOptions, record: RequestRecord, upstreamAbort: AbortController) {
+  return {
+    /** Aborts the upstream call when the client leaves. */
+    clientGone: () => upstreamAbort.abort(),
+    /** Logs and counts the request once its answer is complete. */
+    finish: () => options.finish(record),
+    streamEnded: () => options.lifecycle.openAnswers--,
+  };
+}
+
+/**
  * The handler of every route that runs a model: authenticate, read and translate the body, run it on the chat
  * path, answer whole or streamed in the API's format. It does its own authentication and its own log line and
  * metrics rather than through a resolve hook and onAfterResponse: on the hottest route each hook costs Elysia a
@@ -96,13 +110,13 @@ export function answerHandler(chat: ChatService, auth: AuthService, options: Cha
     options.waitWithoutTimeout(request);
     const requestId = record.requestId;
     const upstreamAbort = new AbortController();
-    const onClientGone = () => upstreamAbort.abort();
-    request.signal.addEventListener("abort", onClientGone, { once: true });
+    const callbacks = answerCallbacks(options, record, upstreamAbort);
+    request.signal.addEventListener("abort", callbacks.clientGone, { once: true });
     const lifecycle = options.lifecycle;
     lifecycle.openAnswers++;
     let streaming = false;
     try {
-      const result = await chat.create(body, { caller, requestId, abort: upstreamAbort, record, finish: () => options.finish(record) }, translation.format);
+      const result = await chat.create(body, { caller, requestId, abort: upstreamAbort, record, finish: callbacks.finish }, translation.format);
       // The abort listener stays: once the answer is complete, aborting its controller does nothing.
       if (result.kind === "whole") {
         const headers: Record<string, string> = { ...result.headers, "content-type": "application/json", "x-request-id": requestId };
@@ -117,8 +131,8 @@ export function answerHandler(chat: ChatService, auth: AuthService, options: Cha
       if (dialect.requestIdHeader) headers[dialect.requestIdHeader] = requestId;
       return sseResponse(result.frames, {
         headers,
-        onCancel: onClientGone,
-        onEnd: () => lifecycle.openAnswers--,
+        onCancel: callbacks.clientGone,
+        onEnd: callbacks.streamEnded,
         heartbeat: heartbeat === undefined ? undefined : { frame: heartbeat, intervalMs: options.heartbeatMs },
       });
     } catch (error) {
