@@ -33,8 +33,11 @@ test("the benchmark runner completes every phase and writes every key (smoke run
       "sluice_p50_ms",
       "sluice_p99_ms",
       "durable_reference_p99_ms",
+      "full_reference_p99_ms",
     ]),
   );
+  // The full reference answered the open loop too (a reference that failed every request would report NaN).
+  expect(Number(results.latency?.full_reference_p99_ms)).toBeGreaterThan(0);
   expect(Object.keys(results.streams ?? {})).toEqual(
     expect.arrayContaining([
       "concurrent",
