@@ -76,7 +76,7 @@ export class OpenAIBackend implements Backend {
     }
   }
 
-  /** The answer's events; `onEnd`, when given, is told once how the call ended (the pool's circuit breaker is). */
+  /** The answer's events. `onEnd`, when given, learns once how the call ended: the pool's circuit breaker passes one. */
   async *stream(request: BackendRequest, onEnd?: (ending: StreamEnding) => void): AsyncGenerator<CompletionEvent[], void> {
     // Left as it is when the consumer stops the generator at a yield.
     let ending: StreamEnding = "stopped";

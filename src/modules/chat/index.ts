@@ -83,6 +83,7 @@ function answerCallbacks(options: ChatRouteOptions, record: RequestRecord, upstr
     clientGone: () => upstreamAbort.abort(),
     /** Logs and counts the request once its answer is complete. */
     finish: () => options.finish(record),
+    /** Counts a stream out of the answers in flight once it has ended. */
     streamEnded: () => options.lifecycle.openAnswers--,
   };
 }
