@@ -33,6 +33,7 @@ bench: $(STAMP) shared-services
 	$(BUN) bench/request-log.ts
 	$(BUN) bench/ledger-pages.ts
 	$(BUN) bench/promotion.ts
+	$(BUN) bench/gc-pauses.ts
 
 # Re-records src/bytecode-order.txt from a start of the current executable (see bench/bytecode-order.ts).
 bytecode-order: $(STAMP)

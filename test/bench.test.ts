@@ -57,6 +57,18 @@ test("the benchmark runner completes every phase and writes every key (smoke run
   expect(Number(results.nonstream?.sluice_rps)).toBeGreaterThan(0);
 }, 120_000);
 
+test("the GC pause runner: every server answers, and each side reports its collections (smoke run)", () => {
+  // The runner measures the executable that the smoke run above builds.
+  expect(Bun.file(join(repositoryRoot, "dist/sluice")).size).toBeGreaterThan(0);
+  const run = Bun.spawnSync([process.execPath, join(repositoryRoot, "bench/gc-pauses.ts"), "--smoke"], { cwd: repositoryRoot, stdout: "pipe", stderr: "pipe" });
+  expect(run.exitCode).toBe(0);
+  const report = JSON.parse(run.stdout.toString()) as Record<string, Record<string, number>>;
+  for (const side of ["sluice", "durable_reference", "full_reference"]) {
+    expect(report[side]?.p99_ms).toBeGreaterThan(0);
+    expect(Object.keys(report[side] ?? {})).toEqual(expect.arrayContaining(["eden_collections", "eden_pause_median_ms", "eden_visited_median_kb"]));
+  }
+}, 60_000);
+
 test("the soak runner: a short run keeps memory, in-flight and open files flat", () => {
   const run = Bun.spawnSync([process.execPath, join(repositoryRoot, "bench/soak.ts"), "--seconds", "6"], {
     cwd: repositoryRoot,
