@@ -20,6 +20,8 @@ import { freePort, waitForPort } from "./ports";
 import { cpuMicroseconds } from "./process-cpu";
 import { prepareSluice } from "./sluice-setup";
 import { memoryOf, runStreams } from "./stream-client";
+import { median } from "./statistics";
+import { runLoad, runWrk, writeWrkScript } from "./load-driver";
 
 const { values, positionals } = parseArgs({
   options: {
@@ -67,11 +69,6 @@ function log(message: string): void {
   process.stderr.write(`[bench ab] ${message}\n`);
 }
 
-function median(samples: number[]): number {
-  const sorted = [...samples].sort((left, right) => left - right);
-  return sorted[Math.floor(sorted.length / 2)] ?? Number.NaN;
-}
-
 /** The executable of a source tree, built as `make build` builds it. */
 function build(tree: string, outfile: string): void {
   const present = entryPoints.filter((path) => existsSync(join(tree, path)));
@@ -101,29 +98,16 @@ const body = JSON.stringify({ model: "bench", messages: [{ role: "user", content
 async function openLoop(port: number, key: string, rate: number, duration: number): Promise<{ p50: number; p99: number }> {
   const bodyFile = join(work, "body.json");
   await Bun.write(bodyFile, body);
-  const headers = JSON.stringify({ authorization: `Bearer ${key}`, "content-type": "application/json" });
-  const url = `http://127.0.0.1:${port}/v1/chat/completions`;
-  const child = Bun.spawn([bun, join(import.meta.dir, "load.ts"), "open", url, bodyFile, headers, String(rate), String(duration)], {
-    env: { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" },
-    stdout: "pipe",
-  });
-  const result = JSON.parse(await new Response(child.stdout).text()) as { errors: number; p50_ms: number; p99_ms: number };
-  await child.exited;
+  const result = await runLoad("open", `http://127.0.0.1:${port}/v1/chat/completions`, bodyFile, { authorization: `Bearer ${key}` }, rate, duration);
   if (result.errors > 0) log(`port ${port}: ${result.errors} failed requests`);
   return { p50: result.p50_ms, p99: result.p99_ms };
 }
 
 async function wrk(port: number, key: string, duration: number): Promise<number> {
-  const script = join(work, `wrk-${port}.lua`);
-  await Bun.write(
-    script,
-    `wrk.method = "POST"\nwrk.body = ${JSON.stringify(body)}\nwrk.headers["Authorization"] = "Bearer ${key}"\nwrk.headers["Content-Type"] = "application/json"\n`,
-  );
-  const output = Bun.spawnSync(["wrk", "-t2", "-c64", `-d${duration}s`, "-s", script, `http://127.0.0.1:${port}/v1/chat/completions`], {
-    stdout: "pipe",
-  }).stdout.toString();
-  if (/Non-2xx or 3xx responses: (\d+)/.test(output)) log(`port ${port}: non-2xx responses`);
-  return Number(/Requests\/sec:\s+([\d.]+)/.exec(output)?.[1] ?? Number.NaN);
+  const script = await writeWrkScript(join(work, `wrk-${port}.lua`), body, { Authorization: `Bearer ${key}` });
+  const result = await runWrk(`http://127.0.0.1:${port}/v1/chat/completions`, script, { threads: 2, connections: 64, seconds: duration });
+  if (result.non2xx > 0) log(`port ${port}: non-2xx responses`);
+  return result.rps;
 }
 
 interface Server {

@@ -8,6 +8,7 @@ import { resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { freePort, waitForPort } from "./ports";
 import { measureInTurn } from "./sluice-setup";
+import { median } from "./statistics";
 
 const { values, positionals } = parseArgs({ args: Bun.argv.slice(2), options: { rounds: { type: "string", default: "6" } }, allowPositionals: true });
 const originals = positionals.map((path) => resolve(path));
@@ -69,7 +70,6 @@ async function measure(executable: string, environment: Record<string, string | 
   }
 }
 
-const median = (numbers: number[]) => [...numbers].sort((a, b) => a - b)[Math.floor(numbers.length / 2)] as number;
 const results = await measureInTurn(originals, rounds, measure);
 for (const [index, executable] of originals.entries()) {
   const own = results[index] as Round[];

@@ -10,8 +10,10 @@ import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, statSync, write
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
+import { runLoad, runWrk, writeWrkScript } from "./load-driver";
 import { freePort, waitForPort } from "./ports";
 import { prepareSluice } from "./sluice-setup";
+import { median, quantile } from "./statistics";
 
 const { values } = parseArgs({
   options: { rounds: { type: "string" }, rate: { type: "string" }, seconds: { type: "string" }, smoke: { type: "boolean" } },
@@ -56,16 +58,6 @@ interface Target {
   log: string;
 }
 
-function median(numbers: number[]): number {
-  const sorted = [...numbers].sort((left, right) => left - right);
-  return sorted[Math.floor(sorted.length / 2)] ?? Number.NaN;
-}
-
-function quantile(numbers: number[], fraction: number): number {
-  const sorted = [...numbers].sort((left, right) => left - right);
-  return sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * fraction))] ?? Number.NaN;
-}
-
 /** The collections in a stretch of the log; the largest `v=` of a collection is what it visited in the end. */
 function collectionsIn(text: string): Collection[] {
   const found: Collection[] = [];
@@ -106,26 +98,11 @@ async function writeBody(): Promise<string> {
 
 async function burst(target: Target, bodyFile: string): Promise<void> {
   if (Bun.which("wrk")) {
-    const script = join(work, `${target.name}.lua`);
-    const headerLines = Object.entries({ ...target.headers, "Content-Type": "application/json" })
-      .map(([name, value]) => `wrk.headers["${name}"] = ${JSON.stringify(value)}`)
-      .join("\n");
-    writeFileSync(script, `wrk.method = "POST"\nwrk.body = ${JSON.stringify(readFileSync(bodyFile, "utf8"))}\n${headerLines}\n`);
-    Bun.spawnSync(["wrk", "-t2", "-c64", `-d${burstSeconds}s`, "-s", script, target.url], { stdout: "ignore" });
+    const script = await writeWrkScript(join(work, `${target.name}.lua`), readFileSync(bodyFile, "utf8"), target.headers);
+    await runWrk(target.url, script, { threads: 2, connections: 64, seconds: burstSeconds });
     return;
   }
-  await load("closed", target, bodyFile, 64, burstSeconds);
-}
-
-async function load(mode: "open" | "closed", target: Target, bodyFile: string, amount: number, duration: number) {
-  const headers = JSON.stringify({ ...target.headers, "content-type": "application/json" });
-  const child = Bun.spawn([bun, join(import.meta.dir, "load.ts"), mode, target.url, bodyFile, headers, String(amount), String(duration)], {
-    env: lifted,
-    stdout: "pipe",
-  });
-  const output = await new Response(child.stdout).text();
-  await child.exited;
-  return JSON.parse(output) as { errors: number; p50_ms: number; p99_ms: number };
+  await runLoad("closed", target.url, bodyFile, target.headers, 64, burstSeconds);
 }
 
 try {
@@ -161,7 +138,7 @@ try {
     for (const target of targets) {
       await burst(target, bodyFile);
       const offset = statSync(target.log).size;
-      const measured = await load("open", target, bodyFile, rate, seconds);
+      const measured = await runLoad("open", target.url, bodyFile, target.headers, rate, seconds);
       if (measured.errors > 0) throw new Error(`${target.name}: ${measured.errors} failed requests`);
       const text = readFileSync(target.log, "utf8").slice(offset);
       const entry = results[target.name] ?? { p50: [], p99: [], collections: [] };
@@ -193,7 +170,7 @@ try {
           ),
         ),
       ),
-      eden_pause_max_ms: round2(Math.max(...eden.flat().map((collection) => collection.pauseMs))),
+      eden_pause_max_ms: round2(Math.max(0, ...eden.flat().map((collection) => collection.pauseMs))),
       eden_visited_median_kb: median(eden.map((list) => median(list.map((collection) => collection.visitedKb)))),
       eden_pause_total_ms: round2(median(eden.map((list) => list.reduce((total, collection) => total + collection.pauseMs, 0)))),
       full_collections: median(full.map((list) => list.length)),

@@ -1,9 +1,9 @@
-export {};
 // A small load generator, run as its own process (so it has its own fetch pool):
 //   bun bench/load.ts open   URL BODY_FILE HEADERS_JSON RATE DURATION_S   (sends on a fixed schedule)
 //   bun bench/load.ts closed URL BODY_FILE HEADERS_JSON CONNECTIONS DURATION_S
 // Prints {"requests","errors","rps","p50_ms","p99_ms"} on stdout. The open-loop mode measures latency from the
 // scheduled send time, so a slow server cannot hide its queueing (no coordinated omission).
+import { quantile } from "./statistics";
 const [mode, url, bodyFile, headersJson, amount, durationSeconds] = process.argv.slice(2) as [string, string, string, string, string, string];
 const body = await Bun.file(bodyFile).text();
 const headers = JSON.parse(headersJson) as Record<string, string>;
@@ -40,6 +40,12 @@ if (mode === "open") {
   await Promise.all(workers);
 }
 const elapsed = (performance.now() - start) / 1000;
-latencies.sort((left, right) => left - right);
-const quantile = (q: number) => latencies[Math.min(latencies.length - 1, Math.floor(q * latencies.length))] ?? Number.NaN;
-console.log(JSON.stringify({ requests: latencies.length + errors, errors, rps: latencies.length / elapsed, p50_ms: quantile(0.5), p99_ms: quantile(0.99) }));
+console.log(
+  JSON.stringify({
+    requests: latencies.length + errors,
+    errors,
+    rps: latencies.length / elapsed,
+    p50_ms: quantile(latencies, 0.5),
+    p99_ms: quantile(latencies, 0.99),
+  }),
+);

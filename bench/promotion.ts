@@ -15,6 +15,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { freePort, waitForPort } from "./ports";
 import { prepareSluice } from "./sluice-setup";
+import { median } from "./statistics";
 
 const streams = Number(process.argv[2] ?? 1000);
 const samples = Number(process.argv[3] ?? 9);
@@ -33,11 +34,6 @@ interface HeapSide {
 interface Sample {
   before: HeapSide;
   after: HeapSide;
-}
-
-function median(values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.floor(sorted.length / 2)] as number;
 }
 
 function ratio(numerator: number, denominator: number): number {

@@ -12,6 +12,7 @@ import { postgresStorage } from "../src/storage/postgres";
 import { sqliteStorage } from "../src/storage/sqlite";
 import type { ChangeFeed, Storage } from "../src/storage/types";
 import { startPostgres } from "../test/support/services";
+import { median } from "./statistics";
 
 const { values } = parseArgs({ options: { rows: { type: "string", default: "1000000" }, "sqlite-only": { type: "boolean", default: false } } });
 const rows = Number(values.rows);
@@ -22,11 +23,6 @@ const spanMs = 30 * 86_400_000;
 
 function log(message: string): void {
   process.stderr.write(`[bench request-log] ${message}\n`);
-}
-
-function median(samples: number[]): number {
-  const sorted = [...samples].sort((left, right) => left - right);
-  return sorted[Math.floor(sorted.length / 2)] ?? Number.NaN;
 }
 
 /**

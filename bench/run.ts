@@ -5,10 +5,12 @@ import { Database } from "bun:sqlite";
 import { existsSync, mkdtempSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { runLoad, runWrk, writeWrkScript } from "./load-driver";
 import { freePort, waitForPort } from "./ports";
 import { prepareSluice } from "./sluice-setup";
 import { hashKeySecret } from "../src/modules/keys/secret";
 import { memoryOf, runStreams } from "./stream-client";
+import { median } from "./statistics";
 
 const smoke = process.argv.includes("--smoke");
 /** `--only=streams,binary` runs some phases (results go to partial.json): nonstream, latency, streams, scale, binary, safety. */
@@ -55,11 +57,6 @@ function log(message: string): void {
   process.stderr.write(`[bench] ${message}\n`);
 }
 
-function median(values: number[]): number {
-  const sorted = [...values].sort((left, right) => left - right);
-  return sorted[Math.floor(sorted.length / 2)] ?? Number.NaN;
-}
-
 function start(command: string[], environment: Record<string, string | undefined> = process.env): Bun.Subprocess {
   const child = Bun.spawn(command, { env: environment, stdout: "ignore", stderr: "ignore" });
   children.push(child);
@@ -90,42 +87,17 @@ const hasWrk = Bun.which("wrk") !== null && !smoke;
 /** Closed loop: wrk (2 threads) when installed, otherwise bench/load.ts. Requests per second. */
 async function closedLoop(target: Target, seconds: number): Promise<number> {
   if (hasWrk) {
-    const script = join(work, `${target.name}.lua`);
-    const body = await Bun.file(target.bodyFile).text();
-    const headerLines = Object.entries({ ...target.headers, "Content-Type": "application/json" })
-      .map(([name, value]) => `wrk.headers["${name}"] = ${JSON.stringify(value)}`)
-      .join("\n");
-    await Bun.write(script, `wrk.method = "POST"\nwrk.body = ${JSON.stringify(body)}\n${headerLines}\n`);
-    const result = Bun.spawnSync(["wrk", "-t2", `-c${settings.connections}`, `-d${seconds}s`, "-s", script, target.url], { stdout: "pipe" });
-    const output = result.stdout.toString();
-    const non2xx = Number(/Non-2xx or 3xx responses: (\d+)/.exec(output)?.[1] ?? 0);
-    if (non2xx > 0) log(`${target.name}: ${non2xx} non-2xx responses`);
-    return Number(/Requests\/sec:\s+([\d.]+)/.exec(output)?.[1] ?? Number.NaN);
+    const script = await writeWrkScript(join(work, `${target.name}.lua`), await Bun.file(target.bodyFile).text(), target.headers);
+    const result = await runWrk(target.url, script, { threads: 2, connections: settings.connections, seconds });
+    if (result.non2xx > 0) log(`${target.name}: ${result.non2xx} non-2xx responses`);
+    return result.rps;
   }
-  const result = await runLoad("closed", target, settings.connections, seconds);
+  const result = await runTargetLoad("closed", target, settings.connections, seconds);
   return result.rps;
 }
 
-async function runLoad(mode: "open" | "closed", target: Target, amount: number, seconds: number) {
-  const child = Bun.spawn(
-    [
-      bun,
-      join(import.meta.dir, "load.ts"),
-      mode,
-      target.url,
-      target.bodyFile,
-      JSON.stringify({ ...target.headers, "content-type": "application/json" }),
-      String(amount),
-      String(seconds),
-    ],
-    {
-      env: lifted,
-      stdout: "pipe",
-    },
-  );
-  const output = await new Response(child.stdout).text();
-  await child.exited;
-  return JSON.parse(output) as { requests: number; errors: number; rps: number; p50_ms: number; p99_ms: number };
+function runTargetLoad(mode: "open" | "closed", target: Target, amount: number, seconds: number) {
+  return runLoad(mode, target.url, target.bodyFile, target.headers, amount, seconds);
 }
 
 async function startSluice(environment: Record<string, string | undefined>): Promise<{ child: Bun.Subprocess; port: number }> {
@@ -283,10 +255,10 @@ async function main(): Promise<void> {
 
   log(`2/5 latency at ${settings.rate} requests per second, open loop`);
   const latency: Record<string, { p50: number[]; p99: number[] }> = {};
-  if (phase("latency")) for (const target of latencyTargets) await runLoad("open", target, settings.rate, settings.warmupSeconds);
+  if (phase("latency")) for (const target of latencyTargets) await runTargetLoad("open", target, settings.rate, settings.warmupSeconds);
   for (let round = 0; phase("latency") && round < settings.rounds; round++) {
     for (const target of latencyTargets) {
-      const result = await runLoad("open", target, settings.rate, settings.latencySeconds);
+      const result = await runTargetLoad("open", target, settings.rate, settings.latencySeconds);
       const entry = latency[target.name] ?? { p50: [], p99: [] };
       latency[target.name] = entry;
       entry.p50.push(result.p50_ms);

@@ -11,8 +11,10 @@ import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startPostgres, startRedis } from "../test/support/services";
+import { type LoadResult, runLoad, runWrk, type WrkResult, writeWrkScript } from "./load-driver";
 import { freePort, waitForPort } from "./ports";
 import { cpuMicroseconds, cpuOfProcessesNamed } from "./process-cpu";
+import { median } from "./statistics";
 
 const root = join(import.meta.dir, "..");
 const bun = process.execPath;
@@ -28,67 +30,27 @@ function log(message: string): void {
   process.stderr.write(`[bench shared] ${message}\n`);
 }
 
-function median(values: number[]): number {
-  const sorted = [...values].sort((left, right) => left - right);
-  return sorted[Math.floor(sorted.length / 2)] ?? Number.NaN;
-}
-
 function start(command: string[], environment: Record<string, string | undefined>): Bun.Subprocess {
   const child = Bun.spawn(command, { env: environment, stdout: "ignore", stderr: "ignore" });
   children.push(child);
   return child;
 }
 
-async function wrkScript(name: string, key: string): Promise<string> {
-  const script = join(work, `${name}.lua`);
-  const body = JSON.stringify({ model: "bench", messages: [{ role: "user", content: "What is 2+2? Answer briefly." }] });
-  await Bun.write(
-    script,
-    `wrk.method = "POST"\nwrk.body = ${JSON.stringify(body)}\nwrk.headers["Content-Type"] = "application/json"\nwrk.headers["Authorization"] = "Bearer ${key}"\n`,
-  );
-  return script;
+const body = JSON.stringify({ model: "bench", messages: [{ role: "user", content: "What is 2+2? Answer briefly." }] });
+
+function wrkScript(name: string, key: string): Promise<string> {
+  return writeWrkScript(join(work, `${name}.lua`), body, { Authorization: `Bearer ${key}` });
 }
 
 /** Requests a second of one wrk run, how many were answered, and how many answers were not 2xx. */
-async function wrk(
-  url: string,
-  script: string,
-  threads: number,
-  connectionCount: number,
-  duration: number,
-): Promise<{ rps: number; requests: number; non2xx: number }> {
-  const child = Bun.spawn(["wrk", `-t${threads}`, `-c${connectionCount}`, `-d${duration}s`, "-s", script, url], { stdout: "pipe" });
-  const output = await new Response(child.stdout).text();
-  await child.exited;
-  return {
-    rps: Number(/Requests\/sec:\s+([\d.]+)/.exec(output)?.[1] ?? Number.NaN),
-    requests: Number(/(\d+) requests in/.exec(output)?.[1] ?? Number.NaN),
-    non2xx: Number(/Non-2xx or 3xx responses: (\d+)/.exec(output)?.[1] ?? 0),
-  };
+function wrk(url: string, script: string, threads: number, connectionCount: number, duration: number): Promise<WrkResult> {
+  return runWrk(url, script, { threads, connections: connectionCount, seconds: duration });
 }
 
-async function openLoop(url: string, key: string, duration: number): Promise<{ p50_ms: number; p99_ms: number; errors: number }> {
+async function openLoop(url: string, key: string, duration: number): Promise<LoadResult> {
   const bodyFile = join(work, "open.json");
-  await Bun.write(bodyFile, JSON.stringify({ model: "bench", messages: [{ role: "user", content: "What is 2+2? Answer briefly." }] }));
-  const child = Bun.spawn(
-    [
-      bun,
-      join(import.meta.dir, "load.ts"),
-      "open",
-      url,
-      bodyFile,
-      JSON.stringify({ authorization: `Bearer ${key}`, "content-type": "application/json" }),
-      String(rate),
-      String(duration),
-    ],
-    {
-      env: { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" },
-      stdout: "pipe",
-    },
-  );
-  const output = await new Response(child.stdout).text();
-  await child.exited;
-  return JSON.parse(output) as { p50_ms: number; p99_ms: number; errors: number };
+  await Bun.write(bodyFile, body);
+  return runLoad("open", url, bodyFile, { authorization: `Bearer ${key}` }, rate, duration);
 }
 
 function configFile(upstreamPort: number, plan: string): string {

@@ -8,6 +8,7 @@ import { resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { freePort } from "./ports";
 import { measureInTurn } from "./sluice-setup";
+import { median } from "./statistics";
 
 const { values, positionals } = parseArgs({ args: Bun.argv.slice(2), options: { rounds: { type: "string", default: "8" } }, allowPositionals: true });
 const originals = positionals.map((path) => resolve(path));
@@ -50,7 +51,6 @@ async function measure(executable: string, environment: Record<string, string | 
   }
 }
 
-const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] as number;
 const samples = await measureInTurn(originals, rounds, measure);
 const first = samples[0] as Sample[];
 for (const [index, executable] of originals.entries()) {

@@ -1,7 +1,7 @@
-export {};
 // Opens N concurrent streamed chat requests and checks each one: every token arrived and the stream ended with
 // [DONE]. Run as its own process. Usage: bun bench/streams.ts URL BODY_FILE HEADERS_JSON N EXPECTED_TOKENS
 // Prints {"concurrent","completed","ttft_p50_ms","ttft_p99_ms","seconds"}.
+import { quantile } from "./statistics";
 const [url, bodyFile, headersJson, count, expectedTokens] = process.argv.slice(2) as [string, string, string, string, string];
 const body = await Bun.file(bodyFile).text();
 const headers = JSON.parse(headersJson) as Record<string, string>;
@@ -32,14 +32,12 @@ async function one(): Promise<void> {
 }
 
 await Promise.all(Array.from({ length: Number(count) }, one));
-ttfts.sort((left, right) => left - right);
-const quantile = (q: number) => ttfts[Math.min(ttfts.length - 1, Math.floor(q * ttfts.length))] ?? Number.NaN;
 console.log(
   JSON.stringify({
     concurrent: Number(count),
     completed,
-    ttft_p50_ms: quantile(0.5),
-    ttft_p99_ms: quantile(0.99),
+    ttft_p50_ms: quantile(ttfts, 0.5),
+    ttft_p99_ms: quantile(ttfts, 0.99),
     seconds: (performance.now() - start) / 1000,
   }),
 );

@@ -47,6 +47,17 @@ test("a pooled stream stopped before its first read opens no connection and leav
   for (let result = await stream.next(); !result.done; result = await stream.next()) events.push(...result.value);
   expect(events.some((event) => event.type === "finish")).toBe(true);
   expect(upstream.bodies.length).toBe(1);
+
+  // A server whose breaker waits for its probe: a stream stopped before its first read must not take the probe.
+  let now = 0;
+  const refused = model(["http://127.0.0.1:1/v1"]);
+  const probed = new UpstreamPool(refused, undefined, () => now);
+  expect(await codeOf(probed.stream(request(refused)).next())).toBe("upstream_error");
+  now += refused.breakerCooldownMs + 1;
+  expect(await probed.stream(request(refused)).return()).toEqual({ done: true, value: undefined });
+  // The probe is still free: the next stream tries the server (and fails there) instead of finding it held.
+  expect(await codeOf(probed.stream(request(refused)).next())).toBe("upstream_error");
+  expect(await codeOf(probed.stream(request(refused)).next())).toBe("model_unavailable");
 });
 
 test("a pooled stream's first read moves to the other server when the connection is refused; the failure opens the breaker", async () => {

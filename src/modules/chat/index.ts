@@ -83,8 +83,6 @@ function answerCallbacks(options: ChatRouteOptions, record: RequestRecord, upstr
     clientGone: () => upstreamAbort.abort(),
     /** Logs and counts the request once its answer is complete. */
     finish: () => options.finish(record),
-    /** Counts a stream out of the answers in flight once it has ended. */
-    streamEnded: () => options.lifecycle.openAnswers--,
   };
 }
 
@@ -96,6 +94,8 @@ function answerCallbacks(options: ChatRouteOptions, record: RequestRecord, upstr
  * mapping.
  */
 export function answerHandler(chat: ChatService, auth: AuthService, options: ChatRouteOptions, dialect: Dialect) {
+  // Needs nothing of a request: made once per route, not once per answer.
+  const streamEnded = () => options.lifecycle.openAnswers--;
   return async ({ request }: { request: Request }): Promise<Response> => {
     const record = recordOf(request) as RequestRecord;
     const authenticated = authenticateRequest(auth, request, dialect.key(request));
@@ -133,7 +133,7 @@ export function answerHandler(chat: ChatService, auth: AuthService, options: Cha
       return sseResponse(result.frames, {
         headers,
         onCancel: callbacks.clientGone,
-        onEnd: callbacks.streamEnded,
+        onEnd: streamEnded,
         heartbeat: heartbeat === undefined ? undefined : { frame: heartbeat, intervalMs: options.heartbeatMs },
       });
     } catch (error) {

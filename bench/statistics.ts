@@ -1,0 +1,12 @@
+// The order statistics every benchmark runner reports.
+
+/** The value at `fraction` of the way through the sorted values (the upper one between two); NaN when there are none. */
+export function quantile(values: number[], fraction: number): number {
+  const sorted = [...values].sort((left, right) => left - right);
+  return sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * fraction))] ?? Number.NaN;
+}
+
+/** The middle value (the upper of the two middle ones for an even count); NaN when there are none. */
+export function median(values: number[]): number {
+  return quantile(values, 0.5);
+}
