@@ -19,7 +19,7 @@ import { parseArgs } from "node:util";
 import { freePort, waitForPort } from "./ports";
 import { cpuMicroseconds } from "./process-cpu";
 import { prepareSluice } from "./sluice-setup";
-import { memoryOf, runStreams } from "./stream-client";
+import { measureStreamRound } from "./stream-client";
 import { median } from "./statistics";
 import { runLoad, runWrk, writeWrkScript } from "./load-driver";
 
@@ -190,11 +190,6 @@ async function latencyRounds(a: Server, b: Server, rate: number) {
 /** The whole-answer rounds' body, streamed. */
 const streamBodyFile = join(work, "stream-body.json");
 
-/** N concurrent streams through bench/streams.ts. */
-function streamRun(url: string, headers: Record<string, string>, count: number) {
-  return runStreams(url, streamBodyFile, headers, count, streamTokens, { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" });
-}
-
 /** One side's figures over the stream rounds. */
 interface StreamSide {
   peak_mb: number[];
@@ -232,18 +227,15 @@ async function streamRounds(count: number, upstreamPort: number) {
       const server = side === "reference" ? await startReference(name, upstreamPort) : await startSluice(join(work, `sluice-${side}`), name, upstreamPort);
       const url = `http://127.0.0.1:${server.port}/v1/chat/completions`;
       const headers: Record<string, string> = side === "reference" ? {} : { authorization: `Bearer ${server.key}` };
-      await streamRun(url, headers, Math.max(1, Math.round(count / 10)));
-      // Writing 5 to clear_refs resets VmHWM: the peak belongs to the measured streams, not to start-up or warm-up.
-      await Bun.write(`/proc/${server.pid}/clear_refs`, "5");
-      const before = cpuMicroseconds(server.pid);
-      const run = await streamRun(url, headers, count);
-      const after = cpuMicroseconds(server.pid);
+      const run = await measureStreamRound(server.pid, url, streamBodyFile, headers, count, streamTokens, {
+        ...process.env,
+        BUN_CONFIG_MAX_HTTP_REQUESTS: "65535",
+      });
       const entry = results[side];
-      entry.peak_mb.push(Math.round(memoryOf(server.pid).peakMb));
+      entry.peak_mb.push(Math.round(run.peakMb));
       entry.ttft_p50_ms.push(Math.round(run.ttft_p50_ms));
       entry.ttft_p99_ms.push(Math.round(run.ttft_p99_ms));
-      // Events a stream relays: its tokens, the role chunk before them and the finish after them.
-      entry.cpu_us_per_event.push(Math.round((after.process - before.process) / (count * (streamTokens + 2))));
+      entry.cpu_us_per_event.push(Math.round(run.cpuMicrosecondsPerEvent));
       entry.completed.push(run.completed);
       process.kill(server.pid);
       await children.find((child) => child.pid === server.pid)?.exited;

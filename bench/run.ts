@@ -9,7 +9,8 @@ import { runLoad, runWrk, writeWrkScript } from "./load-driver";
 import { freePort, waitForPort } from "./ports";
 import { prepareSluice } from "./sluice-setup";
 import { hashKeySecret } from "../src/modules/keys/secret";
-import { memoryOf, runStreams } from "./stream-client";
+import { bucketMs } from "../src/usage-periods";
+import { measureStreamRound, memoryOf, type StreamRound } from "./stream-client";
 import { median } from "./statistics";
 
 const smoke = process.argv.includes("--smoke");
@@ -126,6 +127,17 @@ function fillDatabase(path: string, rows: number): void {
       const at = now - Math.floor((index / rows) * 30 * 86_400_000);
       insertRow.run(`req_fill${String(index).padStart(12, "0")}`, organizationId, at, at);
     }
+    // The aggregates the ledger's commits keep beside it, which a start-up rebuilds admission from.
+    database.run(
+      `INSERT INTO usage_minutes (organization_id, minute, tokens, last_time)
+       SELECT organization_id, ended_at / ${bucketMs}, sum(prompt_tokens + completion_tokens), max(ended_at) FROM usage_ledger GROUP BY 1, 2`,
+    );
+    database.run(
+      `INSERT INTO usage_months (organization_id, month, tokens)
+       SELECT organization_id, CAST(strftime('%Y', ended_at / 1000, 'unixepoch') AS INTEGER) * 12 + CAST(strftime('%m', ended_at / 1000, 'unixepoch') AS INTEGER) - 1,
+         sum(prompt_tokens + completion_tokens)
+       FROM usage_ledger GROUP BY 1, 2`,
+    );
   })();
   database.close();
 }
@@ -269,17 +281,9 @@ async function main(): Promise<void> {
   log(`3/5 ${settings.streams} concurrent streams of ${settings.streamTokens} tokens`);
   const streamBody = await writeBody("direct-stream", "bench-upstream", true);
   const sluiceStreamBody = await writeBody("sluice-stream", "bench", true);
-  const streamRun = (url: string, bodyFile: string, headers: Record<string, string>, count: number) =>
-    runStreams(url, bodyFile, headers, count, settings.streamTokens, lifted);
   /** One round against a freshly started server: a warm-up of a tenth of the streams, then the peak is reset. */
-  const streamRound = async (pid: number, url: string, bodyFile: string, headers: Record<string, string>) => {
-    await streamRun(url, bodyFile, headers, Math.max(1, Math.round(settings.streams / 10)));
-    // Writing 5 to clear_refs resets VmHWM, so the peak belongs to the measured streams alone, warm-up excluded.
-    require("node:fs").writeFileSync(`/proc/${pid}/clear_refs`, "5");
-    const result = await streamRun(url, bodyFile, headers, settings.streams);
-    return { ...result, peakMb: memoryOf(pid).peakMb };
-  };
-  type StreamRound = Awaited<ReturnType<typeof streamRound>>;
+  const streamRound = (pid: number, url: string, bodyFile: string, headers: Record<string, string>) =>
+    measureStreamRound(pid, url, bodyFile, headers, settings.streams, settings.streamTokens, lifted);
   const streamRounds: Record<"bare" | "durable_reference" | "sluice", StreamRound[]> = { bare: [], durable_reference: [], sluice: [] };
   for (let round = 0; phase("streams") && round < settings.rounds; round++) {
     // Fresh processes every round, so that memory and queues left by one round do not carry into the next.

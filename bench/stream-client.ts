@@ -1,6 +1,7 @@
 // Shared by the benchmark runners: bench/streams.ts run as its own process, and the peak memory it is judged by.
-import { readFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { cpuMicroseconds } from "./process-cpu";
 
 /** What bench/streams.ts prints. */
 export interface StreamRunResult {
@@ -42,4 +43,34 @@ export function memoryOf(pid: number): { rssMb: number; peakMb: number } {
   const status = readFileSync(`/proc/${pid}/status`, "utf8");
   const field = (name: string) => Number(new RegExp(`${name}:\\s+(\\d+)`).exec(status)?.[1] ?? 0) / 1024;
   return { rssMb: field("VmRSS"), peakMb: field("VmHWM") };
+}
+
+/** One measured round of streams, with what the server spent on it. */
+export interface StreamRound extends StreamRunResult {
+  /** The server's peak resident memory over the measured streams alone (warm-up excluded), MB. */
+  peakMb: number;
+  /** The server's CPU time (every thread) per relayed event: each stream's tokens, its role chunk and its finish. */
+  cpuMicrosecondsPerEvent: number;
+}
+
+/**
+ * `make bench`'s stream round against a freshly started server (`pid`): a warm-up of a tenth of the streams, the
+ * peak reset, then `count` concurrent streams of `tokens` tokens.
+ */
+export async function measureStreamRound(
+  pid: number,
+  url: string,
+  bodyFile: string,
+  headers: Record<string, string>,
+  count: number,
+  tokens: number,
+  environment: Record<string, string | undefined>,
+): Promise<StreamRound> {
+  await runStreams(url, bodyFile, headers, Math.max(1, Math.round(count / 10)), tokens, environment);
+  // Writing 5 to clear_refs resets VmHWM: the peak belongs to the measured streams, not to start-up or warm-up.
+  writeFileSync(`/proc/${pid}/clear_refs`, "5");
+  const before = cpuMicroseconds(pid);
+  const result = await runStreams(url, bodyFile, headers, count, tokens, environment);
+  const after = cpuMicroseconds(pid);
+  return { ...result, peakMb: memoryOf(pid).peakMb, cpuMicrosecondsPerEvent: (after.process - before.process) / (count * (tokens + 2)) };
 }

@@ -69,6 +69,30 @@ test("the GC pause runner: every server answers, and each side reports its colle
   }
 }, 60_000);
 
+test("the shared-mode runner: every phase beside SQLite, streams and scale included (smoke run)", async () => {
+  // The runner measures the executable that the smoke run above builds, on PostgreSQL and Redis it starts itself.
+  expect(Bun.file(join(repositoryRoot, "dist/sluice")).size).toBeGreaterThan(0);
+  const run = Bun.spawnSync([process.execPath, join(repositoryRoot, "bench/shared.ts"), "--smoke"], {
+    cwd: repositoryRoot,
+    stdout: "pipe",
+    stderr: "pipe",
+    env: { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" },
+  });
+  expect(run.exitCode).toBe(0);
+  const { shared } = (await Bun.file(join(repositoryRoot, "bench/results/shared-smoke.json")).json()) as {
+    shared: Record<string, Record<string, unknown>>;
+  };
+  expect(Number(shared.nonstream?.shared_rps)).toBeGreaterThan(0);
+  for (const side of ["sqlite", "shared"]) {
+    const streams = shared.streams?.[side] as Record<string, number>;
+    expect(streams.completed).toBe(shared.streams?.concurrent as number);
+    expect(streams.peak_mb).toBeGreaterThan(0);
+  }
+  expect(Number(shared.scale?.full_rps)).toBeGreaterThan(0);
+  expect(Number(shared.scale?.empty_rps)).toBeGreaterThan(0);
+  expect(shared.burst_max_concurrency_3?.leases_held_after).toBe(0);
+}, 120_000);
+
 test("the soak runner: a short run keeps memory, in-flight and open files flat", () => {
   const run = Bun.spawnSync([process.execPath, join(repositoryRoot, "bench/soak.ts"), "--seconds", "6"], {
     cwd: repositoryRoot,
