@@ -227,10 +227,8 @@ async function streamRounds(count: number, upstreamPort: number) {
       const server = side === "reference" ? await startReference(name, upstreamPort) : await startSluice(join(work, `sluice-${side}`), name, upstreamPort);
       const url = `http://127.0.0.1:${server.port}/v1/chat/completions`;
       const headers: Record<string, string> = side === "reference" ? {} : { authorization: `Bearer ${server.key}` };
-      const run = await measureStreamRound(server.pid, url, streamBodyFile, headers, count, streamTokens, {
-        ...process.env,
-        BUN_CONFIG_MAX_HTTP_REQUESTS: "65535",
-      });
+      const environment = { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" };
+      const run = await measureStreamRound(server.pid, { url, bodyFile: streamBodyFile, headers, tokens: streamTokens, environment }, count);
       const entry = results[side];
       entry.peak_mb.push(Math.round(run.peakMb));
       entry.ttft_p50_ms.push(Math.round(run.ttft_p50_ms));

@@ -283,7 +283,7 @@ async function main(): Promise<void> {
   const sluiceStreamBody = await writeBody("sluice-stream", "bench", true);
   /** One round against a freshly started server: a warm-up of a tenth of the streams, then the peak is reset. */
   const streamRound = (pid: number, url: string, bodyFile: string, headers: Record<string, string>) =>
-    measureStreamRound(pid, url, bodyFile, headers, settings.streams, settings.streamTokens, lifted);
+    measureStreamRound(pid, { url, bodyFile, headers, tokens: settings.streamTokens, environment: lifted }, settings.streams);
   const streamRounds: Record<"bare" | "durable_reference" | "sluice", StreamRound[]> = { bare: [], durable_reference: [], sluice: [] };
   for (let round = 0; phase("streams") && round < settings.rounds; round++) {
     // Fresh processes every round, so that memory and queues left by one round do not carry into the next.

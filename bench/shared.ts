@@ -262,7 +262,11 @@ async function main(): Promise<void> {
         const instance = await startInstance({ ...side.environment, SLUICE_CONFIG: streamConfigPath });
         const headers = { Authorization: `Bearer ${keys[side.name]}` };
         streamRounds[side.name].push(
-          await measureStreamRound(instance.child.pid, instance.url, streamBodyFile, headers, settings.streams, settings.streamTokens, lifted),
+          await measureStreamRound(
+            instance.child.pid,
+            { url: instance.url, bodyFile: streamBodyFile, headers, tokens: settings.streamTokens, environment: lifted },
+            settings.streams,
+          ),
         );
         instance.child.kill();
         await instance.child.exited;

@@ -12,27 +12,22 @@ export interface StreamRunResult {
   seconds: number;
 }
 
-/** Opens `count` concurrent streams of `tokens` tokens at `url` through bench/streams.ts (its own process). */
-export async function runStreams(
-  url: string,
-  bodyFile: string,
-  headers: Record<string, string>,
-  count: number,
-  tokens: number,
-  environment: Record<string, string | undefined>,
-): Promise<StreamRunResult> {
-  const child = Bun.spawn(
-    [
-      process.execPath,
-      join(import.meta.dir, "streams.ts"),
-      url,
-      bodyFile,
-      JSON.stringify({ ...headers, "content-type": "application/json" }),
-      String(count),
-      String(tokens),
-    ],
-    { env: environment, stdout: "pipe" },
-  );
+/** What bench/streams.ts opens: each stream's address, body and headers, the tokens it must bring, its environment. */
+export interface StreamTarget {
+  url: string;
+  bodyFile: string;
+  headers: Record<string, string>;
+  tokens: number;
+  environment: Record<string, string | undefined>;
+}
+
+/** Opens `count` concurrent streams at `target` through bench/streams.ts (its own process). */
+export async function runStreams(target: StreamTarget, count: number): Promise<StreamRunResult> {
+  const headers = JSON.stringify({ ...target.headers, "content-type": "application/json" });
+  const child = Bun.spawn([process.execPath, join(import.meta.dir, "streams.ts"), target.url, target.bodyFile, headers, String(count), String(target.tokens)], {
+    env: target.environment,
+    stdout: "pipe",
+  });
   const output = await new Response(child.stdout).text();
   await child.exited;
   return JSON.parse(output) as StreamRunResult;
@@ -55,22 +50,14 @@ export interface StreamRound extends StreamRunResult {
 
 /**
  * `make bench`'s stream round against a freshly started server (`pid`): a warm-up of a tenth of the streams, the
- * peak reset, then `count` concurrent streams of `tokens` tokens.
+ * peak reset, then `count` concurrent streams.
  */
-export async function measureStreamRound(
-  pid: number,
-  url: string,
-  bodyFile: string,
-  headers: Record<string, string>,
-  count: number,
-  tokens: number,
-  environment: Record<string, string | undefined>,
-): Promise<StreamRound> {
-  await runStreams(url, bodyFile, headers, Math.max(1, Math.round(count / 10)), tokens, environment);
+export async function measureStreamRound(pid: number, target: StreamTarget, count: number): Promise<StreamRound> {
+  await runStreams(target, Math.max(1, Math.round(count / 10)));
   // Writing 5 to clear_refs resets VmHWM: the peak belongs to the measured streams, not to start-up or warm-up.
   writeFileSync(`/proc/${pid}/clear_refs`, "5");
   const before = cpuMicroseconds(pid);
-  const result = await runStreams(url, bodyFile, headers, count, tokens, environment);
+  const result = await runStreams(target, count);
   const after = cpuMicroseconds(pid);
-  return { ...result, peakMb: memoryOf(pid).peakMb, cpuMicrosecondsPerEvent: (after.process - before.process) / (count * (tokens + 2)) };
+  return { ...result, peakMb: memoryOf(pid).peakMb, cpuMicrosecondsPerEvent: (after.process - before.process) / (count * (target.tokens + 2)) };
 }

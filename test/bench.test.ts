@@ -7,13 +7,19 @@ import { prepareSluice } from "../bench/sluice-setup";
 import { repositoryRoot, temporaryDirectory } from "./helpers";
 
 // Benchmarks are not tests; these runs with tiny numbers only keep the runners working.
-test("the benchmark runner completes every phase and writes every key (smoke run)", async () => {
-  const run = Bun.spawnSync([process.execPath, join(repositoryRoot, "bench/run.ts"), "--smoke"], {
+
+/** Runs a runner of bench/ to its end, with the HTTP client's connection limit lifted as `make bench` does. */
+function runBench(script: string, ...args: string[]) {
+  return Bun.spawnSync([process.execPath, join(repositoryRoot, "bench", script), ...args], {
     cwd: repositoryRoot,
     stdout: "pipe",
     stderr: "pipe",
     env: { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" },
   });
+}
+
+test("the benchmark runner completes every phase and writes every key (smoke run)", async () => {
+  const run = runBench("run.ts", "--smoke");
   expect(run.exitCode).toBe(0);
   const results = (await Bun.file(join(repositoryRoot, "bench/results/smoke.json")).json()) as Record<string, Record<string, unknown>>;
   expect(Object.keys(results.nonstream ?? {})).toEqual(
@@ -72,12 +78,7 @@ test("the GC pause runner: every server answers, and each side reports its colle
 test("the shared-mode runner: every phase beside SQLite, streams and scale included (smoke run)", async () => {
   // The runner measures the executable that the smoke run above builds, on PostgreSQL and Redis it starts itself.
   expect(Bun.file(join(repositoryRoot, "dist/sluice")).size).toBeGreaterThan(0);
-  const run = Bun.spawnSync([process.execPath, join(repositoryRoot, "bench/shared.ts"), "--smoke"], {
-    cwd: repositoryRoot,
-    stdout: "pipe",
-    stderr: "pipe",
-    env: { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" },
-  });
+  const run = runBench("shared.ts", "--smoke");
   expect(run.exitCode).toBe(0);
   const { shared } = (await Bun.file(join(repositoryRoot, "bench/results/shared-smoke.json")).json()) as {
     shared: Record<string, Record<string, unknown>>;
@@ -94,12 +95,7 @@ test("the shared-mode runner: every phase beside SQLite, streams and scale inclu
 }, 120_000);
 
 test("the soak runner: a short run keeps memory, in-flight and open files flat", () => {
-  const run = Bun.spawnSync([process.execPath, join(repositoryRoot, "bench/soak.ts"), "--seconds", "6"], {
-    cwd: repositoryRoot,
-    stdout: "pipe",
-    stderr: "pipe",
-    env: { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" },
-  });
+  const run = runBench("soak.ts", "--seconds", "6");
   const summary = JSON.parse(run.stdout.toString().trim().split("\n").at(-1) as string) as { verdict: Record<string, boolean>; requests: number };
   expect(summary.requests).toBeGreaterThan(100);
   expect(summary.verdict).toEqual({ memory_flat: true, in_flight_zero: true, files_flat: true, no_server_errors: true });
