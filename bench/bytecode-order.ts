@@ -6,7 +6,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { freePort, waitForPort } from "./ports";
-import { prepareSluice } from "./sluice-setup";
+import { prepareSluice, waitForFirstAnswer } from "./sluice-setup";
 
 const root = join(import.meta.dir, "..");
 const binary = join(root, "dist/sluice");
@@ -38,11 +38,7 @@ try {
       body: JSON.stringify({ model: "bench", stream, messages: [{ role: "user", content: "What is 2 + 2?" }] }),
     });
   // As the benchmark measures a start: asked until the first answer comes back.
-  for (;;) {
-    const answer = await ask(false).catch(() => undefined);
-    if (answer?.status === 200) break;
-    await Bun.sleep(2);
-  }
+  await waitForFirstAnswer(`http://127.0.0.1:${port}/v1/chat/completions`, key);
   await (await ask(true)).text();
   // Enough answers for the ledger's writer thread to move staged rows and checkpoint, as it does on an idle server.
   for (let index = 0; index < 40; index++) await (await ask(false)).arrayBuffer();

@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { runLoad, runWrk, writeWrkScript } from "./load-driver";
 import { freePort, waitForPort } from "./ports";
-import { prepareSluice } from "./sluice-setup";
+import { prepareSluice, waitForFirstAnswer } from "./sluice-setup";
 import { hashKeySecret } from "../src/modules/keys/secret";
 import { bucketMs } from "../src/usage-periods";
 import { measureStreamRound, memoryOf, type StreamRound } from "./stream-client";
@@ -362,18 +362,7 @@ async function main(): Promise<void> {
     const port = freePort();
     const began = performance.now();
     const child = start([sluiceBinary, "serve"], { ...environment, SLUICE_PORT: String(port) });
-    for (;;) {
-      try {
-        const response = await fetch(`http://127.0.0.1:${port}/v1/chat/completions`, {
-          method: "POST",
-          headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
-          body: await Bun.file(join(work, "sluice.json")).text(),
-        });
-        if (response.status === 200) break;
-      } catch {
-        await Bun.sleep(2);
-      }
-    }
+    await waitForFirstAnswer(`http://127.0.0.1:${port}/v1/chat/completions`, key);
     startups.push(performance.now() - began);
     await Bun.sleep(1000);
     idleRsses.push(memoryOf(child.pid as number).rssMb);

@@ -20,6 +20,7 @@ import { type RedisServer, startPostgres, startRedis } from "../test/support/ser
 import { type LoadResult, runLoad, runWrk, type WrkResult, writeWrkScript } from "./load-driver";
 import { freePort, waitForPort } from "./ports";
 import { cpuMicroseconds, cpuOfProcessesNamed } from "./process-cpu";
+import { createOrganizationKey, waitForFirstAnswer } from "./sluice-setup";
 import { bucketMs } from "../src/usage-periods";
 import { median } from "./statistics";
 import { measureStreamRound, type StreamRound } from "./stream-client";
@@ -98,16 +99,6 @@ async function startInstance(environment: Record<string, string | undefined>): P
   return { url: `http://127.0.0.1:${port}/v1/chat/completions`, child };
 }
 
-/** Waits for an instance's first answered request (a start-up may rebuild its windows from the ledger first). */
-async function firstAnswer(url: string, key: string): Promise<void> {
-  for (;;) {
-    const response = await fetch(url, { method: "POST", headers: { authorization: `Bearer ${key}`, "content-type": "application/json" }, body });
-    await response.arrayBuffer();
-    if (response.status === 200) return;
-    await Bun.sleep(5);
-  }
-}
-
 /**
  * Fills a migrated PostgreSQL database as run.ts fills SQLite: one organization's keys, and ledger rows spread over
  * the last 30 days; then the per-minute and per-month aggregates of those rows.
@@ -157,8 +148,7 @@ async function main(): Promise<void> {
       ["sqlite", sqliteEnvironment],
       ["shared", sharedEnvironment],
     ] as const) {
-      cli(environment, "org", "create", "bench");
-      keys[name] = cli(environment, "key", "create", "--org", "bench").split("\n").at(-1) as string;
+      keys[name] = createOrganizationKey(sluiceBinary, environment, "bench");
     }
     const sqlite = await startInstance(sqliteEnvironment);
     const shared = await startInstance(sharedEnvironment);
@@ -280,12 +270,11 @@ async function main(): Promise<void> {
       const ownRedis = await startRedis();
       scaleRedises.push(ownRedis);
       const environment = { ...base, SLUICE_DB: await postgres.createDatabase(name), SLUICE_REDIS_URL: ownRedis.url };
-      cli(environment, "org", "create", "bench");
-      const key = cli(environment, "key", "create", "--org", "bench").split("\n").at(-1) as string;
+      const key = createOrganizationKey(sluiceBinary, environment, "bench");
       if (rows > 0) await fillPostgres(environment.SLUICE_DB, rows);
       const began = performance.now();
       const instance = await startInstance(environment);
-      await firstAnswer(instance.url, key);
+      await waitForFirstAnswer(instance.url, key);
       return { name, instance, startMs: performance.now() - began, script: await wrkScript(name, key) };
     };
     const scaleSides = [await scaleSide("scale_empty", 0), await scaleSide("scale_full", settings.scaleRows)];

@@ -23,6 +23,31 @@ export async function prepareSluice(
   return { environment, key: createOrganizationKey(binary, environment, "bench") };
 }
 
+const firstQuestion = JSON.stringify({ model: "bench", messages: [{ role: "user", content: "What is 2 + 2?" }] });
+
+/**
+ * Asks a starting Sluice (`url`, its chat route) until an answer comes back 200: how the benchmarks time a start.
+ * Gives up after `timeoutMs`, so that a server that never answers fails the run instead of hanging it.
+ */
+export async function waitForFirstAnswer(url: string, key: string, timeoutMs = 30_000): Promise<void> {
+  const deadline = performance.now() + timeoutMs;
+  let last = "no connection";
+  while (performance.now() < deadline) {
+    const answer = await fetch(url, {
+      method: "POST",
+      headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+      body: firstQuestion,
+    }).catch(() => undefined);
+    if (answer) {
+      await answer.arrayBuffer();
+      if (answer.status === 200) return;
+      last = `status ${answer.status}`;
+    }
+    await Bun.sleep(2);
+  }
+  throw new Error(`${url} gave no answer within ${timeoutMs} ms (last: ${last})`);
+}
+
 /** Creates an organization through `binary`'s CLI and returns a new key of it (the last line the CLI prints). */
 export function createOrganizationKey(binary: string, environment: Record<string, string | undefined>, organization: string): string {
   Bun.spawnSync([binary, "org", "create", organization], { env: environment });

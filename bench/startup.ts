@@ -7,7 +7,7 @@ import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { freePort } from "./ports";
-import { measureInTurn } from "./sluice-setup";
+import { measureInTurn, waitForFirstAnswer } from "./sluice-setup";
 import { median } from "./statistics";
 
 const { values, positionals } = parseArgs({ args: Bun.argv.slice(2), options: { rounds: { type: "string", default: "8" } }, allowPositionals: true });
@@ -32,15 +32,7 @@ async function measure(executable: string, environment: Record<string, string | 
   const began = performance.now();
   const child = Bun.spawn([executable, "serve"], { env: { ...environment, SLUICE_PORT: String(port) }, stdout: "ignore", stderr: "ignore" });
   try {
-    for (;;) {
-      const answer = await fetch(`http://127.0.0.1:${port}/v1/chat/completions`, {
-        method: "POST",
-        headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
-        body: JSON.stringify({ model: "bench", messages: [{ role: "user", content: "What is 2 + 2?" }] }),
-      }).catch(() => undefined);
-      if (answer?.status === 200) break;
-      await Bun.sleep(2);
-    }
+    await waitForFirstAnswer(`http://127.0.0.1:${port}/v1/chat/completions`, key);
     const startupMs = performance.now() - began;
     await Bun.sleep(1000);
     const pid = child.pid;

@@ -15,17 +15,29 @@ class Endpoint {
     private readonly clock: () => number,
   ) {}
 
-  succeeded(): void {
+  private succeeded(): void {
     this.failures = 0;
     this.openUntil = 0;
     this.probing = false;
   }
 
-  failed(error: unknown): void {
+  private failed(error: unknown): void {
     this.probing = false;
     if (!countsAgainstServer(error)) return;
     this.failures++;
     if (this.failures >= this.model.breakerFailures) this.openUntil = this.clock() + this.model.breakerCooldownMs;
+  }
+
+  /** A whole answer from this server; its breaker learns how the call went. */
+  async complete(request: BackendRequest): Promise<Completion> {
+    try {
+      const completion = await this.backend.complete(request);
+      this.succeeded();
+      return completion;
+    } catch (error) {
+      this.failed(error);
+      throw error;
+    }
   }
 
   /** Told by each stream on this server how it ended (one function per server, not per stream). */
@@ -88,21 +100,11 @@ export class UpstreamPool implements Backend {
   async complete(request: BackendRequest): Promise<Completion> {
     const first = this.pick(undefined);
     try {
-      const completion = await first.backend.complete(request);
-      first.succeeded();
-      return completion;
+      return await first.complete(request);
     } catch (error) {
-      first.failed(error);
       const second = this.retryTarget(error, first);
       if (!second) throw error;
-      try {
-        const completion = await second.backend.complete(request);
-        second.succeeded();
-        return completion;
-      } catch (retryError) {
-        second.failed(retryError);
-        throw retryError;
-      }
+      return second.complete(request);
     }
   }
 

@@ -83,3 +83,36 @@ async function codeOf(read: Promise<unknown>): Promise<string | undefined> {
     return error instanceof SluiceError ? error.code : String(error);
   }
 }
+
+/** A request for `upstreamModel` on the fake upstream, whatever the model's own upstream model. */
+function requestFor(config: ModelConfig, upstreamModel: string) {
+  const asked = request(config);
+  return { ...asked, body: { ...asked.body, model: upstreamModel } };
+}
+
+test("a probe that succeeds closes the breaker, for a stream read to its end and for a whole answer", async () => {
+  for (const kind of ["stream", "whole"] as const) {
+    let now = 0;
+    const config = { ...model([upstream.url]), breakerFailures: 2 };
+    const pool = new UpstreamPool(config, undefined, () => now);
+    const call = (upstreamModel: string) => {
+      const asked = requestFor(config, upstreamModel);
+      if (kind === "whole") return pool.complete({ ...asked, body: { ...asked.body, stream: false } });
+      return (async () => {
+        const stream = pool.stream(asked);
+        for (let result = await stream.next(); !result.done; result = await stream.next());
+      })();
+    };
+    expect(await codeOf(call("fail-500"))).toBe("upstream_error");
+    expect(await codeOf(call("fail-500"))).toBe("upstream_error");
+    expect(await codeOf(call("usage-10-5"))).toBe("model_unavailable");
+    now += config.breakerCooldownMs + 1;
+    // The probe, read to its end.
+    expect(await codeOf(call("usage-10-5"))).toBeUndefined();
+    // Closed, not half-open: two calls at once both reach the server (a half-open breaker lets one probe through),
+    // and one more failure does not open it again (breaker_failures = 2 in a row).
+    expect(await Promise.all([codeOf(call("usage-10-5")), codeOf(call("usage-10-5"))])).toEqual([undefined, undefined]);
+    expect(await codeOf(call("fail-500"))).toBe("upstream_error");
+    expect(await codeOf(call("usage-10-5"))).toBeUndefined();
+  }
+});

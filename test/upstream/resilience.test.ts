@@ -47,7 +47,8 @@ describe("several upstreams per model", () => {
     );
   });
 
-  test("a probe that succeeds closes the breaker", async () => {
+  // A probe that succeeds and closes the breaker again: test/upstream/pool.test.ts, on an injected clock.
+  test("a refused connection and an upstream time-out each count against the server: the next request finds the breaker open", async () => {
     await withModels(
       [{ id: "m", backend: "openai", base_url: [refused], upstream_model: "usage-10-5", breaker_failures: 1, breaker_cooldown_ms: 200 }],
       async (sluice) => {
