@@ -4,7 +4,7 @@
 // another connection holds the lock, the server sends its rows here instead: every batch that arrived while a commit
 // ran shares the next transaction, and after replying this thread moves what it staged, at most every
 // `moveIntervalMs`, so that each move carries many rows. It also writes keys' last-used times in bulk.
-// A checkpoint follows each move once no rows wait here, while the server goes on staging its own: no answer waits
+// A checkpoint follows a move, at most once a second, once no rows wait here, while the server goes on staging its own: no answer waits
 // behind its fsyncs (p99 at 1,000 requests a second: 3.0 ms, against 3.7 with each pass before the reply to the
 // server's move, when the rows of those milliseconds waited for it; bench/README.md). A pass that runs while rows are
 // appended never leaves the WAL fully copied when the next write comes, and only then does SQLite start the WAL again
@@ -23,7 +23,14 @@ export type LedgerWorkerMessage =
    * `urgent`: commit at once, and move every staged row before replying (a flush waits for that, and the server asks
    * so for the rows it staged itself).
    */
-  | { type: "rows"; sequence: number; values: LedgerValue[]; urgent: boolean }
+  | {
+      type: "rows";
+      sequence: number;
+      values: LedgerValue[];
+      urgent: boolean;
+      /** Commits the server made itself since its last message: each appended a page or more to the WAL. */
+      stagedCommits: number;
+    }
   | { type: "touch"; entries: [string, number][] }
   | { type: "close" };
 
@@ -46,6 +53,18 @@ const restartPages = 4096;
  * 100 ms rather than 20.
  */
 const moveIntervalMs = 100;
+/**
+ * Passes come at most this often, unless `commitsBetweenPasses` came sooner. A move rewrites the same few pages (each
+ * index's last page, the aggregates' rows), and a pass copies each page once however often it changed since the
+ * last: a pass after every move copied them every 25-100 ms, with an fsync each time, and cost the writer a third
+ * more CPU a row (bench/README.md).
+ */
+const checkpointIntervalMs = 1000;
+/**
+ * Commits (the server's and this thread's) after which a pass comes at once: each appends at least a page, so this
+ * bounds the WAL a pass finds to about 4 MB when rows come one a commit, as they do at light load.
+ */
+const commitsBetweenPasses = 1000;
 
 let writerDatabase: Database;
 let writer: LedgerWriter;
@@ -62,6 +81,9 @@ let scheduled = false;
 let lastMove = 0;
 let moveTimer: Timer | undefined;
 let checkpointTimer: Timer | undefined;
+let lastCheckpoint = 0;
+/** Commits since the last pass began. */
+let commitsSincePass = 0;
 let checkpointStatement: Statement<{ log: number }, []>;
 /** Pages in the WAL since it last started from its beginning, as the last pass found them. */
 let walPages = 0;
@@ -81,17 +103,27 @@ function move(): void {
   }
 }
 
-/** A pass once no rows wait here, so that none waits behind its fsyncs. */
+/** A pass once no rows wait here, so that none waits behind its fsyncs (see `checkpointIntervalMs`). */
 function checkpointSoon(): void {
-  checkpointTimer ??= setTimeout(() => {
+  const due = commitsSincePass >= commitsBetweenPasses;
+  if (due && checkpointTimer) {
+    clearTimeout(checkpointTimer);
     checkpointTimer = undefined;
-    if (queued.length > 0) checkpointSoon();
-    else checkpoint();
-  }, 0);
+  }
+  checkpointTimer ??= setTimeout(
+    () => {
+      checkpointTimer = undefined;
+      if (queued.length > 0) checkpointSoon();
+      else checkpoint();
+    },
+    due ? 0 : Math.max(0, lastCheckpoint + checkpointIntervalMs - performance.now()),
+  );
 }
 
 /** Copies what it can of the WAL into the database file, and notes how long the WAL has grown. */
 function checkpoint(): void {
+  lastCheckpoint = performance.now();
+  commitsSincePass = 0;
   Atomics.store(progress, 3, 1);
   try {
     walPages = checkpointStatement.get()?.log ?? 0;
@@ -173,6 +205,7 @@ self.onmessage = (event: MessageEvent<LedgerWorkerMessage>) => {
   }
   queued.push(message.values);
   queuedUpTo = message.sequence;
+  commitsSincePass += message.stagedCommits + 1;
   urgentAsked ||= message.urgent;
   if (message.urgent) commit();
   else if (!scheduled) {

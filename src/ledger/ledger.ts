@@ -206,11 +206,12 @@ export class Ledger {
       return;
     }
     // The writer moves every staged row, this thread's included, after this batch (see ledger-worker.ts).
+    const stagedCommits = this.commitsStagedHere;
     this.rowsStagedHere = 0;
     this.commitsStagedHere = 0;
     const sequence = ++this.sequence;
     this.sent.push({ sequence, waiters });
-    const message: LedgerWorkerMessage = { type: "rows", sequence, values, urgent };
+    const message: LedgerWorkerMessage = { type: "rows", sequence, values, urgent, stagedCommits };
     this.worker.postMessage(message);
   }
 
@@ -245,11 +246,12 @@ export class Ledger {
       this.moveTimer.unref();
       return;
     }
+    const stagedCommits = this.commitsStagedHere;
     this.rowsStagedHere = 0;
     this.commitsStagedHere = 0;
     const sequence = ++this.sequence;
     this.sent.push({ sequence, waiters: [] });
-    const message: LedgerWorkerMessage = { type: "rows", sequence, values: [], urgent: true };
+    const message: LedgerWorkerMessage = { type: "rows", sequence, values: [], urgent: true, stagedCommits };
     this.worker.postMessage(message);
   }
 
