@@ -4,12 +4,12 @@
 // another connection holds the lock, the server sends its rows here instead: every batch that arrived while a commit
 // ran shares the next transaction, and after replying this thread moves what it staged, at most every
 // `moveIntervalMs`, so that each move carries many rows. It also writes keys' last-used times in bulk.
-// A checkpoint follows a move, at most once a second, once no rows wait here, while the server goes on staging its own: no answer waits
-// behind its fsyncs (p99 at 1,000 requests a second: 3.0 ms, against 3.7 with each pass before the reply to the
-// server's move, when the rows of those milliseconds waited for it; bench/README.md). A pass that runs while rows are
-// appended never leaves the WAL fully copied when the next write comes, and only then does SQLite start the WAL again
-// from its beginning; so once it holds `restartPages`, the next pass runs before a reply, while the server sends its
-// rows here and nothing appends, and the WAL starts again. (A separate checkpoint thread that never did this chased a
+// A checkpoint follows a move (at most once a second, see `checkpointIntervalMs`) once no rows wait here, while the
+// server goes on staging its own: no answer waits behind its fsyncs (p99 at 1,000 requests a second: 3.0 ms, against
+// 3.7 with each pass before the reply to the server's move, when the rows of those milliseconds waited for it;
+// bench/README.md). A pass that runs while rows are appended never leaves the WAL fully copied when the next write
+// comes, and only then does SQLite start the WAL again from its beginning; so once it holds `restartPages`, the next
+// pass runs before a reply, while the server sends its rows here and nothing appends, and the WAL starts again. (A separate checkpoint thread that never did this chased a
 // WAL that grew under its feet, and stalled commits behind fsyncs of tens of megabytes: p99 40-260 ms.)
 import { Database, type Statement } from "bun:sqlite";
 import { LedgerWriter, type LedgerValue } from "./ledger-writer";
@@ -96,7 +96,7 @@ function move(): void {
   }
   lastMove = performance.now();
   try {
-    writer.move();
+    if (writer.move() > 0) commitsSincePass++;
     checkpointSoon();
   } catch {
     moveSoon();
@@ -149,6 +149,7 @@ function commit(): void {
   let error: string | undefined;
   try {
     writer.commit(batches);
+    commitsSincePass++;
   } catch (failure) {
     error = String(failure);
     Atomics.add(progress, 1, 1);
@@ -205,7 +206,7 @@ self.onmessage = (event: MessageEvent<LedgerWorkerMessage>) => {
   }
   queued.push(message.values);
   queuedUpTo = message.sequence;
-  commitsSincePass += message.stagedCommits + 1;
+  commitsSincePass += message.stagedCommits;
   urgentAsked ||= message.urgent;
   if (message.urgent) commit();
   else if (!scheduled) {

@@ -205,14 +205,22 @@ export class Ledger {
       for (const waiter of waiters) waiter.reject(new LedgerWriteError("the ledger is closed"));
       return;
     }
-    // The writer moves every staged row, this thread's included, after this batch (see ledger-worker.ts).
+    this.sendToWriter(this.worker, values, waiters, urgent);
+  }
+
+  /**
+   * Hands a batch to the writer thread. It moves every staged row, this thread's included, after the batch (see
+   * ledger-worker.ts), so the count of rows and commits staged here starts again; the commits go with the batch, for
+   * the writer's checkpoint passes.
+   */
+  private sendToWriter(worker: Worker, values: LedgerValue[], waiters: Waiter[], urgent: boolean): void {
     const stagedCommits = this.commitsStagedHere;
     this.rowsStagedHere = 0;
     this.commitsStagedHere = 0;
     const sequence = ++this.sequence;
     this.sent.push({ sequence, waiters });
     const message: LedgerWorkerMessage = { type: "rows", sequence, values, urgent, stagedCommits };
-    this.worker.postMessage(message);
+    worker.postMessage(message);
   }
 
   /** Whether this batch is committed here (see `rowsBetweenMoves`) rather than by the writer thread. */
@@ -246,13 +254,7 @@ export class Ledger {
       this.moveTimer.unref();
       return;
     }
-    const stagedCommits = this.commitsStagedHere;
-    this.rowsStagedHere = 0;
-    this.commitsStagedHere = 0;
-    const sequence = ++this.sequence;
-    this.sent.push({ sequence, waiters: [] });
-    const message: LedgerWorkerMessage = { type: "rows", sequence, values: [], urgent: true, stagedCommits };
-    this.worker.postMessage(message);
+    this.sendToWriter(this.worker, [], [], true);
   }
 
   /** Commits on this thread and settles the waiters; with `handOffWhenBusy`, a busy lock is thrown, not refused. */
