@@ -11,13 +11,16 @@
 //   - the ledger row, in Sluice's own database and write set (usage_ledger with every index, the per-minute and
 //     per-month aggregates): group-committed on this thread once per turn, the answer sent after its commit (see
 //     below). Keys' last-used times once a second.
+//   - a stream (`"stream": true`): see streamAnswer
 //   - a JSON log line per request (buffered, written every 5 ms), request metrics (count by status, a latency
 //     histogram), the request id (a UUIDv7) in `x-request-id`
 // REFERENCE_SKIP=auth,admission,safety,ledger,log (any of them) leaves checks out, to price each one.
 // Usage: BUN_CONFIG_MAX_HTTP_REQUESTS=65535 bun bench/full-reference.ts PORT UPSTREAM_BASE_URL SLUICE_DB
 import { Database } from "bun:sqlite";
 import { defaultSafetyRules } from "../src/config/default-rules";
+import { compilePattern } from "../src/config/load";
 import type { LedgerRow } from "../src/ledger/ledger";
+import { OutputMonitor, RuleMatcher } from "../src/modules/safety/rules";
 import { encodeRow, LedgerWriter, type LedgerValue } from "../src/ledger/ledger-writer";
 
 const port = Number(process.argv[2] ?? 9400);
@@ -86,8 +89,14 @@ interface Message {
   content: string;
 }
 const roles = new Set(["system", "developer", "user", "assistant", "tool"]);
-function validate(body: unknown): { model: string; messages: Message[] } {
-  const { model, messages } = (body ?? {}) as { model?: unknown; messages?: unknown };
+interface ChatBody {
+  model: string;
+  messages: Message[];
+  stream?: boolean;
+}
+function validate(body: unknown): ChatBody {
+  const { model, messages, stream } = (body ?? {}) as { model?: unknown; messages?: unknown; stream?: unknown };
+  if (stream !== undefined && stream !== null && typeof stream !== "boolean") throw new Refusal(400, "invalid_request_error", "stream must be a boolean.");
   if (typeof model !== "string") throw new Refusal(400, "invalid_request_error", "model must be a string.");
   if (!Array.isArray(messages) || messages.length === 0) throw new Refusal(400, "invalid_request_error", "messages must be a non-empty array.");
   for (const message of messages as Message[]) {
@@ -95,7 +104,7 @@ function validate(body: unknown): { model: string; messages: Message[] } {
       throw new Refusal(400, "invalid_request_error", "Each message needs a role and text content.");
     }
   }
-  return { model, messages: messages as Message[] };
+  return { model, messages: messages as Message[], stream: stream === true };
 }
 
 // The bench plan: quotas and a concurrency cap far above what a run uses (as bench/sluice-setup.ts configures Sluice).
@@ -140,6 +149,19 @@ function breaksRedLine(text: string): boolean {
   for (const pattern of patterns) if (pattern.test(text)) return true;
   return false;
 }
+
+// A stream's answer is checked as Sluice checks it: each upstream read's text with the characters before it, the
+// whole window of recent output every so often (Sluice's own OutputMonitor, as the ledger is Sluice's own writer).
+const outputMatcher = new RuleMatcher(
+  defaultSafetyRules.map((rule) => ({
+    id: rule.id,
+    name: rule.name,
+    categories: rule.categories ?? [],
+    patterns: (rule.patterns ?? []).map(compilePattern),
+    appliesTo: { input: true, output: true },
+  })),
+  "output",
+);
 
 /** The model's time limit, kept by one coarse timer for every request in flight (as Sluice does). */
 const deadlines = new Map<AbortController, number>();
@@ -218,13 +240,146 @@ function errorResponse(error: unknown, requestId: string): Response {
 /** The caller of every request when the key check is left out: the first key, so rows still name a real one. */
 const anonymousKey: Key = keys.values().next().value ?? { id: "none", organizationId: "none", hash: new Uint8Array() };
 
+type Admission = ReturnType<typeof admit>;
+
+/** What a stream's relay reads of an upstream chunk. */
+interface StreamChunk {
+  id: string;
+  model: string;
+  choices?: { delta?: { content?: string | null; reasoning_content?: string | null } }[];
+  usage?: { prompt_tokens?: number; completion_tokens?: number };
+}
+
+/**
+ * A streamed answer: each upstream read split into events, each event parsed and re-encoded under our id and
+ * model, the read's text checked against the red-line rules and kept (joined every 64 pieces) so that an answer
+ * whose upstream never reports usage can still be billed, the time to the first token noted; the ledger row
+ * committed before `[DONE]`; the reservation settled, and the deadline dropped, however the stream ends. (An
+ * upstream that stops without `[DONE]` is not recorded: the bench's fake upstream never does, and a client that
+ * leaves is not billed here, where Sluice bills what was produced.)
+ */
+async function streamAnswer(body: ChatBody, key: Key, requestId: string, controller: AbortController, startedAt: number, admitted: Admission | undefined) {
+  let upstreamResponse: Response;
+  try {
+    upstreamResponse = await fetch(upstreamChat, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: "bench-upstream", messages: body.messages, max_tokens: maxTokens, stream: true, stream_options: { include_usage: true } }),
+      signal: skipped.has("signal") ? undefined : controller.signal,
+    });
+  } catch (error) {
+    deadlines.delete(controller);
+    throw error;
+  }
+  if (upstreamResponse.status !== 200 || !upstreamResponse.body) {
+    deadlines.delete(controller);
+    throw new Refusal(502, "upstream_error", "The upstream failed.");
+  }
+  const reader = upstreamResponse.body.getReader();
+  const id = `chatcmpl-${requestId.slice(4)}`;
+  const monitor = skipped.has("safety") ? undefined : new OutputMonitor(outputMatcher);
+  const stream = new ReadableStream({
+    type: "direct",
+    async pull(sink) {
+      const decoder = new TextDecoder();
+      const blocks: string[] = [];
+      let pieces: string[] = [];
+      let buffered = "";
+      let usage: StreamChunk["usage"];
+      let firstTokenMs: number | null = null;
+      let used = 0;
+      let ended = false;
+      try {
+        while (!ended) {
+          const read = await reader.read();
+          if (read.done) break;
+          buffered += decoder.decode(read.value, { stream: true });
+          const events = buffered.split("\n\n");
+          buffered = events.pop() ?? "";
+          let out = "";
+          let content = "";
+          let reasoning = "";
+          for (const event of events) {
+            const data = event.slice(6);
+            if (data === "[DONE]") {
+              ended = true;
+              break;
+            }
+            const chunk = JSON.parse(data) as StreamChunk;
+            chunk.id = id;
+            chunk.model = body.model;
+            const delta = chunk.choices?.[0]?.delta;
+            if (delta?.content) content += delta.content;
+            if (delta?.reasoning_content) reasoning += delta.reasoning_content;
+            if (chunk.usage) usage = chunk.usage;
+            out += `data: ${JSON.stringify(chunk)}\n\n`;
+          }
+          let outcome: LedgerRow["outcome"] = "completed";
+          if (content || reasoning) {
+            firstTokenMs ??= Date.now() - startedAt;
+            pieces.push(content, reasoning);
+            if (pieces.length >= 64) {
+              blocks.push(pieces.join(""));
+              pieces = [];
+            }
+            if (monitor?.observe(content, reasoning)) {
+              outcome = "content_filter";
+              out += `data: ${JSON.stringify({ error: { message: "Stopped by a red-line rule.", type: "content_filter", code: "content_filter" } })}\n\n`;
+              ended = true;
+            }
+          }
+          if (ended) {
+            const promptTokens = usage?.prompt_tokens ?? 0;
+            // Without the upstream's usage, what was kept is counted (here by a rough estimate, not a tokenizer).
+            const completionTokens = usage?.completion_tokens ?? Math.ceil((blocks.join("").length + pieces.join("").length) / 4);
+            used = promptTokens + completionTokens;
+            await recorded({
+              requestId,
+              organizationId: key.organizationId,
+              keyId: key.id,
+              model: body.model,
+              promptTokens,
+              completionTokens,
+              reasoningTokens: 0,
+              outcome,
+              errorCode: outcome === "completed" ? null : "content_filter",
+              ruleId: null,
+              usageSource: "upstream",
+              startedAt,
+              endedAt: Date.now(),
+              firstTokenMs,
+            });
+            lastUsed.set(key.id, Date.now());
+            out += "data: [DONE]\n\n";
+          }
+          if (out) {
+            sink.write(out);
+            await sink.flush();
+          }
+        }
+      } finally {
+        deadlines.delete(controller);
+        if (admitted) settle(admitted.quota, admitted.reserved, used);
+        if (!ended) await reader.cancel().catch(() => undefined);
+      }
+      sink.close();
+    },
+    cancel() {
+      controller.abort();
+    },
+  });
+  return new Response(stream, { headers: { ...admitted?.headers, "content-type": "text/event-stream", "x-request-id": requestId } });
+}
+
 async function answer(request: Request, requestId: string): Promise<Response> {
   const key = skipped.has("auth") ? anonymousKey : authenticate(request);
-  const body = skipped.has("validate") ? ((await request.json()) as { model: string; messages: Message[] }) : validate(await request.json());
+  const body = skipped.has("validate") ? ((await request.json()) as ChatBody) : validate(await request.json());
   const prompt = body.messages.map((message) => message.content);
   const promptEstimate = prompt.reduce((total, text) => total + 4 + Buffer.byteLength(text), 3);
   const admitted = skipped.has("admission") ? undefined : admit(key.organizationId, promptEstimate);
   let used = 0;
+  /** A stream settles its reservation when it ends, not when its first bytes are answered. */
+  let streaming = false;
   try {
     if (!skipped.has("safety") && prompt.some(breaksRedLine)) throw new Refusal(400, "content_filter", "Refused by a red-line rule.");
     const controller = new AbortController();
@@ -234,6 +389,11 @@ async function answer(request: Request, requestId: string): Promise<Response> {
     }
     if (!skipped.has("deadline")) deadlines.set(controller, performance.now() + timeoutMs);
     const startedAt = Date.now();
+    if (body.stream) {
+      const response = await streamAnswer(body, key, requestId, controller, startedAt, admitted);
+      streaming = true;
+      return response;
+    }
     let upstreamAnswer: {
       id: string;
       model: string;
@@ -279,7 +439,7 @@ async function answer(request: Request, requestId: string): Promise<Response> {
       headers: { ...admitted?.headers, "content-type": "application/json", "x-request-id": requestId },
     });
   } finally {
-    if (admitted) settle(admitted.quota, admitted.reserved, used);
+    if (admitted && !streaming) settle(admitted.quota, admitted.reserved, used);
   }
 }
 

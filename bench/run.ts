@@ -170,17 +170,15 @@ async function main(): Promise<void> {
   require("node:fs").mkdirSync(fullReferenceDirectory);
   const fullReferenceSetup = await prepareSluice(sluiceBinary, fullReferenceDirectory, upstreamPort);
   const fullReferencePort = freePort();
-  start(
-    [
-      bun,
-      join(import.meta.dir, "full-reference.ts"),
-      String(fullReferencePort),
-      `http://127.0.0.1:${upstreamPort}`,
-      fullReferenceSetup.environment.SLUICE_DB as string,
-    ],
-    lifted,
-  );
-  await waitForPort(fullReferencePort);
+  const startFullReference = async (port: number): Promise<Bun.Subprocess> => {
+    const child = start(
+      [bun, join(import.meta.dir, "full-reference.ts"), String(port), `http://127.0.0.1:${upstreamPort}`, fullReferenceSetup.environment.SLUICE_DB as string],
+      lifted,
+    );
+    await waitForPort(port);
+    return child;
+  };
+  let fullReference = await startFullReference(fullReferencePort);
 
   const direct: Target = {
     name: "direct",
@@ -284,7 +282,12 @@ async function main(): Promise<void> {
   /** One round against a freshly started server: a warm-up of a tenth of the streams, then the peak is reset. */
   const streamRound = (pid: number, url: string, bodyFile: string, headers: Record<string, string>) =>
     measureStreamRound(pid, { url, bodyFile, headers, tokens: settings.streamTokens, environment: lifted }, settings.streams);
-  const streamRounds: Record<"bare" | "durable_reference" | "sluice", StreamRound[]> = { bare: [], durable_reference: [], sluice: [] };
+  const streamRounds: Record<"bare" | "durable_reference" | "full_reference" | "sluice", StreamRound[]> = {
+    bare: [],
+    durable_reference: [],
+    full_reference: [],
+    sluice: [],
+  };
   for (let round = 0; phase("streams") && round < settings.rounds; round++) {
     // Fresh processes every round, so that memory and queues left by one round do not carry into the next.
     await stop(bare);
@@ -309,6 +312,16 @@ async function main(): Promise<void> {
       await streamRound(reference.pid as number, `http://127.0.0.1:${referencePort}/v1/chat/completions`, sluiceStreamBody, {}),
     );
     await stop(reference);
+    // The whole of Sluice's work for a stream, every check on, in the simplest code: what the checks cost a stream.
+    await stop(fullReference);
+    const streamReferencePort = freePort();
+    fullReference = await startFullReference(streamReferencePort);
+    streamRounds.full_reference.push(
+      await streamRound(fullReference.pid as number, `http://127.0.0.1:${streamReferencePort}/v1/chat/completions`, sluiceStreamBody, {
+        Authorization: `Bearer ${fullReferenceSetup.key}`,
+      }),
+    );
+    await stop(fullReference);
     await stop(sluice.child);
     sluice = await startSluice(environment);
     streamRounds.sluice.push(
@@ -325,6 +338,7 @@ async function main(): Promise<void> {
   const bareStreams = streamSummary(streamRounds.bare);
   const sluiceStreams = streamSummary(streamRounds.sluice);
   const referenceStreams = streamSummary(streamRounds.durable_reference);
+  const fullReferenceStreams = streamSummary(streamRounds.full_reference);
 
   log(`4/5 scale: ${settings.scaleRows} keys and ${settings.scaleRows} ledger rows`);
   let emptyRps = Number.NaN;
@@ -433,6 +447,10 @@ async function main(): Promise<void> {
       durable_reference_peak_rss_mb: referenceStreams.peakMb,
       durable_reference_ttft_p50_ms: referenceStreams.ttftP50,
       durable_reference_ttft_p99_ms: referenceStreams.ttftP99,
+      full_reference_completed: fullReferenceStreams.completed,
+      full_reference_peak_rss_mb: fullReferenceStreams.peakMb,
+      full_reference_ttft_p50_ms: fullReferenceStreams.ttftP50,
+      full_reference_ttft_p99_ms: fullReferenceStreams.ttftP99,
     },
     scale: { keys: settings.scaleRows, ledger_rows: settings.scaleRows, empty_rps: emptyRps, full_rps: fullRps, rps_full_vs_empty: fullRps / emptyRps },
     binary: { startup_ms: median(startups), idle_rss_mb: median(idleRsses), size_mb: statSync(sluiceBinary).size / 1024 / 1024 },
@@ -457,8 +475,8 @@ Latency at ${l.rate} rps (open loop): p50 / p99 ms
   Sluice - bare: p50 +${fixed(l.sluice_p50_ms - l.bare_p50_ms)} ms (target <= 0.3), p99 +${fixed(l.sluice_p99_ms - l.bare_p99_ms)} ms (target <= 1)
   durable reference ${fixed(l.durable_reference_p50_ms)} / ${fixed(l.durable_reference_p99_ms)} | full reference ${fixed(l.full_reference_p50_ms)} / ${fixed(l.full_reference_p99_ms)}; Sluice - full reference: p99 ${fixed(l.sluice_p99_ms - l.full_reference_p99_ms)} ms
 Streams: ${s.concurrent} x ${s.tokens} tokens
-  completed: bare ${s.bare_completed}, durable reference ${s.durable_reference_completed}, Sluice ${s.completed} | peak RSS: bare ${fixed(s.bare_peak_rss_mb, 0)} MB, durable reference ${fixed(s.durable_reference_peak_rss_mb, 0)} MB, Sluice ${fixed(s.sluice_peak_rss_mb, 0)} MB (target < 200)
-  TTFT p50 / p99 ms: bare ${fixed(s.bare_ttft_p50_ms)} / ${fixed(s.bare_ttft_p99_ms)}, durable reference ${fixed(s.durable_reference_ttft_p50_ms)} / ${fixed(s.durable_reference_ttft_p99_ms)}, Sluice ${fixed(s.sluice_ttft_p50_ms)} / ${fixed(s.sluice_ttft_p99_ms)} (target p99 <= 1.3 x bare: ${fixed(s.sluice_ttft_p99_ms / s.bare_ttft_p99_ms)})
+  completed: bare ${s.bare_completed}, durable reference ${s.durable_reference_completed}, full reference ${s.full_reference_completed}, Sluice ${s.completed} | peak RSS: bare ${fixed(s.bare_peak_rss_mb, 0)} MB, durable reference ${fixed(s.durable_reference_peak_rss_mb, 0)} MB, full reference ${fixed(s.full_reference_peak_rss_mb, 0)} MB, Sluice ${fixed(s.sluice_peak_rss_mb, 0)} MB (target < 200)
+  TTFT p50 / p99 ms: bare ${fixed(s.bare_ttft_p50_ms)} / ${fixed(s.bare_ttft_p99_ms)}, durable reference ${fixed(s.durable_reference_ttft_p50_ms)} / ${fixed(s.durable_reference_ttft_p99_ms)}, full reference ${fixed(s.full_reference_ttft_p50_ms)} / ${fixed(s.full_reference_ttft_p99_ms)}, Sluice ${fixed(s.sluice_ttft_p50_ms)} / ${fixed(s.sluice_ttft_p99_ms)} (target p99 <= 1.3 x bare: ${fixed(s.sluice_ttft_p99_ms / s.bare_ttft_p99_ms)})
 Scale: ${results.scale.keys} keys, ${results.scale.ledger_rows} ledger rows: ${fixed(results.scale.full_rps, 0)} rps vs ${fixed(results.scale.empty_rps, 0)} empty = ${fixed(results.scale.rps_full_vs_empty)} (target >= 0.9)
 Executable: start-up to first answer ${fixed(results.binary.startup_ms, 0)} ms (target < 100), idle RSS ${fixed(results.binary.idle_rss_mb, 0)} MB (target < 60), ${fixed(results.binary.size_mb, 0)} MB
 Safety rules alone: input check of a ${results.safety.prompt_chars ?? "-"}-character prompt ${fixed(results.safety.input_check_us, 1)} µs, output check per streamed chunk ${fixed(results.safety.output_chunk_us, 1)} µs
