@@ -240,6 +240,36 @@ function errorResponse(error: unknown, requestId: string): Response {
 /** The caller of every request when the key check is left out: the first key, so rows still name a real one. */
 const anonymousKey: Key = keys.values().next().value ?? { id: "none", organizationId: "none", hash: new Uint8Array() };
 
+/** Records an answer's row (the answer waits for its commit) and its key's last use. */
+function recordAnswer(
+  requestId: string,
+  key: Key,
+  model: string,
+  promptTokens: number,
+  completionTokens: number,
+  outcome: LedgerRow["outcome"],
+  startedAt: number,
+  firstTokenMs: number | null,
+): Promise<void> {
+  lastUsed.set(key.id, Date.now());
+  return recorded({
+    requestId,
+    organizationId: key.organizationId,
+    keyId: key.id,
+    model,
+    promptTokens,
+    completionTokens,
+    reasoningTokens: 0,
+    outcome,
+    errorCode: outcome === "completed" ? null : outcome,
+    ruleId: null,
+    usageSource: "upstream",
+    startedAt,
+    endedAt: Date.now(),
+    firstTokenMs,
+  });
+}
+
 type Admission = ReturnType<typeof admit>;
 
 /** What a stream's relay reads of an upstream chunk. */
@@ -256,7 +286,8 @@ interface StreamChunk {
  * whose upstream never reports usage can still be billed, the time to the first token noted; the ledger row
  * committed before `[DONE]`; the reservation settled, and the deadline dropped, however the stream ends. (An
  * upstream that stops without `[DONE]` is not recorded: the bench's fake upstream never does, and a client that
- * leaves is not billed here, where Sluice bills what was produced.)
+ * leaves is not billed here, where Sluice bills what was produced. Its log line and metrics come when its headers
+ * are sent, Sluice's when it ends: the same work at another moment.)
  */
 async function streamAnswer(body: ChatBody, key: Key, requestId: string, controller: AbortController, startedAt: number, admitted: Admission | undefined) {
   let upstreamResponse: Response;
@@ -273,6 +304,7 @@ async function streamAnswer(body: ChatBody, key: Key, requestId: string, control
   }
   if (upstreamResponse.status !== 200 || !upstreamResponse.body) {
     deadlines.delete(controller);
+    await upstreamResponse.body?.cancel().catch(() => undefined);
     throw new Refusal(502, "upstream_error", "The upstream failed.");
   }
   const reader = upstreamResponse.body.getReader();
@@ -333,23 +365,7 @@ async function streamAnswer(body: ChatBody, key: Key, requestId: string, control
             // Without the upstream's usage, what was kept is counted (here by a rough estimate, not a tokenizer).
             const completionTokens = usage?.completion_tokens ?? Math.ceil((blocks.join("").length + pieces.join("").length) / 4);
             used = promptTokens + completionTokens;
-            await recorded({
-              requestId,
-              organizationId: key.organizationId,
-              keyId: key.id,
-              model: body.model,
-              promptTokens,
-              completionTokens,
-              reasoningTokens: 0,
-              outcome,
-              errorCode: outcome === "completed" ? null : "content_filter",
-              ruleId: null,
-              usageSource: "upstream",
-              startedAt,
-              endedAt: Date.now(),
-              firstTokenMs,
-            });
-            lastUsed.set(key.id, Date.now());
+            await recordAnswer(requestId, key, body.model, promptTokens, completionTokens, outcome, startedAt, firstTokenMs);
             out += "data: [DONE]\n\n";
           }
           if (out) {
@@ -416,23 +432,7 @@ async function answer(request: Request, requestId: string): Promise<Response> {
     const promptTokens = upstreamAnswer.usage?.prompt_tokens ?? 0;
     const completionTokens = upstreamAnswer.usage?.completion_tokens ?? 0;
     used = promptTokens + completionTokens;
-    await recorded({
-      requestId,
-      organizationId: key.organizationId,
-      keyId: key.id,
-      model: body.model,
-      promptTokens,
-      completionTokens,
-      reasoningTokens: 0,
-      outcome: "completed",
-      errorCode: null,
-      ruleId: null,
-      usageSource: "upstream",
-      startedAt,
-      endedAt: Date.now(),
-      firstTokenMs: null,
-    });
-    lastUsed.set(key.id, Date.now());
+    await recordAnswer(requestId, key, body.model, promptTokens, completionTokens, "completed", startedAt, null);
     upstreamAnswer.id = `chatcmpl-${requestId.slice(4)}`;
     upstreamAnswer.model = body.model;
     return new Response(JSON.stringify(upstreamAnswer), {
