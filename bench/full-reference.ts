@@ -320,11 +320,17 @@ async function streamAnswer(body: ChatBody, key: Key, requestId: string, control
       let usage: StreamChunk["usage"];
       let firstTokenMs: number | null = null;
       let used = 0;
+      /** The answer is over: the upstream's `[DONE]`, or a red-line stop. */
       let ended = false;
+      /** The upstream's body was read to its end; otherwise it is cancelled, and with it the upstream request. */
+      let upstreamDone = false;
       try {
         while (!ended) {
           const read = await reader.read();
-          if (read.done) break;
+          if (read.done) {
+            upstreamDone = true;
+            break;
+          }
           buffered += decoder.decode(read.value, { stream: true });
           const events = buffered.split("\n\n");
           buffered = events.pop() ?? "";
@@ -335,6 +341,7 @@ async function streamAnswer(body: ChatBody, key: Key, requestId: string, control
             const data = event.slice(6);
             if (data === "[DONE]") {
               ended = true;
+              upstreamDone = true;
               break;
             }
             const chunk = JSON.parse(data) as StreamChunk;
@@ -349,7 +356,8 @@ async function streamAnswer(body: ChatBody, key: Key, requestId: string, control
           let outcome: LedgerRow["outcome"] = "completed";
           if (content || reasoning) {
             firstTokenMs ??= Date.now() - startedAt;
-            pieces.push(content, reasoning);
+            if (content) pieces.push(content);
+            if (reasoning) pieces.push(reasoning);
             if (pieces.length >= 64) {
               blocks.push(pieces.join(""));
               pieces = [];
@@ -376,7 +384,7 @@ async function streamAnswer(body: ChatBody, key: Key, requestId: string, control
       } finally {
         deadlines.delete(controller);
         if (admitted) settle(admitted.quota, admitted.reserved, used);
-        if (!ended) await reader.cancel().catch(() => undefined);
+        if (!upstreamDone) await reader.cancel().catch(() => undefined);
       }
       sink.close();
     },

@@ -9,7 +9,7 @@ import { runLoad, runWrk, writeWrkScript } from "./load-driver";
 import { freePort, waitForPort } from "./ports";
 import { prepareSluice, waitForFirstAnswer } from "./sluice-setup";
 import { hashKeySecret } from "../src/modules/keys/secret";
-import { bucketMs } from "../src/usage-periods";
+import { addToAggregates, UsageFold } from "../src/ledger/usage-fold";
 import { measureStreamRound, memoryOf, type StreamRound } from "./stream-client";
 import { median } from "./statistics";
 
@@ -120,24 +120,20 @@ function fillDatabase(path: string, rows: number): void {
     `INSERT INTO usage_ledger (request_id, organization_id, key_id, model, prompt_tokens, completion_tokens, reasoning_tokens, outcome, usage_source, started_at, ended_at)
      VALUES (?, ?, 'key_filler', 'bench', 12, 11, 6, 'completed', 'upstream', ?, ?)`,
   );
+  // Each row's prompt and completion tokens above.
+  const fillerTokens = 12 + 11;
+  const fold = new UsageFold();
   const now = Date.now();
   database.transaction(() => {
     for (let index = 0; index < rows; index++) {
       insertKey.run(`key_fill${index}`, organizationId, hashKeySecret(`sk-sluice-filler-${index}`), now);
       const at = now - Math.floor((index / rows) * 30 * 86_400_000);
       insertRow.run(`req_fill${String(index).padStart(12, "0")}`, organizationId, at, at);
+      fold.add(organizationId, fillerTokens, at);
     }
-    // The aggregates the ledger's commits keep beside it, which a start-up rebuilds admission from.
-    database.run(
-      `INSERT INTO usage_minutes (organization_id, minute, tokens, last_time)
-       SELECT organization_id, ended_at / ${bucketMs}, sum(prompt_tokens + completion_tokens), max(ended_at) FROM usage_ledger GROUP BY 1, 2`,
-    );
-    database.run(
-      `INSERT INTO usage_months (organization_id, month, tokens)
-       SELECT organization_id, CAST(strftime('%Y', ended_at / 1000, 'unixepoch') AS INTEGER) * 12 + CAST(strftime('%m', ended_at / 1000, 'unixepoch') AS INTEGER) - 1,
-         sum(prompt_tokens + completion_tokens)
-       FROM usage_ledger GROUP BY 1, 2`,
-    );
+    // The aggregates the ledger's commits keep beside it, which a start-up rebuilds admission from: summed as the
+    // ledger's own writers sum them.
+    addToAggregates(database, fold);
   })();
   database.close();
 }

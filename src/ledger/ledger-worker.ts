@@ -9,8 +9,9 @@
 // 3.7 with each pass before the reply to the server's move, when the rows of those milliseconds waited for it;
 // bench/README.md). A pass that runs while rows are appended never leaves the WAL fully copied when the next write
 // comes, and only then does SQLite start the WAL again from its beginning; so once it holds `restartPages`, the next
-// pass runs before a reply, while the server sends its rows here and nothing appends, and the WAL starts again. (A separate checkpoint thread that never did this chased a
-// WAL that grew under its feet, and stalled commits behind fsyncs of tens of megabytes: p99 40-260 ms.)
+// pass runs before a reply, while the server sends its rows here and nothing appends, and the WAL starts again. (A
+// separate checkpoint thread that never did this chased a WAL that grew under its feet, and stalled commits behind
+// fsyncs of tens of megabytes: p99 40-260 ms.)
 import { Database, type Statement } from "bun:sqlite";
 import { LedgerWriter, type LedgerValue } from "./ledger-writer";
 
