@@ -144,7 +144,15 @@ function settle(quota: Quota, reserved: number, used: number): void {
   quota.monthUsed += used;
 }
 
-const patterns = defaultSafetyRules.flatMap((rule) => (rule.patterns ?? []).map((pattern) => new RegExp(pattern.replace("(?i)", ""), "i")));
+// The default rules compiled as Sluice's configuration compiles them (`(?i)` as the case-insensitive flag).
+const rules = defaultSafetyRules.map((rule) => ({
+  id: rule.id,
+  name: rule.name,
+  categories: rule.categories ?? [],
+  patterns: (rule.patterns ?? []).map(compilePattern),
+  appliesTo: { input: true, output: true },
+}));
+const patterns = rules.flatMap((rule) => rule.patterns);
 function breaksRedLine(text: string): boolean {
   for (const pattern of patterns) if (pattern.test(text)) return true;
   return false;
@@ -152,16 +160,7 @@ function breaksRedLine(text: string): boolean {
 
 // A stream's answer is checked as Sluice checks it: each upstream read's text with the characters before it, the
 // whole window of recent output every so often (Sluice's own OutputMonitor, as the ledger is Sluice's own writer).
-const outputMatcher = new RuleMatcher(
-  defaultSafetyRules.map((rule) => ({
-    id: rule.id,
-    name: rule.name,
-    categories: rule.categories ?? [],
-    patterns: (rule.patterns ?? []).map(compilePattern),
-    appliesTo: { input: true, output: true },
-  })),
-  "output",
-);
+const outputMatcher = new RuleMatcher(rules, "output");
 
 /** The model's time limit, kept by one coarse timer for every request in flight (as Sluice does). */
 const deadlines = new Map<AbortController, number>();
@@ -310,9 +309,12 @@ async function streamAnswer(body: ChatBody, key: Key, requestId: string, control
   const reader = upstreamResponse.body.getReader();
   const id = `chatcmpl-${requestId.slice(4)}`;
   const monitor = skipped.has("safety") ? undefined : new OutputMonitor(outputMatcher);
+  /** Set when the body starts: a client that leaves before that gets no pull, and its cancel releases instead. */
+  let pulled = false;
   const stream = new ReadableStream({
     type: "direct",
     async pull(sink) {
+      pulled = true;
       const decoder = new TextDecoder();
       const blocks: string[] = [];
       let pieces: string[] = [];
@@ -390,6 +392,10 @@ async function streamAnswer(body: ChatBody, key: Key, requestId: string, control
     },
     cancel() {
       controller.abort();
+      if (pulled) return;
+      deadlines.delete(controller);
+      if (admitted) settle(admitted.quota, admitted.reserved, 0);
+      void reader.cancel().catch(() => undefined);
     },
   });
   return new Response(stream, { headers: { ...admitted?.headers, "content-type": "text/event-stream", "x-request-id": requestId } });
