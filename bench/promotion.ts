@@ -10,11 +10,11 @@
 //   those: it is what the stream peak is made of beyond the live set (bench/README.md).
 // Unlike the peak, which moves by ±40 MB between identical rounds, these counts repeat to a few percent.
 // Usage: bun bench/promotion.ts [STREAMS=1000] [SAMPLES=9]   (`make bench` runs it; writes results/promotion.json)
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { freePort, waitForPort } from "./ports";
-import { prepareSluice } from "./sluice-setup";
+import { prepareSluice, writeSourceCli } from "./sluice-setup";
 import { median } from "./statistics";
 
 const streams = Number(process.argv[2] ?? 1000);
@@ -138,10 +138,7 @@ try {
   );
   await waitForPort(upstreamPort);
 
-  // Sluice's CLI from source, for prepareSluice (which runs `BINARY org create` and `BINARY key create`).
-  const cli = join(work, "sluice");
-  writeFileSync(cli, `#!/bin/sh\nexec "${bun}" "${join(root, "src/main.ts")}" "$@"\n`);
-  chmodSync(cli, 0o755);
+  const cli = writeSourceCli(work);
   const directory = join(work, "sluice-data");
   mkdirSync(directory);
   const { environment, key } = await prepareSluice(cli, directory, upstreamPort);

@@ -4,19 +4,19 @@
 // requests a second and CPU time per request, of the event loop's thread and of the whole process (Sluice's writer
 // and fetch's HTTP thread included), read from /proc; then the medians, and the median of each round's own
 // Sluice ÷ reference. The reference's own switches (REFERENCE_SKIP, REFERENCE_LEDGER) pass through.
-//   bun bench/same-process.ts [--rounds 6] [--seconds 5]
-// Writes bench/results/same-process.json.
-import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+//   bun bench/same-process.ts [--rounds 6] [--seconds 5] [--smoke]
+// Writes bench/results/same-process.json (--smoke: one round of 1 s into same-process-smoke.json; a test does, to
+// keep the runner working).
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { runWrk, writeWrkScript } from "./load-driver";
 import { freePort, waitForPort } from "./ports";
 import { cpuMicroseconds } from "./process-cpu";
-import { prepareSluice, waitForFirstAnswer } from "./sluice-setup";
+import { prepareSluice, waitForFirstAnswer, writeSourceCli } from "./sluice-setup";
 import { median } from "./statistics";
 
-const root = join(import.meta.dir, "..");
 const bun = process.execPath;
 
 if (process.argv[2] === "--serve") await serveBoth();
@@ -40,9 +40,12 @@ interface Round {
 }
 
 async function compare(): Promise<void> {
-  const { values } = parseArgs({ options: { rounds: { type: "string", default: "6" }, seconds: { type: "string", default: "5" } } });
-  const rounds = Number(values.rounds);
-  const seconds = Number(values.seconds);
+  const { values } = parseArgs({
+    options: { rounds: { type: "string", default: "6" }, seconds: { type: "string", default: "5" }, smoke: { type: "boolean", default: false } },
+  });
+  const smoke = values.smoke;
+  const rounds = smoke ? 1 : Number(values.rounds);
+  const seconds = smoke ? 1 : Number(values.seconds);
   const work = mkdtempSync(join(tmpdir(), "sluice-same-process-"));
   const lifted = { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" };
   const children: Bun.Subprocess[] = [];
@@ -50,13 +53,9 @@ async function compare(): Promise<void> {
     const upstreamPort = freePort();
     children.push(Bun.spawn([bun, join(import.meta.dir, "fake-upstream.ts"), String(upstreamPort)], { env: lifted, stdout: "ignore", stderr: "ignore" }));
     await waitForPort(upstreamPort);
-    // Sluice's CLI from source, for prepareSluice (which runs `BINARY org create` and `BINARY key create`).
-    const cli = join(work, "sluice");
-    writeFileSync(cli, `#!/bin/sh\nexec "${bun}" "${join(root, "src/main.ts")}" "$@"\n`);
-    chmodSync(cli, 0o755);
     const directory = join(work, "data");
     mkdirSync(directory);
-    const { environment, key } = await prepareSluice(cli, directory, upstreamPort);
+    const { environment, key } = await prepareSluice(writeSourceCli(work), directory, upstreamPort);
     const ports = { sluice: freePort(), reference: freePort() };
     const server = Bun.spawn([bun, import.meta.path, "--serve"], {
       env: {
@@ -80,7 +79,7 @@ async function compare(): Promise<void> {
     await waitForFirstAnswer(urls.sluice, key);
     const body = JSON.stringify({ model: "bench", messages: [{ role: "user", content: "hi" }] });
     const script = await writeWrkScript(join(work, "post.lua"), body, { Authorization: `Bearer ${key}` });
-    for (const side of ["sluice", "reference"] as const) await runWrk(urls[side], script, { threads: 2, connections: 64, seconds: 3 });
+    for (const side of ["sluice", "reference"] as const) await runWrk(urls[side], script, { threads: 2, connections: 64, seconds: smoke ? 1 : 3 });
 
     const measured: Record<Side, Round>[] = [];
     for (let round = 0; round < rounds; round++) {
@@ -90,6 +89,7 @@ async function compare(): Promise<void> {
         const before = cpuMicroseconds(server.pid);
         const result = await runWrk(urls[side], script, { threads: 2, connections: 64, seconds });
         const after = cpuMicroseconds(server.pid);
+        if (!(result.requests > 0)) throw new Error(`${side}: wrk reported no requests`);
         if (result.non2xx > 0) throw new Error(`${side}: ${result.non2xx} answers were not 200`);
         pair[side] = {
           rps: Math.round(result.rps),
@@ -124,7 +124,7 @@ async function compare(): Promise<void> {
       rounds_measured: measured,
     };
     console.log(JSON.stringify({ ...summary, rounds_measured: undefined }, null, 2));
-    writeFileSync(join(import.meta.dir, "results", "same-process.json"), `${JSON.stringify(summary, null, 2)}\n`);
+    writeFileSync(join(import.meta.dir, "results", smoke ? "same-process-smoke.json" : "same-process.json"), `${JSON.stringify(summary, null, 2)}\n`);
   } finally {
     for (const child of children) child.kill();
     await Promise.all(children.map((child) => child.exited));

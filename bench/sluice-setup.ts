@@ -1,5 +1,5 @@
 // Shared by the benchmark runners: a Sluice data directory configured as `make bench` measures it.
-import { copyFileSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { chmodSync, copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { freePort, waitForPort } from "./ports";
@@ -21,6 +21,17 @@ export async function prepareSluice(
   );
   const environment = { PATH: process.env.PATH, HOME: process.env.HOME, SLUICE_DB: join(directory, "sluice.db"), SLUICE_CONFIG: config };
   return { environment, key: createOrganizationKey(binary, environment, "bench") };
+}
+
+/**
+ * Writes into `directory` a wrapper that runs Sluice's CLI from source, for runners that measure the source rather
+ * than an executable (prepareSluice runs `BINARY org create` and `BINARY key create`); returns its path.
+ */
+export function writeSourceCli(directory: string): string {
+  const cli = join(directory, "sluice");
+  writeFileSync(cli, `#!/bin/sh\nexec "${process.execPath}" "${join(import.meta.dir, "..", "src/main.ts")}" "$@"\n`);
+  chmodSync(cli, 0o755);
+  return cli;
 }
 
 const firstQuestion = JSON.stringify({ model: "bench", messages: [{ role: "user", content: "What is 2 + 2?" }] });

@@ -1,9 +1,9 @@
 import { Database } from "bun:sqlite";
 import { expect, test } from "bun:test";
-import { chmodSync, writeFileSync } from "node:fs";
+import { readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { freePort, waitForPort } from "../bench/ports";
-import { prepareSluice } from "../bench/sluice-setup";
+import { prepareSluice, writeSourceCli } from "../bench/sluice-setup";
 import { repositoryRoot, temporaryDirectory } from "./helpers";
 
 // Benchmarks are not tests; these runs with tiny numbers only keep the runners working.
@@ -105,13 +105,26 @@ test("the soak runner: a short run keeps memory, in-flight and open files flat",
   expect(run.exitCode).toBe(0);
 }, 60_000);
 
+test("the same-process runner: Sluice and the full reference answer from one process, and each side reports its CPU (smoke run)", () => {
+  const written = join(repositoryRoot, "bench/results/same-process-smoke.json");
+  // A report left by an earlier run must not pass for this one's.
+  rmSync(written, { force: true });
+  const run = runBench("same-process.ts", "--smoke");
+  expect(run.exitCode).toBe(0);
+  const report = JSON.parse(readFileSync(written, "utf8")) as Record<string, Record<string, number>>;
+  for (const side of ["sluice", "reference"]) {
+    expect(report[side]?.rps).toBeGreaterThan(0);
+    expect(report[side]?.event_loop_us).toBeGreaterThan(0);
+    expect(report[side]?.process_us).toBeGreaterThanOrEqual(report[side]?.event_loop_us as number);
+  }
+  for (const ratio of Object.values(report.paired ?? {})) expect(Number.isFinite(ratio) && ratio > 0).toBe(true);
+}, 60_000);
+
 test("the full reference does Sluice's checks: a good key is answered and recorded, streamed or whole; a wrong key and a red-line prompt are refused", async () => {
   const temporary = temporaryDirectory();
   const directory = temporary.path;
   // prepareSluice runs the CLI of an executable: here the source, through a wrapper.
-  const cli = join(directory, "sluice");
-  writeFileSync(cli, `#!/bin/sh\nexec "${process.execPath}" "${join(repositoryRoot, "src/main.ts")}" "$@"\n`);
-  chmodSync(cli, 0o755);
+  const cli = writeSourceCli(directory);
   const upstreamPort = freePort();
   const upstream = Bun.spawn([process.execPath, join(repositoryRoot, "bench/fake-upstream.ts"), String(upstreamPort), "5", "0"], { stdout: "ignore" });
   const port = freePort();
