@@ -15,19 +15,34 @@
 //   - a JSON log line per request (buffered, written every 5 ms), request metrics (count by status, a latency
 //     histogram), the request id (a UUIDv7) in `x-request-id`
 // REFERENCE_SKIP=auth,admission,safety,ledger,log (any of them) leaves checks out, to price each one.
+// REFERENCE_SLUICE=ledger,backend,observability,idle-timeout (any of them) does the same work through Sluice's own
+// component instead (its Ledger class and writer thread; its OpenAIBackend and answer body; its log line and metrics;
+// the idle timeout lifted per request), to see whether one costs more than the simplest code (bench/same-process.ts
+// --with).
 // Usage: BUN_CONFIG_MAX_HTTP_REQUESTS=65535 bun bench/full-reference.ts PORT UPSTREAM_BASE_URL SLUICE_DB
 import { Database } from "bun:sqlite";
 import { defaultSafetyRules } from "../src/config/default-rules";
 import { compilePattern } from "../src/config/load";
-import type { LedgerRow } from "../src/ledger/ledger";
+import type { ModelConfig } from "../src/config/schema";
+import { Ledger, type LedgerRow } from "../src/ledger/ledger";
+import { completionBody } from "../src/modules/chat/response";
+import { finishRecord } from "../src/modules/observability/index";
+import { Logger } from "../src/modules/observability/logger";
+import { Metrics } from "../src/modules/observability/metrics";
 import { OutputMonitor, RuleMatcher } from "../src/modules/safety/rules";
 import { encodeRow, LedgerWriter, type LedgerValue } from "../src/ledger/ledger-writer";
+import { OpenAIBackend } from "../src/upstream/openai-backend";
 
 const port = Number(process.argv[2] ?? 9400);
-const upstreamChat = new URL(`${process.argv[3] ?? "http://127.0.0.1:9100"}/v1/chat/completions`);
+const upstreamBase = process.argv[3] ?? "http://127.0.0.1:9100";
+const upstreamChat = new URL(`${upstreamBase}/v1/chat/completions`);
 const databasePath = process.argv[4];
 if (!databasePath) throw new Error("usage: bun bench/full-reference.ts PORT UPSTREAM_BASE_URL SLUICE_DB");
 const skipped = new Set((process.env.REFERENCE_SKIP ?? "").split(",").filter(Boolean));
+const sluiceParts = new Set((process.env.REFERENCE_SLUICE ?? "").split(",").filter(Boolean));
+for (const part of sluiceParts) {
+  if (!["ledger", "backend", "observability", "idle-timeout"].includes(part)) throw new Error(`REFERENCE_SLUICE: no component ${part}`);
+}
 
 const database = new Database(databasePath, { strict: true });
 database.run("PRAGMA journal_mode = WAL");
@@ -180,7 +195,9 @@ setInterval(() => {
 // this thread. REFERENCE_LEDGER=direct moves right after each commit, before the answers are sent.
 const writer = new LedgerWriter(database);
 const direct = process.env.REFERENCE_LEDGER === "direct";
-if (!direct) setInterval(() => writer.move(), 100).unref();
+/** Sluice's own ledger (REFERENCE_SLUICE=ledger): staged here, moved and checkpointed by its writer thread. */
+const sluiceLedger = sluiceParts.has("ledger") ? new Ledger(database) : undefined;
+if (!direct && !sluiceLedger) setInterval(() => writer.move(), 100).unref();
 let pendingValues: LedgerValue[] = [];
 let pendingWaiters: (() => void)[] = [];
 function flushRows(): void {
@@ -194,6 +211,7 @@ function flushRows(): void {
 }
 function recorded(row: LedgerRow): Promise<void> {
   if (skipped.has("ledger")) return Promise.resolve();
+  if (sluiceLedger) return sluiceLedger.record(row);
   return new Promise((resolve) => {
     if (pendingWaiters.length === 0) setImmediate(flushRows);
     encodeRow(row, pendingValues);
@@ -401,8 +419,19 @@ async function streamAnswer(body: ChatBody, key: Key, requestId: string, control
   return new Response(stream, { headers: { ...admitted?.headers, "content-type": "text/event-stream", "x-request-id": requestId } });
 }
 
-async function answer(request: Request, requestId: string): Promise<Response> {
+/** What Sluice's log line says of an answer (REFERENCE_SLUICE=observability): its caller, and its usage. */
+interface Facts {
+  organizationId?: string;
+  keyId?: string;
+  outcome?: string;
+  promptTokens?: number;
+  completionTokens?: number;
+}
+
+async function answer(request: Request, requestId: string, facts: Facts): Promise<Response> {
   const key = skipped.has("auth") ? anonymousKey : authenticate(request);
+  facts.organizationId = key.organizationId;
+  facts.keyId = key.id;
   const body = skipped.has("validate") ? ((await request.json()) as ChatBody) : validate(await request.json());
   const prompt = body.messages.map((message) => message.content);
   const promptEstimate = prompt.reduce((total, text) => total + 4 + Buffer.byteLength(text), 3);
@@ -431,13 +460,22 @@ async function answer(request: Request, requestId: string): Promise<Response> {
       usage?: { prompt_tokens?: number; completion_tokens?: number };
     };
     try {
-      const upstreamResponse = await fetch(upstreamChat, {
-        method: "POST",
-        headers: { "content-type": "application/json" },
-        body: JSON.stringify({ model: "bench-upstream", messages: body.messages, max_tokens: maxTokens }),
-        signal: skipped.has("signal") ? undefined : controller.signal,
-      });
-      upstreamAnswer = (await upstreamResponse.json()) as typeof upstreamAnswer;
+      const upstreamBody = { model: "bench-upstream", messages: body.messages, max_tokens: maxTokens };
+      if (sluiceBackend) {
+        // Sluice's client and Sluice's answer body, whose fields the lines below read as they read the upstream's.
+        const completion = await sluiceBackend.complete({ model: sluiceModel, body: upstreamBody, signal: controller.signal });
+        const usage = completion.usage ?? { promptTokens: 0, completionTokens: 0, reasoningTokens: 0 };
+        const answered = completionBody({ requestId, created: Math.floor(Date.now() / 1000), model: body.model }, completion, usage);
+        upstreamAnswer = answered as unknown as typeof upstreamAnswer;
+      } else {
+        const upstreamResponse = await fetch(upstreamChat, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify(upstreamBody),
+          signal: skipped.has("signal") ? undefined : controller.signal,
+        });
+        upstreamAnswer = (await upstreamResponse.json()) as typeof upstreamAnswer;
+      }
     } finally {
       deadlines.delete(controller);
     }
@@ -446,6 +484,9 @@ async function answer(request: Request, requestId: string): Promise<Response> {
     const promptTokens = upstreamAnswer.usage?.prompt_tokens ?? 0;
     const completionTokens = upstreamAnswer.usage?.completion_tokens ?? 0;
     used = promptTokens + completionTokens;
+    facts.outcome = "completed";
+    facts.promptTokens = promptTokens;
+    facts.completionTokens = completionTokens;
     await recordAnswer(requestId, key, body.model, promptTokens, completionTokens, "completed", startedAt, null);
     upstreamAnswer.id = `chatcmpl-${requestId.slice(4)}`;
     upstreamAnswer.model = body.model;
@@ -457,19 +498,34 @@ async function answer(request: Request, requestId: string): Promise<Response> {
   }
 }
 
+/** Sluice's upstream client (REFERENCE_SLUICE=backend); it reads only its model's two upstream time limits. */
+const sluiceBackend = sluiceParts.has("backend") ? new OpenAIBackend("bench", `${upstreamBase}/v1`, undefined) : undefined;
+const sluiceModel = { id: "bench", firstByteTimeoutMs: undefined, idleTimeoutMs: undefined } as ModelConfig;
+/** Sluice's log line and metrics (REFERENCE_SLUICE=observability), from the facts Sluice's record holds for an answer. */
+const sluiceObservability = sluiceParts.has("observability") ? { metrics: new Metrics(new Map()), logger: new Logger() } : undefined;
+/** As Sluice does (REFERENCE_SLUICE=idle-timeout): connections time out when idle, lifted for each request. */
+const liftIdleTimeout = sluiceParts.has("idle-timeout");
+
 let counter = 0;
-Bun.serve({
+const server = Bun.serve({
   port,
   hostname: "127.0.0.1",
-  idleTimeout: 0,
+  idleTimeout: liftIdleTimeout ? 30 : 0,
   async fetch(request) {
     const startedAt = performance.now();
+    if (liftIdleTimeout) server.timeout(request, 0);
     const requestId = skipped.has("id") ? `req_${counter++}` : `req_${Bun.randomUUIDv7().replaceAll("-", "")}`;
+    const facts: Facts = {};
     let response: Response;
     try {
-      response = await answer(request, requestId);
+      response = await answer(request, requestId, facts);
     } catch (error) {
       response = errorResponse(error, requestId);
+    }
+    if (sluiceObservability) {
+      const record = { ...facts, requestId, method: request.method, route: "/v1/chat/completions", startedAt, model: "bench", status: response.status };
+      finishRecord(record, sluiceObservability.metrics, sluiceObservability.logger);
+      return response;
     }
     const seconds = (performance.now() - startedAt) / 1000;
     if (!skipped.has("metrics")) observe(response.status, seconds);

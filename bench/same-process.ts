@@ -4,7 +4,11 @@
 // requests a second and CPU time per request, of the event loop's thread and of the whole process (Sluice's writer
 // and fetch's HTTP thread included), read from /proc; then the medians, and the median of each round's own
 // Sluice ÷ reference. The reference's own switches (REFERENCE_SKIP, REFERENCE_LEDGER) pass through.
-//   bun bench/same-process.ts [--rounds 6] [--seconds 5] [--smoke]
+// Each `--with NAME=PARTS` serves one more copy of the full reference in the same process, doing PARTS of the work
+// through Sluice's own components (REFERENCE_SLUICE, see full-reference.ts; `+` or `,` between them), reported as
+// NAME ÷ reference: whether one of Sluice's components costs more than the simplest code doing the same work. Each
+// side is loaded right beside a load of the reference of its own, and compared with that one.
+//   bun bench/same-process.ts [--rounds 6] [--seconds 5] [--with ledger=ledger ...] [--smoke]
 // Writes bench/results/same-process.json (--smoke: one round of 1 s into same-process-smoke.json; a test does, to
 // keep the runner working).
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -22,17 +26,26 @@ const bun = process.execPath;
 if (process.argv[2] === "--serve") await serveBoth();
 else await compare();
 
-/** The child: Sluice from source on SLUICE_PORT, then the full reference on REFERENCE_PORT, in this one process. */
+/**
+ * The child: Sluice from source on SLUICE_PORT, then the full reference on REFERENCE_PORT, then each copy of it in
+ * EXTRA_REFERENCES ([name, Sluice's parts, port] triples, as JSON), in this one process.
+ */
 async function serveBoth(): Promise<void> {
   const { runCommand } = (await import("../src/cli/run")) as typeof import("../src/cli/run");
   void runCommand(["serve"]);
   await waitForPort(Number(process.env.SLUICE_PORT));
-  // The reference reads its port, upstream and database from its arguments when it is loaded.
-  process.argv = [bun, "full-reference", process.env.REFERENCE_PORT as string, process.env.REFERENCE_UPSTREAM as string, process.env.SLUICE_DB as string];
-  await import("./full-reference");
+  const extras = JSON.parse(process.env.EXTRA_REFERENCES ?? "[]") as [string, string, number][];
+  for (const [name, parts, port] of [["reference", "", Number(process.env.REFERENCE_PORT)] as const, ...extras]) {
+    // The reference reads its port, upstream, database and switches when it is loaded; a query string makes each
+    // copy a module of its own, with state of its own.
+    process.argv = [bun, "full-reference", String(port), process.env.REFERENCE_UPSTREAM as string, process.env.SLUICE_DB as string];
+    process.env.REFERENCE_SLUICE = parts;
+    await import(`${import.meta.dir}/full-reference.ts?${name}`);
+  }
 }
 
-type Side = "sluice" | "reference";
+/** Sluice, the full reference, and the copies of the reference named by `--with`. */
+type Side = string;
 interface Round {
   rps: number;
   eventLoopMicroseconds: number;
@@ -41,7 +54,17 @@ interface Round {
 
 async function compare(): Promise<void> {
   const { values } = parseArgs({
-    options: { rounds: { type: "string", default: "6" }, seconds: { type: "string", default: "5" }, smoke: { type: "boolean", default: false } },
+    options: {
+      rounds: { type: "string", default: "6" },
+      seconds: { type: "string", default: "5" },
+      with: { type: "string", multiple: true, default: [] },
+      smoke: { type: "boolean", default: false },
+    },
+  });
+  const extras = (values.with ?? []).map((option) => {
+    const [name, parts = ""] = option.split("=");
+    if (!name || !/^[\w-]+$/.test(name) || name === "sluice" || name === "reference") throw new Error(`--with ${option}: give NAME=PARTS`);
+    return { name, parts: parts.replaceAll("+", ",") };
   });
   const smoke = values.smoke;
   const rounds = smoke ? 1 : Number(values.rounds);
@@ -56,7 +79,8 @@ async function compare(): Promise<void> {
     const directory = join(work, "data");
     mkdirSync(directory);
     const { environment, key } = await prepareSluice(writeSourceCli(work), directory, upstreamPort);
-    const ports = { sluice: freePort(), reference: freePort() };
+    const ports: Record<Side, number> = { sluice: freePort(), reference: freePort() };
+    for (const extra of extras) ports[extra.name] = freePort();
     const server = Bun.spawn([bun, import.meta.path, "--serve"], {
       env: {
         ...lifted,
@@ -66,61 +90,72 @@ async function compare(): Promise<void> {
         SLUICE_PORT: String(ports.sluice),
         REFERENCE_PORT: String(ports.reference),
         REFERENCE_UPSTREAM: `http://127.0.0.1:${upstreamPort}`,
+        EXTRA_REFERENCES: JSON.stringify(extras.map((extra) => [extra.name, extra.parts, ports[extra.name]])),
       },
       stdout: "ignore",
       stderr: "inherit",
     });
     children.push(server);
-    const urls = {
-      sluice: `http://127.0.0.1:${ports.sluice}/v1/chat/completions`,
-      reference: `http://127.0.0.1:${ports.reference}/v1/chat/completions`,
-    };
-    await waitForPort(ports.reference);
-    await waitForFirstAnswer(urls.sluice, key);
+    const sides: Side[] = ["sluice", "reference", ...extras.map((extra) => extra.name)];
+    const urls = Object.fromEntries(sides.map((side) => [side, `http://127.0.0.1:${ports[side]}/v1/chat/completions`]));
+    for (const side of sides.slice(1)) await waitForPort(ports[side] as number);
+    await waitForFirstAnswer(urls.sluice as string, key);
     const body = JSON.stringify({ model: "bench", messages: [{ role: "user", content: "hi" }] });
     const script = await writeWrkScript(join(work, "post.lua"), body, { Authorization: `Bearer ${key}` });
-    for (const side of ["sluice", "reference"] as const) await runWrk(urls[side], script, { threads: 2, connections: 64, seconds: smoke ? 1 : 3 });
+    for (const side of sides) await runWrk(urls[side] as string, script, { threads: 2, connections: 64, seconds: smoke ? 1 : 3 });
 
-    const measured: Record<Side, Round>[] = [];
+    const measure = async (side: Side): Promise<Round> => {
+      const before = cpuMicroseconds(server.pid);
+      const result = await runWrk(urls[side] as string, script, { threads: 2, connections: 64, seconds });
+      const after = cpuMicroseconds(server.pid);
+      if (!(result.requests > 0)) throw new Error(`${side}: wrk reported no requests`);
+      if (result.non2xx > 0) throw new Error(`${side}: ${result.non2xx} answers were not 200`);
+      return {
+        rps: Math.round(result.rps),
+        eventLoopMicroseconds: round1((after.main - before.main) / result.requests),
+        processMicroseconds: round1((after.process - before.process) / result.requests),
+      };
+    };
+    // Each side is measured right beside a load of the reference of its own, and compared with that one: this
+    // machine drifts by more within a round of several sides than the differences sought.
+    const compared = sides.filter((side) => side !== "reference");
+    const measured: Record<Side, { side: Round; reference: Round }>[] = [];
     for (let round = 0; round < rounds; round++) {
-      const order: Side[] = round % 2 === 0 ? ["sluice", "reference"] : ["reference", "sluice"];
-      const pair: Partial<Record<Side, Round>> = {};
-      for (const side of order) {
-        const before = cpuMicroseconds(server.pid);
-        const result = await runWrk(urls[side], script, { threads: 2, connections: 64, seconds });
-        const after = cpuMicroseconds(server.pid);
-        if (!(result.requests > 0)) throw new Error(`${side}: wrk reported no requests`);
-        if (result.non2xx > 0) throw new Error(`${side}: ${result.non2xx} answers were not 200`);
-        pair[side] = {
-          rps: Math.round(result.rps),
-          eventLoopMicroseconds: round1((after.main - before.main) / result.requests),
-          processMicroseconds: round1((after.process - before.process) / result.requests),
-        };
+      const measures: Record<Side, { side: Round; reference: Round }> = {};
+      for (const side of round % 2 === 0 ? compared : [...compared].reverse()) {
+        const first = round % 2 === 0 ? side : "reference";
+        const firstMeasure = await measure(first);
+        const secondMeasure = await measure(first === side ? "reference" : side);
+        measures[side] = first === side ? { side: firstMeasure, reference: secondMeasure } : { side: secondMeasure, reference: firstMeasure };
       }
-      const { sluice, reference } = pair as Record<Side, Round>;
-      measured.push({ sluice, reference });
-      console.log(
-        `round ${round + 1}: Sluice ${sluice.rps}/s, ${sluice.eventLoopMicroseconds} µs event loop, ${sluice.processMicroseconds} µs process; ` +
-          `reference ${reference.rps}/s, ${reference.eventLoopMicroseconds} µs, ${reference.processMicroseconds} µs`,
-      );
+      measured.push(measures);
+      const described = compared.map((side) => {
+        const { side: own, reference } = measures[side] as { side: Round; reference: Round };
+        return `${side} ${own.rps}/s, ${own.eventLoopMicroseconds} µs event loop, ${own.processMicroseconds} µs process (reference beside it ${reference.rps}/s, ${reference.eventLoopMicroseconds} µs, ${reference.processMicroseconds} µs)`;
+      });
+      console.log(`round ${round + 1}: ${described.join("; ")}`);
     }
-    const medians = (side: Side) => ({
-      rps: median(measured.map((pair) => pair[side].rps)),
-      event_loop_us: median(measured.map((pair) => pair[side].eventLoopMicroseconds)),
-      process_us: median(measured.map((pair) => pair[side].processMicroseconds)),
+    const pairs = (side: Side) => measured.map((round) => round[side] as { side: Round; reference: Round });
+    const medianOf = (rounds: Round[]) => ({
+      rps: median(rounds.map((round) => round.rps)),
+      event_loop_us: median(rounds.map((round) => round.eventLoopMicroseconds)),
+      process_us: median(rounds.map((round) => round.processMicroseconds)),
     });
-    const ratios = (field: keyof Round) => measured.map((pair) => pair.sluice[field] / pair.reference[field]);
+    const medians = (side: Side) => medianOf(pairs(side).map((pair) => pair.side));
+    // A side ÷ the reference loaded beside it: the median of each round's own ratio.
+    const paired = (side: Side) => {
+      const ratio = (field: keyof Round) => round3(median(pairs(side).map((pair) => pair.side[field] / pair.reference[field])));
+      return { rps: ratio("rps"), event_loop_us: ratio("eventLoopMicroseconds"), process_us: ratio("processMicroseconds") };
+    };
     const summary = {
       rounds,
       seconds,
       sluice: medians("sluice"),
-      reference: medians("reference"),
-      // Sluice ÷ reference, the median of each round's own ratio.
-      paired: {
-        rps: round3(median(ratios("rps"))),
-        event_loop_us: round3(median(ratios("eventLoopMicroseconds"))),
-        process_us: round3(median(ratios("processMicroseconds"))),
-      },
+      reference: medianOf(compared.flatMap((side) => pairs(side).map((pair) => pair.reference))),
+      // Sluice ÷ reference.
+      paired: paired("sluice"),
+      // Each copy of the reference with some of Sluice's components (--with): its medians, and it ÷ the reference.
+      with: Object.fromEntries(extras.map((extra) => [extra.name, { sluice_parts: extra.parts, ...medians(extra.name), paired: paired(extra.name) }])),
       rounds_measured: measured,
     };
     console.log(JSON.stringify({ ...summary, rounds_measured: undefined }, null, 2));
