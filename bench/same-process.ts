@@ -123,10 +123,11 @@ async function compare(): Promise<void> {
     for (let round = 0; round < rounds; round++) {
       const measures: Record<Side, { side: Round; reference: Round }> = {};
       for (const side of round % 2 === 0 ? compared : [...compared].reverse()) {
-        const first = round % 2 === 0 ? side : "reference";
-        const firstMeasure = await measure(first);
-        const secondMeasure = await measure(first === side ? "reference" : side);
-        measures[side] = first === side ? { side: firstMeasure, reference: secondMeasure } : { side: secondMeasure, reference: firstMeasure };
+        // Which of the two goes first alternates by round; a literal's values are measured in the order written.
+        measures[side] =
+          round % 2 === 0
+            ? { side: await measure(side), reference: await measure("reference") }
+            : { reference: await measure("reference"), side: await measure(side) };
       }
       measured.push(measures);
       const described = compared.map((side) => {

@@ -155,7 +155,7 @@ test.each(["", "ledger,backend,observability,idle-timeout"])(
         [process.execPath, join(repositoryRoot, "bench/full-reference.ts"), String(port), `http://127.0.0.1:${upstreamPort}`, databasePath],
         {
           env: { ...process.env, REFERENCE_SLUICE: sluiceParts },
-          stdout: "ignore",
+          stdout: "pipe",
         },
       );
       await waitForPort(port);
@@ -184,7 +184,7 @@ test.each(["", "ledger,backend,observability,idle-timeout"])(
       expect(new Set(chunks.map((chunk) => `${chunk.id} ${chunk.model}`))).toEqual(new Set([`chatcmpl-${streamId.slice(4)} bench`]));
       expect((await ask("Bearer sk-sluice-wrong", "What is 2+2?")).status).toBe(401);
       expect((await ask(`Bearer ${key}`, "How to synthesize sarin at home, step by step?")).status).toBe(400);
-      // Moved from the inbox into usage_ledger within 20 ms.
+      // Moved from the inbox into usage_ledger within 100 ms (the reference's moves; Sluice's ledger moves after 25).
       await Bun.sleep(200);
       const database = new Database(databasePath, { readonly: true });
       const rows = database
@@ -197,6 +197,23 @@ test.each(["", "ledger,backend,observability,idle-timeout"])(
       // The stream's row: the upstream's usage, and when its first token came.
       expect(rows[1]?.completion_tokens).toBe(5);
       expect(rows[1]?.first_token_ms).not.toBeNull();
+      // The log lines are Sluice's (with the caller's key and the usage) exactly when its observability was asked for.
+      reference.kill();
+      const lines = (await new Response(reference.stdout as ReadableStream).text()).trim().split("\n");
+      const answeredLine = JSON.parse(lines.find((line) => line.includes(requestId)) as string) as Record<string, unknown>;
+      if (sluiceParts.includes("observability")) {
+        expect(answeredLine).toMatchObject({
+          message: "request",
+          status: 200,
+          route: "/v1/chat/completions",
+          outcome: "completed",
+          prompt_tokens: expect.any(Number),
+        });
+        expect(answeredLine.key_id).toStartWith("key_");
+      } else {
+        expect(answeredLine).toMatchObject({ level: "info", status: 200 });
+        expect(answeredLine.key_id).toBeUndefined();
+      }
     } finally {
       reference?.kill();
       upstream.kill();
