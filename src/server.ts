@@ -56,6 +56,13 @@ export interface RunningServer {
   stop(options?: { drainMs?: number }): Promise<void>;
 }
 
+/** `sluice serve` could not listen: another process (often another Sluice) has the address. */
+export class PortInUseError extends Error {
+  constructor(hostname: string, port: number) {
+    super(`${hostname}:${port} is already in use (is another sluice serve running?); set SLUICE_PORT or SLUICE_HOST to another address`);
+  }
+}
+
 export const defaultMaxBodyBytes = 10 * 1024 * 1024;
 const settleWaitMs = 5000;
 const defaultHeartbeatMs = 5000;
@@ -104,6 +111,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     audit,
     clock,
   });
+  const hostname = options.hostname ?? "127.0.0.1";
+  const port = options.port ?? 8080;
   const app = createApp({
     auth,
     models,
@@ -116,15 +125,28 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     lifecycle,
     metricsToken: options.metricsToken,
     console: { service: consoleService, accounts },
-  }).listen({
-    hostname: options.hostname ?? "127.0.0.1",
-    port: options.port ?? 8080,
-    idleTimeout: options.idleTimeoutSeconds ?? 30,
-    development: false,
-    // Every body is read through readBodyText, which answers 413 in the caller's error format at Sluice's limit and
-    // never holds more; a limit of Bun's own would answer first, with an empty body that no SDK can read.
-    maxRequestBodySize: Number.MAX_SAFE_INTEGER,
   });
+  try {
+    app.listen({
+      hostname,
+      port,
+      idleTimeout: options.idleTimeoutSeconds ?? 30,
+      development: false,
+      // Every body is read through readBodyText, which answers 413 in the caller's error format at Sluice's limit and
+      // never holds more; a limit of Bun's own would answer first, with an empty body that no SDK can read.
+      maxRequestBodySize: Number.MAX_SAFE_INTEGER,
+      // Elysia turns SO_REUSEPORT on by default: a second `sluice serve` on a port already served (an old process
+      // still draining, a typo in a unit file) would then start without a word and take half the connections, with
+      // admission state of its own on SQLite, so every limit would count twice. Refused instead (PortInUseError).
+      reusePort: false,
+    });
+  } catch (error) {
+    await ledger.close();
+    auth.close();
+    keeper?.close();
+    if ((error as { code?: unknown })?.code === "EADDRINUSE") throw new PortInUseError(hostname, port);
+    throw error;
+  }
   const server = app.server;
   if (!server) throw new Error("server did not start");
   return {

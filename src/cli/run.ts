@@ -1,6 +1,7 @@
 import { ConfigError } from "../config/load";
 import { DatabaseTooNewError } from "../db/migrate";
 import { BackendError } from "../storage/open";
+import { PortInUseError } from "../server";
 import { KeyError } from "../modules/keys/service";
 import { OrganizationError } from "../modules/organizations/service";
 import { runKey } from "./key";
@@ -51,7 +52,7 @@ export async function runCommand(argv: string[]): Promise<number> {
       console.error(`sluice: ${error.message}`);
       return 2;
     }
-    if (error instanceof ConfigError || error instanceof DatabaseTooNewError || error instanceof BackendError) {
+    if (error instanceof ConfigError || error instanceof DatabaseTooNewError || error instanceof BackendError || error instanceof PortInUseError) {
       console.error(`sluice: ${error.message}`);
       return 1;
     }

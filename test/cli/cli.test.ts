@@ -93,6 +93,38 @@ describe("configuration", () => {
   });
 });
 
+describe("sluice serve", () => {
+  test("a second serve on an address already served is refused with the address named; the first keeps answering", async () => {
+    const first = Bun.spawn([process.execPath, join(repositoryRoot, "src/main.ts"), "serve"], {
+      env: { ...environment, SLUICE_PORT: "0" },
+      stderr: "pipe",
+    });
+    try {
+      const reader = first.stderr.getReader();
+      let logged = "";
+      while (!logged.includes("sluice listening")) {
+        const { done, value } = await reader.read();
+        if (done) throw new Error(`the first serve stopped: ${logged}`);
+        logged += new TextDecoder().decode(value);
+      }
+      reader.releaseLock();
+      const url = JSON.parse(logged.split("\n").find((line) => line.includes("sluice listening")) as string).url as string;
+      const port = new URL(url).port;
+      const second = Bun.spawnSync([process.execPath, join(repositoryRoot, "src/main.ts"), "serve"], {
+        env: { ...environment, SLUICE_PORT: port },
+        stderr: "pipe",
+        timeout: 20_000,
+      });
+      expect(second.exitCode).toBe(1);
+      expect(second.stderr.toString()).toContain(`sluice: 127.0.0.1:${port} is already in use`);
+      for (let attempt = 0; attempt < 20; attempt++) expect((await fetch(`${url}/healthz`)).status).toBe(200);
+    } finally {
+      first.kill();
+      await first.exited;
+    }
+  });
+});
+
 describe("sluice backup and doctor", () => {
   test("backup writes a consistent copy that opens and holds the same data; an existing target is refused", async () => {
     const target = join(directory.path, "backup.db");
