@@ -15,6 +15,7 @@ import type { Logger } from "../modules/observability/logger";
 import type { Metrics } from "../modules/observability/metrics";
 import { recordOf, startRecord, type RequestRecord } from "../modules/observability/request-record";
 import { ClientGoneError } from "../errors";
+import { nativeAnswerRoutes } from "./answer-routes";
 import { errorResponse, toSluiceError } from "./error-response";
 import { openApiDocument } from "./openapi";
 
@@ -50,12 +51,31 @@ function routeOf(url: string): string {
 /** Composes the feature plugins into the HTTP application; every error leaves through one mapping. */
 export function createApp(deps: AppDependencies) {
   const finish = (record: RequestRecord) => finishRecord(record, deps.metrics, deps.logger);
+  /** The one mapping of every error to its response, logged and counted; `code` is Elysia's name for it. */
+  const failed = (error: unknown, code: string | number, request: Request): Response => {
+    const record = recordOf(request);
+    const requestId = record?.requestId ?? newRequestId();
+    const sluiceError = toSluiceError(error, code, request.method, new URL(request.url).pathname);
+    if (record) {
+      record.status = sluiceError.status;
+      record.code = sluiceError.code;
+      record.deferred = false;
+      // The answer routes have no onAfterResponse (see below): their failures are logged here.
+      if (answerRoutes.has(record.route)) finish(record);
+    }
+    // A caller who left gets no answer; that is not a server fault worth logging.
+    if (sluiceError.code === "internal_error" && !(error instanceof ClientGoneError)) {
+      deps.logger.log("error", { message: "internal error", request_id: requestId, error: String((error as Error)?.stack ?? error) });
+    }
+    return errorResponse(sluiceError, requestId, record && anthropicPaths.has(record.route) ? "anthropic" : "openai");
+  };
   const answerOptions: ChatRouteOptions = {
     maxBodyBytes: deps.maxBodyBytes,
     lifecycle: deps.lifecycle,
     finish,
     models: deps.models,
     heartbeatMs: deps.heartbeatMs,
+    failed: (error, request) => failed(error, "UNKNOWN", request),
     waitWithoutTimeout: (request: Request): void => {
       app.server?.timeout(request, 0);
     },
@@ -69,23 +89,7 @@ export function createApp(deps: AppDependencies) {
       // Elysia copy the whole Response to merge it in, on every answer.
       if (!answerRoutes.has(route)) Object.assign(set.headers, securityHeaders, { "x-request-id": requestId });
     })
-    .onError(({ error, code, request }) => {
-      const record = recordOf(request);
-      const requestId = record?.requestId ?? newRequestId();
-      const sluiceError = toSluiceError(error, code, request.method, new URL(request.url).pathname);
-      if (record) {
-        record.status = sluiceError.status;
-        record.code = sluiceError.code;
-        record.deferred = false;
-        // The answer routes have no onAfterResponse (see below): their failures are logged here.
-        if (answerRoutes.has(record.route)) finish(record);
-      }
-      // A caller who left gets no answer; that is not a server fault worth logging.
-      if (sluiceError.code === "internal_error" && !(error instanceof ClientGoneError)) {
-        deps.logger.log("error", { message: "internal error", request_id: requestId, error: String((error as Error)?.stack ?? error) });
-      }
-      return errorResponse(sluiceError, requestId, record && anthropicPaths.has(record.route) ? "anthropic" : "openai");
-    })
+    .onError(({ error, code, request }) => failed(error, code, request))
     // Mounted before onAfterResponse, so that the hottest routes pay for no hook they do not need: they log and
     // count their own requests (hooks apply to the routes registered after them).
     .use(chatRoutes(deps.chat, deps.auth, answerOptions))
@@ -103,5 +107,7 @@ export function createApp(deps: AppDependencies) {
     .use(modelRoutes(deps.models, deps.auth))
     .use(countTokensRoutes(deps.models, deps.auth, deps.maxBodyBytes))
     .use(consolePageRoutes());
+  // Read by Elysia's Bun adapter when the app listens: Bun's router takes these before Elysia's own.
+  app.config.serve = { ...app.config.serve, routes: nativeAnswerRoutes(app, answerRoutes) };
   return app;
 }

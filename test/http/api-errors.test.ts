@@ -178,3 +178,24 @@ for (const api of apis) {
     });
   });
 }
+
+// Bun's router serves the exact POST paths (src/http/answer-routes.ts); Elysia serves every other form of them.
+describe("the answer routes in forms Bun's router does not take", () => {
+  test("a trailing slash reaches the same handler; another method gets 404 in the API's own error format", async () => {
+    for (const path of ["/v1/chat/completions", "/v1/responses", "/v1/messages"]) {
+      const slashed = await fetch(`${sluice.url}${path}/`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${sluice.key}`, "content-type": "application/json" },
+        body: "{not json",
+      });
+      expect(slashed.status).toBe(400);
+      expect(slashed.headers.get("x-request-id")).toMatch(/^req_/);
+      const unknownMethod = await fetch(`${sluice.url}${path}`);
+      expect(unknownMethod.status).toBe(404);
+      const body = (await unknownMethod.json()) as Record<string, Record<string, string>>;
+      if (path === "/v1/messages") expect(body).toMatchObject({ type: "error", error: { type: "not_found_error" } });
+      else expect(body.error).toMatchObject({ code: "not_found", type: "invalid_request_error" });
+      expect(body.error?.message).toContain(`GET ${path}`);
+    }
+  });
+});

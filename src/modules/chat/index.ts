@@ -22,6 +22,8 @@ export interface ChatRouteOptions {
   waitWithoutTimeout: (request: Request) => void;
   /** How long a stream may stay silent before an API with a heartbeat event (Anthropic's `ping`) sends one. */
   heartbeatMs: number;
+  /** The app's one error mapping (createApp): the handler answers its own failures, so that its promise never rejects. */
+  failed: (error: unknown, request: Request) => Response;
 }
 
 /** A request of some API translated onto the chat path, and how its answer is written. */
@@ -90,33 +92,35 @@ function answerCallbacks(options: ChatRouteOptions, record: RequestRecord, upstr
  * The handler of every route that runs a model: authenticate, read and translate the body, run it on the chat
  * path, answer whole or streamed in the API's format. It does its own authentication and its own log line and
  * metrics rather than through a resolve hook and onAfterResponse: on the hottest route each hook costs Elysia a
- * context property, a setImmediate and a closure per request. Errors still leave through the app's one error
- * mapping.
+ * context property, a setImmediate and a closure per request. It answers its own errors, through the app's one error
+ * mapping (`options.failed`), so that Bun's router can call it directly (src/http/answer-routes.ts).
  */
 export function answerHandler(chat: ChatService, auth: AuthService, options: ChatRouteOptions, dialect: Dialect) {
   // Needs nothing of a request: made once per route, not once per answer.
   const streamEnded = () => options.lifecycle.openAnswers--;
   return async ({ request }: { request: Request }): Promise<Response> => {
     const record = recordOf(request) as RequestRecord;
-    const authenticated = authenticateRequest(auth, request, dialect.key(request));
-    const caller = authenticated instanceof Promise ? await authenticated : authenticated;
-    if (options.lifecycle.draining) {
-      throw new SluiceError("server_overloaded", "The server is restarting and takes no new requests. Retry shortly.", { retryAfterSeconds: 2 });
-    }
-    // Not through readJson: an async layer of its own would cost the hottest route a promise and a turn.
-    const translation = dialect.translate(parseJson(await readJsonText(request, options.maxBodyBytes)));
-    if (translation instanceof SluiceError) throw translation;
-    const body = translation.request;
-    record.model = options.models.idOf(body.model) ?? "unknown";
-    options.waitWithoutTimeout(request);
-    const requestId = record.requestId;
-    const upstreamAbort = new AbortController();
-    const callbacks = answerCallbacks(options, record, upstreamAbort);
-    request.signal.addEventListener("abort", callbacks.clientGone, { once: true });
     const lifecycle = options.lifecycle;
-    lifecycle.openAnswers++;
+    let opened = false;
     let streaming = false;
     try {
+      const authenticated = authenticateRequest(auth, request, dialect.key(request));
+      const caller = authenticated instanceof Promise ? await authenticated : authenticated;
+      if (lifecycle.draining) {
+        throw new SluiceError("server_overloaded", "The server is restarting and takes no new requests. Retry shortly.", { retryAfterSeconds: 2 });
+      }
+      // Not through readJson: an async layer of its own would cost the hottest route a promise and a turn.
+      const translation = dialect.translate(parseJson(await readJsonText(request, options.maxBodyBytes)));
+      if (translation instanceof SluiceError) throw translation;
+      const body = translation.request;
+      record.model = options.models.idOf(body.model) ?? "unknown";
+      options.waitWithoutTimeout(request);
+      const requestId = record.requestId;
+      const upstreamAbort = new AbortController();
+      const callbacks = answerCallbacks(options, record, upstreamAbort);
+      request.signal.addEventListener("abort", callbacks.clientGone, { once: true });
+      lifecycle.openAnswers++;
+      opened = true;
       const result = await chat.create(body, { caller, requestId, abort: upstreamAbort, record, finish: callbacks.finish }, translation.format);
       // The abort listener stays: once the answer is complete, aborting its controller does nothing.
       if (result.kind === "whole") {
@@ -137,9 +141,10 @@ export function answerHandler(chat: ChatService, auth: AuthService, options: Cha
         heartbeat: heartbeat === undefined ? undefined : { frame: heartbeat, intervalMs: options.heartbeatMs },
       });
     } catch (error) {
-      throw error instanceof SluiceError && dialect.renameError ? dialect.renameError(error) : error;
+      // Errors of the chat path name parameters as Chat Completions does: the dialect renames them to its own.
+      return options.failed(opened && error instanceof SluiceError && dialect.renameError ? dialect.renameError(error) : error, request);
     } finally {
-      if (!streaming) lifecycle.openAnswers--;
+      if (opened && !streaming) lifecycle.openAnswers--;
     }
   };
 }
