@@ -24,12 +24,13 @@ export async function prepareSluice(
 }
 
 /**
- * Writes into `directory` a wrapper that runs Sluice's CLI from source, for runners that measure the source rather
- * than an executable (prepareSluice runs `BINARY org create` and `BINARY key create`); returns its path.
+ * Writes into `directory` a wrapper that runs Sluice's CLI from source (this checkout's, or the one at `root`), for
+ * runners that measure the source rather than an executable (prepareSluice runs `BINARY org create` and
+ * `BINARY key create`); returns its path.
  */
-export function writeSourceCli(directory: string): string {
+export function writeSourceCli(directory: string, root = join(import.meta.dir, "..")): string {
   const cli = join(directory, "sluice");
-  writeFileSync(cli, `#!/bin/sh\nexec "${process.execPath}" "${join(import.meta.dir, "..", "src/main.ts")}" "$@"\n`);
+  writeFileSync(cli, `#!/bin/sh\nexec "${process.execPath}" "${join(root, "src/main.ts")}" "$@"\n`);
   chmodSync(cli, 0o755);
   return cli;
 }

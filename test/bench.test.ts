@@ -134,6 +134,27 @@ test("the same-process runner: Sluice, the full reference and a copy of it with 
   for (const ratio of [...Object.values(report.paired), ...Object.values(copy.paired)]) expect(Number.isFinite(ratio) && ratio > 0).toBe(true);
 }, 60_000);
 
+test("the switch runner: phases of both states under load, each with its CPU and requests, compared in pairs (smoke run)", () => {
+  const run = runBench("switch.ts", "--smoke");
+  expect(run.exitCode).toBe(0);
+  const report = JSON.parse(run.stdout.toString()) as {
+    pairs: number;
+    process_cpu: Record<string, number>;
+    event_loop_cpu: Record<string, number>;
+    requests: Record<string, number>;
+    microseconds_per_request: Record<"on" | "off", { process: number; event_loop: number }>;
+  };
+  expect(report.pairs).toBeGreaterThanOrEqual(3);
+  for (const ratio of [...Object.values(report.process_cpu), ...Object.values(report.event_loop_cpu), ...Object.values(report.requests)]) {
+    expect(Number.isFinite(ratio) && ratio >= 0).toBe(true);
+  }
+  for (const state of ["on", "off"] as const) {
+    const spent = report.microseconds_per_request[state];
+    expect(spent.event_loop).toBeGreaterThan(0);
+    expect(spent.process).toBeGreaterThanOrEqual(spent.event_loop);
+  }
+}, 60_000);
+
 // The second run does the same work through Sluice's own ledger, upstream client, log line and metrics, and idle
 // timeout (REFERENCE_SLUICE, which bench/same-process.ts --with sets).
 test.each(["", "ledger,backend,observability,idle-timeout"])(
