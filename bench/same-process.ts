@@ -11,15 +11,15 @@
 //   bun bench/same-process.ts [--rounds 6] [--seconds 5] [--with ledger=ledger ...] [--smoke]
 // Writes bench/results/same-process.json (--smoke: one round of 1 s into same-process-smoke.json; a test does, to
 // keep the runner working).
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { runWrk, writeWrkScript } from "./load-driver";
 import { freePort, waitForPort } from "./ports";
 import { cpuMicroseconds } from "./process-cpu";
-import { prepareSluice, waitForFirstAnswer, writeSourceCli } from "./sluice-setup";
-import { median } from "./statistics";
+import { prepareSourceBench, waitForFirstAnswer } from "./sluice-setup";
+import { median, round1, round3 } from "./statistics";
 
 const bun = process.execPath;
 
@@ -73,12 +73,7 @@ async function compare(): Promise<void> {
   const lifted = { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" };
   const children: Bun.Subprocess[] = [];
   try {
-    const upstreamPort = freePort();
-    children.push(Bun.spawn([bun, join(import.meta.dir, "fake-upstream.ts"), String(upstreamPort)], { env: lifted, stdout: "ignore", stderr: "ignore" }));
-    await waitForPort(upstreamPort);
-    const directory = join(work, "data");
-    mkdirSync(directory);
-    const { environment, key } = await prepareSluice(writeSourceCli(work), directory, upstreamPort);
+    const { upstreamPort, environment, key } = await prepareSourceBench(work, children, lifted);
     const ports: Record<Side, number> = { sluice: freePort(), reference: freePort() };
     for (const extra of extras) ports[extra.name] = freePort();
     const server = Bun.spawn([bun, import.meta.path, "--serve"], {
@@ -166,12 +161,4 @@ async function compare(): Promise<void> {
     await Promise.all(children.map((child) => child.exited));
     rmSync(work, { recursive: true, force: true });
   }
-}
-
-function round1(value: number): number {
-  return Math.round(value * 10) / 10;
-}
-
-function round3(value: number): number {
-  return Math.round(value * 1000) / 1000;
 }

@@ -35,6 +35,26 @@ export function writeSourceCli(directory: string, root = join(import.meta.dir, "
   return cli;
 }
 
+/**
+ * The fake upstream and a data directory (under `work`) for runners that measure Sluice from source, this checkout's
+ * or the one at `root`. The upstream's process joins `children`, for the runner to stop.
+ */
+export async function prepareSourceBench(
+  work: string,
+  children: Bun.Subprocess[],
+  environment: Record<string, string | undefined>,
+  root?: string,
+): Promise<{ upstreamPort: number; environment: Record<string, string | undefined>; key: string }> {
+  const upstreamPort = freePort();
+  children.push(
+    Bun.spawn([process.execPath, join(import.meta.dir, "fake-upstream.ts"), String(upstreamPort)], { env: environment, stdout: "ignore", stderr: "ignore" }),
+  );
+  await waitForPort(upstreamPort);
+  const directory = join(work, "data");
+  mkdirSync(directory);
+  return { upstreamPort, ...(await prepareSluice(writeSourceCli(work, root), directory, upstreamPort)) };
+}
+
 const firstQuestion = JSON.stringify({ model: "bench", messages: [{ role: "user", content: "What is 2 + 2?" }] });
 
 /**

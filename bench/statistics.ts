@@ -10,3 +10,13 @@ export function quantile(values: number[], fraction: number): number {
 export function median(values: number[]): number {
   return quantile(values, 0.5);
 }
+
+/** To one decimal place, as the runners report microseconds. */
+export function round1(value: number): number {
+  return Math.round(value * 10) / 10;
+}
+
+/** To three decimal places, as the runners report ratios. */
+export function round3(value: number): number {
+  return Math.round(value * 1000) / 1000;
+}

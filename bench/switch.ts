@@ -9,14 +9,14 @@
 // The phase is 237 ms rather than a divisor of a second: Sluice's 1 s timers (the allocator's purge, the writer's
 // checkpoint pass) would otherwise fall in the same state every time.
 //   bun bench/switch.ts [--source DIR] [--seconds 60] [--warmup 12] [--phase-ms 237] [--smoke]
-import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { runWrk, writeWrkScript } from "./load-driver";
-import { freePort, waitForPort } from "./ports";
-import { prepareSluice, waitForFirstAnswer, writeSourceCli } from "./sluice-setup";
-import { median } from "./statistics";
+import { freePort } from "./ports";
+import { prepareSourceBench, waitForFirstAnswer } from "./sluice-setup";
+import { median, round1, round3 } from "./statistics";
 import type { SwitchPhase } from "./switch-preload";
 
 const { values } = parseArgs({
@@ -63,12 +63,7 @@ const work = mkdtempSync(join(tmpdir(), "sluice-switch-"));
 const lifted = { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" };
 const children: Bun.Subprocess[] = [];
 try {
-  const upstreamPort = freePort();
-  children.push(Bun.spawn([bun, join(import.meta.dir, "fake-upstream.ts"), String(upstreamPort)], { env: lifted, stdout: "ignore", stderr: "ignore" }));
-  await waitForPort(upstreamPort);
-  const directory = join(work, "data");
-  mkdirSync(directory);
-  const { environment, key } = await prepareSluice(writeSourceCli(work, source), directory, upstreamPort);
+  const { environment, key } = await prepareSourceBench(work, children, lifted, source);
   const port = freePort();
   const out = join(work, "phases.json");
   const server = Bun.spawn([bun, "--preload", join(import.meta.dir, "switch-preload.ts"), join(source, "src/main.ts"), "serve"], {
@@ -128,12 +123,4 @@ try {
   for (const child of children) child.kill();
   await Promise.all(children.map((child) => child.exited));
   rmSync(work, { recursive: true, force: true });
-}
-
-function round1(value: number): number {
-  return Math.round(value * 10) / 10;
-}
-
-function round3(value: number): number {
-  return Math.round(value * 1000) / 1000;
 }
