@@ -64,13 +64,24 @@ const maxNestingDepth = 64;
  * out of stack however deep the value goes; a walk with an explicit stack allocated a pair per object.
  */
 function nestsDeeperThan(value: unknown, limit: number): boolean {
-  if (typeof value !== "object" || value === null) return false;
+  return typeof value === "object" && value !== null && objectNestsDeeperThan(value, limit);
+}
+
+// Only objects and arrays are recursed into: a call for every string and number took half of the walk's time (0.072
+// against 0.036 µs for a one-message body, 0.67 against 0.31 for twelve messages and a tool; bench/README.md).
+function objectNestsDeeperThan(value: object, limit: number): boolean {
   if (limit === 0) return true;
   if (Array.isArray(value)) {
-    for (const child of value) if (nestsDeeperThan(child, limit - 1)) return true;
+    for (let index = 0; index < value.length; index++) {
+      const child: unknown = value[index];
+      if (typeof child === "object" && child !== null && objectNestsDeeperThan(child, limit - 1)) return true;
+    }
     return false;
   }
-  for (const key in value) if (nestsDeeperThan((value as Record<string, unknown>)[key], limit - 1)) return true;
+  for (const key in value) {
+    const child = (value as Record<string, unknown>)[key];
+    if (typeof child === "object" && child !== null && objectNestsDeeperThan(child, limit - 1)) return true;
+  }
   return false;
 }
 
