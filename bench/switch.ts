@@ -4,8 +4,9 @@
 // It starts the copy's Sluice with bench/switch-preload.ts, which flips the switch every --phase-ms while wrk -c64
 // loads it with whole answers, and records each phase's CPU (the whole process, and the event loop's thread) and
 // requests. Each phase is compared with the next, of the other state, so that the machine's drift falls on both
-// sides of every pair. Prints on ÷ off per request: the median of the pairs, their standard error, and the ratio of
-// the totals. Against an unchanged source (A/A) it reads 1.00 ± 0.01 in 60 s (bench/README.md).
+// sides of every pair. Prints on ÷ off per request: the median of the pairs, their standard error, the ratio of the
+// totals, and that ratio over blocks of about 10 s with their standard error. Against an unchanged source (A/A) it
+// reads 1.00 ± 0.015 in 60 s: one run tells apart differences of about 2% and more (bench/README.md).
 // The phase is 237 ms rather than a divisor of a second: Sluice's 1 s timers (the allocator's purge, the writer's
 // checkpoint pass) would otherwise fall in the same state every time.
 //   bun bench/switch.ts [--source DIR] [--seconds 60] [--warmup 12] [--phase-ms 237] [--smoke]
@@ -59,6 +60,28 @@ function total(phases: SwitchPhase[], on: boolean, field: "processMicroseconds" 
   return chosen.reduce((sum, phase) => sum + phase[field], 0) / chosen.reduce((sum, phase) => sum + phase.requests, 0);
 }
 
+/**
+ * The totals' ratio over consecutive blocks of about 10 s, and its standard error across them: whether one stretch of
+ * the run carries the result. (Neighbouring pairs share a phase, so the pairs' own standard error might have
+ * understated the spread; in four A/A runs it did not: 1.002, 1.016, 0.992, 1.009, with 0.009-0.011.)
+ */
+function byBlocks(
+  phases: SwitchPhase[],
+  field: "processMicroseconds" | "eventLoopMicroseconds",
+): { totals_by_block: number[]; standard_error_of_totals: number } {
+  // An even number of phases a block, so that each holds as many of either state.
+  const size = Math.max(2, 2 * Math.round(10_000 / phaseMs / 2));
+  const ratios: number[] = [];
+  for (let start = 0; start + size <= phases.length; start += size) {
+    const block = phases.slice(start, start + size);
+    ratios.push(total(block, true, field) / total(block, false, field));
+  }
+  if (ratios.length < 2) return { totals_by_block: ratios.map(round3), standard_error_of_totals: Number.NaN };
+  const mean = ratios.reduce((sum, ratio) => sum + ratio, 0) / ratios.length;
+  const variance = ratios.reduce((sum, ratio) => sum + (ratio - mean) ** 2, 0) / (ratios.length - 1);
+  return { totals_by_block: ratios.map(round3), standard_error_of_totals: round3(Math.sqrt(variance / ratios.length)) };
+}
+
 const work = mkdtempSync(join(tmpdir(), "sluice-switch-"));
 const lifted = { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" };
 const children: Bun.Subprocess[] = [];
@@ -107,10 +130,12 @@ try {
     process_cpu: {
       ...summary(pairRatios(phases, "processMicroseconds")),
       totals: round3(total(phases, true, "processMicroseconds") / total(phases, false, "processMicroseconds")),
+      ...byBlocks(phases, "processMicroseconds"),
     },
     event_loop_cpu: {
       ...summary(pairRatios(phases, "eventLoopMicroseconds")),
       totals: round3(total(phases, true, "eventLoopMicroseconds") / total(phases, false, "eventLoopMicroseconds")),
+      ...byBlocks(phases, "eventLoopMicroseconds"),
     },
     requests: summary(pairRatios(phases, "requests")),
     microseconds_per_request: {

@@ -139,15 +139,18 @@ test("the switch runner: phases of both states under load, each with its CPU and
   expect(run.exitCode).toBe(0);
   const report = JSON.parse(run.stdout.toString()) as {
     pairs: number;
-    process_cpu: Record<string, number>;
-    event_loop_cpu: Record<string, number>;
+    process_cpu: Record<string, number | number[]>;
+    event_loop_cpu: Record<string, number | number[]>;
     requests: Record<string, number>;
     microseconds_per_request: Record<"on" | "off", { process: number; event_loop: number }>;
   };
   expect(report.pairs).toBeGreaterThanOrEqual(3);
-  for (const ratio of [...Object.values(report.process_cpu), ...Object.values(report.event_loop_cpu), ...Object.values(report.requests)]) {
-    expect(Number.isFinite(ratio) && ratio >= 0).toBe(true);
+  for (const figures of [report.process_cpu, report.event_loop_cpu]) {
+    for (const ratio of [figures.median, figures.standard_error, figures.totals]) expect(Number.isFinite(ratio) && (ratio as number) >= 0).toBe(true);
+    // Blocks of about 10 s: a 2 s smoke run fills none.
+    expect(figures.totals_by_block).toEqual([]);
   }
+  for (const ratio of [report.requests.median, report.requests.standard_error]) expect(Number.isFinite(ratio) && (ratio as number) >= 0).toBe(true);
   for (const state of ["on", "off"] as const) {
     const spent = report.microseconds_per_request[state];
     expect(spent.event_loop).toBeGreaterThan(0);
