@@ -1,4 +1,4 @@
-// Preloaded (`bun --preload`) into the Sluice that bench/switch.ts starts: flips `globalThis.benchSwitch.on` every
+// Preloaded (`bun --preload`) into the Sluice that bench/switch.ts starts: flips `globalThis.benchSwitch.on` about every
 // SWITCH_PHASE_MS and writes each phase's CPU and requests to SWITCH_OUT. Sluice's source reads nothing of it: a step
 // is priced by putting it behind `globalThis.benchSwitch?.on` in a copy of the source (see bench/switch.ts).
 import { writeFileSync } from "node:fs";
@@ -10,6 +10,7 @@ export interface SwitchPhase {
   processMicroseconds: number;
   eventLoopMicroseconds: number;
   requests: number;
+  milliseconds: number;
 }
 
 declare global {
@@ -58,20 +59,25 @@ if (isMainThread && phaseMs > 0) {
   const now = () => {
     const process_ = process.cpuUsage();
     const thread = process.threadCpuUsage();
-    return { process: process_.user + process_.system, thread: thread.user + thread.system, requests };
+    return { process: process_.user + process_.system, thread: thread.user + thread.system, requests, milliseconds: performance.now() };
   };
   let last = now();
-  setInterval(() => {
+  // Each phase lasts a random 80-120% of SWITCH_PHASE_MS, so that no disturbance of the machine that recurs at a
+  // multiple of the cycle can fall in the same state all run long.
+  const flip = () => {
     const current = now();
     phases.push({
       on: state.on,
       processMicroseconds: current.process - last.process,
       eventLoopMicroseconds: current.thread - last.thread,
       requests: current.requests - last.requests,
+      milliseconds: current.milliseconds - last.milliseconds,
     });
     last = current;
     state.on = !state.on;
-  }, phaseMs).unref();
+    setTimeout(flip, phaseMs * (0.8 + 0.4 * Math.random())).unref();
+  };
+  setTimeout(flip, phaseMs).unref();
   // On a period of its own, which falls in either state alike (a write on every other flip would load one state).
   const out = process.env.SWITCH_OUT as string;
   setInterval(() => writeFileSync(out, JSON.stringify(phases)), 1013).unref();

@@ -1,14 +1,16 @@
 // Prices one step of Sluice's path in one process, where whole-run comparisons cannot: on this machine rounds of the
 // same build move by a third, and a step costs 1-4%. Put the step behind a switch in a copy of the source (a git
 // worktree), for example `if (!globalThis.benchSwitch?.on) options.finish(record);`, and run this against that copy.
-// It starts the copy's Sluice with bench/switch-preload.ts, which flips the switch every --phase-ms while wrk -c64
-// loads it with whole answers, and records each phase's CPU (the whole process, and the event loop's thread) and
-// requests. Each phase is compared with the next, of the other state, so that the machine's drift falls on both
-// sides of every pair. Prints on ÷ off per request: the median of the pairs, their standard error, the ratio of the
-// totals, and that ratio over blocks of about 10 s with their standard error. Against an unchanged source (A/A) it
-// reads 1.00 ± 0.015 in 60 s: one run tells apart differences of about 2% and more (bench/README.md).
-// The phase is 237 ms rather than a divisor of a second: Sluice's 1 s timers (the allocator's purge, the writer's
-// checkpoint pass) would otherwise fall in the same state every time.
+// It starts the copy's Sluice with bench/switch-preload.ts, which flips the switch about every --phase-ms (each phase
+// a random 80-120% of it) while wrk -c64 loads it with whole answers, and records each phase's CPU (the whole process,
+// and the event loop's thread) and requests. Each phase is compared with the next, of the other state, so that the
+// machine's drift falls on both sides of every pair. Prints on ÷ off per request: the median of the pairs, their
+// standard error, the ratio of the totals, and that ratio over blocks of about 10 s with their standard error.
+// Runs of one switch differ by more than each run's standard error says (0.963, 0.999, 0.971, 0.997 for the upstream
+// deadline; each process makes JIT decisions of its own): repeat a run, in fresh processes, before believing a
+// difference under about 4% (bench/README.md).
+// The phases' lengths are random, and 237 ms on average rather than a divisor of a second: Sluice's 1 s timers (the
+// allocator's purge, the writer's checkpoint pass) would otherwise fall in the same state every time.
 //   bun bench/switch.ts [--source DIR] [--seconds 60] [--warmup 12] [--phase-ms 237] [--smoke]
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -43,7 +45,9 @@ function pairRatios(phases: SwitchPhase[], field: "processMicroseconds" | "event
     const [first, second] = [phases[index - 1] as SwitchPhase, phases[index] as SwitchPhase];
     if (first.on === second.on) continue;
     const [on, off] = first.on ? [first, second] : [second, first];
-    ratios.push(field === "requests" ? on.requests / off.requests : on[field] / on.requests / (off[field] / off.requests));
+    ratios.push(
+      field === "requests" ? on.requests / on.milliseconds / (off.requests / off.milliseconds) : on[field] / on.requests / (off[field] / off.requests),
+    );
   }
   return ratios;
 }
@@ -60,11 +64,7 @@ function total(phases: SwitchPhase[], on: boolean, field: "processMicroseconds" 
   return chosen.reduce((sum, phase) => sum + phase[field], 0) / chosen.reduce((sum, phase) => sum + phase.requests, 0);
 }
 
-/**
- * The totals' ratio over consecutive blocks of about 10 s, and its standard error across them: whether one stretch of
- * the run carries the result. (Neighbouring pairs share a phase, so the pairs' own standard error might have
- * understated the spread; in four A/A runs it did not: 1.002, 1.016, 0.992, 1.009, with 0.009-0.011.)
- */
+/** The totals' ratio over consecutive blocks of about 10 s, and its standard error: whether one stretch carries the result. */
 function byBlocks(
   phases: SwitchPhase[],
   field: "processMicroseconds" | "eventLoopMicroseconds",
