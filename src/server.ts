@@ -111,6 +111,15 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     audit,
     clock,
   });
+  /** Everything the services hold (threads, timers, connections' batches), let go once nothing is in flight. */
+  const closeServices = async (): Promise<void> => {
+    auth.close();
+    await ledger.close();
+    admission.close?.();
+    keeper?.close();
+    for (const queue of queues.values()) queue.close?.();
+    logger.flush();
+  };
   const hostname = options.hostname ?? "127.0.0.1";
   const port = options.port ?? 8080;
   const app = createApp({
@@ -141,9 +150,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       reusePort: false,
     });
   } catch (error) {
-    await ledger.close();
-    auth.close();
-    keeper?.close();
+    await closeServices();
     if ((error as { code?: unknown })?.code === "EADDRINUSE") throw new PortInUseError(hostname, port);
     throw error;
   }
@@ -164,12 +171,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       await waitUntil(() => lifecycle.openAnswers === 0, settleWaitMs);
       await app.stop(true);
       await waitUntil(() => admission.inFlight() === 0, settleWaitMs);
-      auth.close();
-      await ledger.close();
-      admission.close?.();
-      keeper?.close();
-      for (const queue of queues.values()) queue.close?.();
-      logger.flush();
+      await closeServices();
     },
   };
 }

@@ -6,7 +6,7 @@ import { Ledger, type LedgerRow } from "../../src/ledger/ledger";
 import { stageRowSql } from "../../src/ledger/inbox";
 import { encodeRow, type LedgerValue } from "../../src/ledger/ledger-writer";
 import { sqliteStorage } from "../../src/storage/sqlite";
-import { committedRowSql, rowInDatabaseFile, temporaryDirectory } from "../helpers";
+import { committedRowSql, eventually, rowInDatabaseFile, temporaryDirectory } from "../helpers";
 
 const cleanups: (() => void)[] = [];
 afterEach(() => {
@@ -159,14 +159,8 @@ test("rows staged here still reach the database file: the writer thread moves th
   await ledger.record(first);
   for (let index = 0; index < 100; index++) await ledger.record(row());
   // Asked about 100 ms after the first staged row.
-  const deadline = performance.now() + 2000;
-  // A copy taken while the writer checkpoints can be torn and miss the row: the loop's own answer is the one asserted.
-  let reached = rowInDatabaseFile(path, first.requestId);
-  while (!reached && performance.now() < deadline) {
-    await Bun.sleep(10);
-    reached = rowInDatabaseFile(path, first.requestId);
-  }
-  expect(reached).toBe(true);
+  // A copy taken while the writer checkpoints can be torn and miss the row: only a check that sees it ends the wait.
+  await eventually(() => rowInDatabaseFile(path, first.requestId), 2000);
   // 101 one-row commits stage about 0.8 MB of WAL, checkpointed or not: the next test is the one that bounds it.
   expect(Bun.file(`${path}-wal`).size).toBeLessThan(2 * 1024 * 1024);
 });
@@ -217,14 +211,8 @@ test("the writer checkpoints as it goes: committed rows reach the database file 
   for (let batch = 0; batch < 20; batch++) await Promise.all(Array.from({ length: 50 }, () => ledger.record(row())));
   // With the ledger still open: the row is moved within 25 ms and copied by the pass after that move, but a busy
   // machine can delay both past the last record (a run of make test once asserted before they ran).
-  const deadline = performance.now() + 5000;
-  // A copy taken while the writer checkpoints can be torn and miss the row: the loop's own answer is the one asserted.
-  let reached = rowInDatabaseFile(path, first.requestId);
-  while (!reached && performance.now() < deadline) {
-    await Bun.sleep(10);
-    reached = rowInDatabaseFile(path, first.requestId);
-  }
-  expect(reached).toBe(true);
+  // A copy taken while the writer checkpoints can be torn and miss the row: only a check that sees it ends the wait.
+  await eventually(() => rowInDatabaseFile(path, first.requestId), 5000);
   // 13,000 rows, most of them one to a commit (about a page each). The writer's passes run while rows are staged, so
   // the WAL only starts again from its beginning when a pass past 16 MB runs with nothing appended: without that it
   // grew to 61 MB here (18.7 MB with it).
