@@ -27,3 +27,23 @@ export function cpuOfProcessesNamed(name: string): number {
   }
   return total;
 }
+
+/**
+ * CPU time so far in microseconds of each of a process's threads, summed by name: "event loop" for the main thread,
+ * "worker" for other threads named as the process is (Web Workers: Sluice's ledger writer), the kernel's name
+ * otherwise (HTTP Client, HeapHelper, JITWorker...). Threads that ended are only in `cpuMicroseconds`.
+ */
+export function threadMicroseconds(pid: number): Record<string, number> {
+  const totals: Record<string, number> = {};
+  const processName = readFileSync(`/proc/${pid}/comm`, "utf8").trim();
+  for (const task of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      const comm = readFileSync(`/proc/${pid}/task/${task}/comm`, "utf8").trim();
+      const name = task === String(pid) ? "event loop" : comm === processName ? "worker" : comm;
+      totals[name] = (totals[name] ?? 0) + statMicroseconds(`/proc/${pid}/task/${task}/stat`);
+    } catch {
+      // The thread ended between the listing and the read.
+    }
+  }
+  return totals;
+}

@@ -3,7 +3,9 @@
 // the code each request runs, not the process around it. Rounds alternate which side goes first; each reports
 // requests a second and CPU time per request, of the event loop's thread and of the whole process (Sluice's writer
 // and fetch's HTTP thread included), read from /proc; then the medians, and the median of each round's own
-// Sluice ÷ reference. The reference's own switches (REFERENCE_SKIP, REFERENCE_LEDGER) pass through.
+// Sluice ÷ reference, and each side's CPU per request by thread (`threads_us`: the event loop, fetch's HTTP Client,
+// the ledger's Worker, the collector's HeapHelpers, the JIT). The reference's own switches (REFERENCE_SKIP,
+// REFERENCE_LEDGER) pass through.
 // Each `--with NAME=PARTS` serves one more copy of the full reference in the same process, doing PARTS of the work
 // through Sluice's own components (REFERENCE_SLUICE, see full-reference.ts; `+` or `,` between them), reported as
 // NAME ÷ reference: whether one of Sluice's components costs more than the simplest code doing the same work. Each
@@ -17,7 +19,7 @@ import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { runWrk, writeWrkScript } from "./load-driver";
 import { freePort, waitForPort } from "./ports";
-import { cpuMicroseconds } from "./process-cpu";
+import { cpuMicroseconds, threadMicroseconds } from "./process-cpu";
 import { prepareSourceBench, waitForFirstAnswer } from "./sluice-setup";
 import { median, round1, round3 } from "./statistics";
 
@@ -50,6 +52,8 @@ interface Round {
   rps: number;
   eventLoopMicroseconds: number;
   processMicroseconds: number;
+  /** CPU an answer by thread (threadMicroseconds), where the process's time went besides the event loop. */
+  threadMicroseconds: Record<string, number>;
 }
 
 async function compare(): Promise<void> {
@@ -101,14 +105,19 @@ async function compare(): Promise<void> {
 
     const measure = async (side: Side): Promise<Round> => {
       const before = cpuMicroseconds(server.pid);
+      const threadsBefore = threadMicroseconds(server.pid);
       const result = await runWrk(urls[side] as string, script, { threads: 2, connections: 64, seconds });
       const after = cpuMicroseconds(server.pid);
+      const threadsAfter = threadMicroseconds(server.pid);
       if (!(result.requests > 0)) throw new Error(`${side}: wrk reported no requests`);
       if (result.non2xx > 0) throw new Error(`${side}: ${result.non2xx} answers were not 200`);
       return {
         rps: Math.round(result.rps),
         eventLoopMicroseconds: round1((after.main - before.main) / result.requests),
         processMicroseconds: round1((after.process - before.process) / result.requests),
+        threadMicroseconds: Object.fromEntries(
+          Object.entries(threadsAfter).map(([name, microseconds]) => [name, round1((microseconds - (threadsBefore[name] ?? 0)) / result.requests)]),
+        ),
       };
     };
     // Each side is measured right beside a load of the reference of its own, and compared with that one: this
@@ -136,11 +145,18 @@ async function compare(): Promise<void> {
       rps: median(rounds.map((round) => round.rps)),
       event_loop_us: median(rounds.map((round) => round.eventLoopMicroseconds)),
       process_us: median(rounds.map((round) => round.processMicroseconds)),
+      threads_us: Object.fromEntries(
+        [...new Set(rounds.flatMap((round) => Object.keys(round.threadMicroseconds)))]
+          .map((name) => [name, round1(median(rounds.map((round) => round.threadMicroseconds[name] ?? 0)))])
+          // Idle threads (Bun's pool, the bundler's) would only lengthen the report.
+          .filter(([, microseconds]) => (microseconds as number) > 0),
+      ),
     });
     const medians = (side: Side) => medianOf(pairs(side).map((pair) => pair.side));
     // A side ÷ the reference loaded beside it: the median of each round's own ratio.
     const paired = (side: Side) => {
-      const ratio = (field: keyof Round) => round3(median(pairs(side).map((pair) => pair.side[field] / pair.reference[field])));
+      const ratio = (field: "rps" | "eventLoopMicroseconds" | "processMicroseconds") =>
+        round3(median(pairs(side).map((pair) => pair.side[field] / pair.reference[field])));
       return { rps: ratio("rps"), event_loop_us: ratio("eventLoopMicroseconds"), process_us: ratio("processMicroseconds") };
     };
     const summary = {
