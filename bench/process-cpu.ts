@@ -28,22 +28,33 @@ export function cpuOfProcessesNamed(name: string): number {
   return total;
 }
 
-/**
- * CPU time so far in microseconds of each of a process's threads, summed by name: "event loop" for the main thread,
- * "worker" for other threads named as the process is (Web Workers: Sluice's ledger writer), the kernel's name
- * otherwise (HTTP Client, HeapHelper, JITWorker...). Threads that ended are only in `cpuMicroseconds`.
- */
-export function threadMicroseconds(pid: number): Record<string, number> {
-  const totals: Record<string, number> = {};
-  const processName = readFileSync(`/proc/${pid}/comm`, "utf8").trim();
+/** One thread's CPU time so far: its name ("event loop" for the main thread, the kernel's name otherwise). */
+export interface ThreadTime {
+  name: string;
+  microseconds: number;
+}
+
+/** CPU time so far of each of a process's threads, by thread id. */
+export function threadTimes(pid: number): Map<string, ThreadTime> {
+  const times = new Map<string, ThreadTime>();
   for (const task of readdirSync(`/proc/${pid}/task`)) {
     try {
-      const comm = readFileSync(`/proc/${pid}/task/${task}/comm`, "utf8").trim();
-      const name = task === String(pid) ? "event loop" : comm === processName ? "worker" : comm;
-      totals[name] = (totals[name] ?? 0) + statMicroseconds(`/proc/${pid}/task/${task}/stat`);
+      const name = task === String(pid) ? "event loop" : readFileSync(`/proc/${pid}/task/${task}/comm`, "utf8").trim();
+      times.set(task, { name, microseconds: statMicroseconds(`/proc/${pid}/task/${task}/stat`) });
     } catch {
       // The thread ended between the listing and the read.
     }
   }
-  return totals;
+  return times;
+}
+
+/**
+ * CPU time spent between two `threadTimes` of one process, summed by thread name (HTTP Client, Worker, HeapHelper,
+ * JITWorker...). Each thread is compared with itself, so a thread that started meanwhile counts from zero; one that
+ * ended meanwhile is missing (only the process's total in `cpuMicroseconds` keeps it).
+ */
+export function threadMicrosecondsBetween(before: Map<string, ThreadTime>, after: Map<string, ThreadTime>): Record<string, number> {
+  const spent: Record<string, number> = {};
+  for (const [task, { name, microseconds }] of after) spent[name] = (spent[name] ?? 0) + microseconds - (before.get(task)?.microseconds ?? 0);
+  return spent;
 }

@@ -19,7 +19,7 @@ import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { runWrk, writeWrkScript } from "./load-driver";
 import { freePort, waitForPort } from "./ports";
-import { cpuMicroseconds, threadMicroseconds } from "./process-cpu";
+import { cpuMicroseconds, threadMicrosecondsBetween, threadTimes } from "./process-cpu";
 import { prepareSourceBench, waitForFirstAnswer } from "./sluice-setup";
 import { median, round1, round3 } from "./statistics";
 
@@ -52,7 +52,7 @@ interface Round {
   rps: number;
   eventLoopMicroseconds: number;
   processMicroseconds: number;
-  /** CPU an answer by thread (threadMicroseconds), where the process's time went besides the event loop. */
+  /** CPU an answer by thread name (threadMicrosecondsBetween): where the process's time went besides the event loop. */
   threadMicroseconds: Record<string, number>;
 }
 
@@ -104,20 +104,18 @@ async function compare(): Promise<void> {
     for (const side of sides) await runWrk(urls[side] as string, script, { threads: 2, connections: 64, seconds: smoke ? 1 : 3 });
 
     const measure = async (side: Side): Promise<Round> => {
-      const before = cpuMicroseconds(server.pid);
-      const threadsBefore = threadMicroseconds(server.pid);
+      const before = { process: cpuMicroseconds(server.pid).process, threads: threadTimes(server.pid) };
       const result = await runWrk(urls[side] as string, script, { threads: 2, connections: 64, seconds });
-      const after = cpuMicroseconds(server.pid);
-      const threadsAfter = threadMicroseconds(server.pid);
+      const after = { process: cpuMicroseconds(server.pid).process, threads: threadTimes(server.pid) };
       if (!(result.requests > 0)) throw new Error(`${side}: wrk reported no requests`);
       if (result.non2xx > 0) throw new Error(`${side}: ${result.non2xx} answers were not 200`);
+      const perRequest = (microseconds: number) => round1(microseconds / result.requests);
+      const threads = threadMicrosecondsBetween(before.threads, after.threads);
       return {
         rps: Math.round(result.rps),
-        eventLoopMicroseconds: round1((after.main - before.main) / result.requests),
-        processMicroseconds: round1((after.process - before.process) / result.requests),
-        threadMicroseconds: Object.fromEntries(
-          Object.entries(threadsAfter).map(([name, microseconds]) => [name, round1((microseconds - (threadsBefore[name] ?? 0)) / result.requests)]),
-        ),
+        eventLoopMicroseconds: perRequest(threads["event loop"] ?? 0),
+        processMicroseconds: perRequest(after.process - before.process),
+        threadMicroseconds: Object.fromEntries(Object.entries(threads).map(([name, microseconds]) => [name, perRequest(microseconds)])),
       };
     };
     // Each side is measured right beside a load of the reference of its own, and compared with that one: this

@@ -115,6 +115,7 @@ test("the same-process runner: Sluice, the full reference and a copy of it with 
     rps: number;
     event_loop_us: number;
     process_us: number;
+    threads_us: Record<string, number>;
     paired: Record<string, number>;
     sluice_parts?: string;
   }
@@ -130,6 +131,9 @@ test("the same-process runner: Sluice, the full reference and a copy of it with 
     expect(side.rps).toBeGreaterThan(0);
     expect(side.event_loop_us).toBeGreaterThan(0);
     expect(side.process_us).toBeGreaterThanOrEqual(side.event_loop_us);
+    // By thread: the event loop's share is the figure above; every side calls its upstream through fetch's thread.
+    expect(side.threads_us["event loop"]).toBe(side.event_loop_us);
+    expect(side.threads_us["HTTP Client"]).toBeGreaterThan(0);
   }
   for (const ratio of [...Object.values(report.paired), ...Object.values(copy.paired)]) expect(Number.isFinite(ratio) && ratio > 0).toBe(true);
 }, 60_000);
