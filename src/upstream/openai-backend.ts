@@ -55,7 +55,8 @@ export class OpenAIBackend implements Backend {
     if (apiKey) this.headers.authorization = `Bearer ${apiKey}`;
   }
 
-  async complete(request: BackendRequest): Promise<Completion> {
+  /** A whole answer. `onEnd`, when given, learns once how the call ended: the pool's circuit breaker passes one. */
+  async complete(request: BackendRequest, onEnd?: (ending: StreamEnding) => void): Promise<Completion> {
     const call = callSignal(request, request.model);
     call.arm(request.model.firstByteTimeoutMs);
     try {
@@ -67,10 +68,14 @@ export class OpenAIBackend implements Backend {
       } catch (error) {
         throw new UpstreamError(`The upstream for model ${this.modelId} sent a body that is not JSON.`, { isRetryable: true, cause: error });
       }
-      return this.completionOf(parsed);
+      const completion = this.completionOf(parsed);
+      onEnd?.("finished");
+      return completion;
     } catch (error) {
       // A whole answer reached the upstream once it was sent: its status line only comes with the answer.
-      throw errorFromFailure(this.modelId, error, call.signal, true);
+      const failure = errorFromFailure(this.modelId, error, call.signal, true);
+      onEnd?.({ failure });
+      throw failure;
     } finally {
       call.done();
     }

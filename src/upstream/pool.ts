@@ -28,20 +28,11 @@ class Endpoint {
     if (this.failures >= this.model.breakerFailures) this.openUntil = this.clock() + this.model.breakerCooldownMs;
   }
 
-  /** A whole answer from this server; its breaker learns how the call went. */
-  async complete(request: BackendRequest): Promise<Completion> {
-    try {
-      const completion = await this.backend.complete(request);
-      this.succeeded();
-      return completion;
-    } catch (error) {
-      this.failed(error);
-      throw error;
-    }
-  }
-
-  /** Told by each stream on this server how it ended (one function per server, not per stream). */
-  readonly streamEnded = (ending: StreamEnding): void => {
+  /**
+   * Told by each call on this server how it ended (one function per server, not per call): the backend calls it, so
+   * that a whole answer needs no async layer of the pool's own around it.
+   */
+  readonly ended = (ending: StreamEnding): void => {
     if (ending === "finished") this.succeeded();
     // A consumer that stops early says nothing about the server's health; a probe must not stay stuck.
     else if (ending === "stopped") this.probing = false;
@@ -97,15 +88,22 @@ export class UpstreamPool implements Backend {
     this.endpoints = model.baseUrls.map((url) => new Endpoint(new OpenAIBackend(model.id, url, apiKey), model, clock));
   }
 
-  async complete(request: BackendRequest): Promise<Completion> {
-    const first = this.pick(undefined);
+  complete(request: BackendRequest): Promise<Completion> {
+    let first: Endpoint;
     try {
-      return await first.complete(request);
+      first = this.pick(undefined);
     } catch (error) {
+      return Promise.reject(error);
+    }
+    // The backend's own promise, with no layer of the pool's around it: each async layer costs a whole answer a
+    // promise and a turn (bench/README.md, "Two async layers fewer"). Only a pool with somewhere to retry catches.
+    const answer = first.backend.complete(request, first.ended);
+    if (this.endpoints.length < 2) return answer;
+    return answer.catch((error: unknown) => {
       const second = this.retryTarget(error, first);
       if (!second) throw error;
-      return second.complete(request);
-    }
+      return second.backend.complete(request, second.ended);
+    });
   }
 
   stream(request: BackendRequest): EventStream {
@@ -118,14 +116,14 @@ export class UpstreamPool implements Backend {
    */
   async firstRead(stream: PooledStream): Promise<IteratorResult<CompletionEvent[], void>> {
     const first = this.pick(undefined);
-    stream.events = first.backend.stream(stream.request, first.streamEnded);
+    stream.events = first.backend.stream(stream.request, first.ended);
     try {
       return await stream.events.next();
     } catch (error) {
-      // The generator has told the breaker of the failure already (streamEnded).
+      // The generator has told the breaker of the failure already (through `ended`).
       const second = this.retryTarget(error, first);
       if (!second) throw error;
-      stream.events = second.backend.stream(stream.request, second.streamEnded);
+      stream.events = second.backend.stream(stream.request, second.ended);
       return await stream.events.next();
     }
   }

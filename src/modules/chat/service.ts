@@ -79,6 +79,8 @@ interface Run {
   startedAt: number;
   /** Set at the first streamed token: milliseconds since `startedAt`. */
   firstTokenMs?: number;
+  /** What the request is billed: set when it is settled. */
+  billed?: Usage;
 }
 
 function outcomeOf(error: unknown): { outcome: Outcome; errorCode: string | null } {
@@ -217,8 +219,8 @@ export class ChatService {
       const rule = checking instanceof Promise ? await checking : checking;
       if (rule)
         completion = { content: refusalText(rule, "output"), reasoning: null, toolCalls: null, finishReason: "content_filter", usage: completion.usage };
-      const usage = await this.settle(run, rule ? { outcome: "content_filter", ruleId: rule.id } : { outcome: "completed" });
-      return { kind: "whole", body: run.format.whole(run.identity, completion, usage), headers: run.permit.lease.headers };
+      await this.settle(run, rule ? { outcome: "content_filter", ruleId: rule.id } : { outcome: "completed" });
+      return { kind: "whole", body: run.format.whole(run.identity, completion, run.billed as Usage), headers: run.permit.lease.headers };
     } catch (error) {
       await this.fail(run, error);
       throw asCallerError(error);
@@ -266,10 +268,10 @@ export class ChatService {
             // Stop the upstream at once; the piece that completed the match is never sent.
             await events.return(undefined);
             settled = true;
-            const usage = await this.settle(run, { outcome: "content_filter", ruleId: rule.id });
+            await this.settle(run, { outcome: "content_filter", ruleId: rule.id });
             encoder.event({ type: "delta", content: refusalText(rule, "output") }, out);
             encoder.event({ type: "finish", reason: "content_filter" }, out);
-            encoder.end(usage, out);
+            encoder.end(run.billed as Usage, out);
             yield out;
             return;
           }
@@ -281,9 +283,9 @@ export class ChatService {
         if (out.length > 0) yield out;
       }
       settled = true;
-      const usage = await this.settle(run, { outcome: "completed" });
+      await this.settle(run, { outcome: "completed" });
       const closing: string[] = [];
-      encoder.end(usage, closing);
+      encoder.end(run.billed as Usage, closing);
       yield closing;
     } catch (error) {
       if (!settled) {
@@ -325,29 +327,45 @@ export class ChatService {
     await this.settle(run, { outcome, errorCode, billNothing: outcome === "upstream_error" && !run.meter.producedAnything() });
   }
 
-  /** Releases the permit with the real usage and writes the ledger row, waiting for its commit. */
-  private async settle(run: Run, ending: Ending): Promise<Usage> {
-    const { prepared, context } = run;
-    let measured: MeasuredUsage;
+  /**
+   * Releases the permit with the real usage, kept in `run.billed`, and writes the ledger row; resolves once it is
+   * committed. Not async: the ledger's own promise is returned, since a layer of our own would cost every answer a
+   * promise and a turn (bench/README.md, "Two async layers fewer").
+   */
+  private settle(run: Run, ending: Ending): Promise<void> {
+    let measuring: MeasuredUsage | Promise<MeasuredUsage>;
     try {
-      const measuring: MeasuredUsage | Promise<MeasuredUsage> = ending.billNothing
+      measuring = ending.billNothing
         ? { usage: { promptTokens: 0, completionTokens: 0, reasoningTokens: 0 }, source: "tokenizer" }
-        : run.meter.usage(prepared.messages, prepared.promptTokens);
-      measured = measuring instanceof Promise ? await measuring : measuring;
+        : run.meter.usage(run.prepared.messages, run.prepared.promptTokens);
     } catch (error) {
       run.permit.release(null, this.deps.clock());
-      throw error;
+      return Promise.reject(error);
     }
-    await this.end(
+    // Only a count on the tokenizer's thread (an upstream that did not report usage) makes this wait.
+    if (measuring instanceof Promise) {
+      return measuring.then(
+        (measured) => this.settleMeasured(run, ending, measured),
+        (error: unknown) => {
+          run.permit.release(null, this.deps.clock());
+          throw error;
+        },
+      );
+    }
+    return this.settleMeasured(run, ending, measuring);
+  }
+
+  private settleMeasured(run: Run, ending: Ending, measured: MeasuredUsage): Promise<void> {
+    run.billed = measured.usage;
+    return this.end(
       run.permit,
-      prepared,
-      context,
+      run.prepared,
+      run.context,
       measured.usage,
       measured.source,
       { startedAt: run.startedAt, firstTokenMs: run.firstTokenMs ?? null },
       ending,
     );
-    return measured.usage;
   }
 
   /**
