@@ -96,7 +96,7 @@ export class UpstreamPool implements Backend {
       return Promise.reject(error);
     }
     // The backend's own promise, with no layer of the pool's around it: each async layer costs a whole answer a
-    // promise and a turn (bench/README.md, "Two async layers fewer"). Only a pool with somewhere to retry catches.
+    // promise and a turn (bench/README.md, "Three async layers fewer"). Only a pool with somewhere to retry catches.
     const answer = first.backend.complete(request, first.ended);
     if (this.endpoints.length < 2) return answer;
     return answer.catch((error: unknown) => {

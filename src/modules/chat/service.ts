@@ -330,7 +330,7 @@ export class ChatService {
   /**
    * Releases the permit with the real usage, kept in `run.billed`, and writes the ledger row; resolves once it is
    * committed. Not async: the ledger's own promise is returned, since a layer of our own would cost every answer a
-   * promise and a turn (bench/README.md, "Two async layers fewer").
+   * promise and a turn (bench/README.md, "Three async layers fewer").
    */
   private settle(run: Run, ending: Ending): Promise<void> {
     let measuring: MeasuredUsage | Promise<MeasuredUsage>;
