@@ -20,7 +20,7 @@ import { freePort, waitForPort } from "./ports";
 import { cpuMicroseconds } from "./process-cpu";
 import { prepareSluice } from "./sluice-setup";
 import { measureStreamRound } from "./stream-client";
-import { median } from "./statistics";
+import { median, pairedRatio } from "./statistics";
 import { runLoad, runWrk, writeWrkScript } from "./load-driver";
 
 const { values, positionals } = parseArgs({
@@ -148,9 +148,9 @@ async function throughputRounds(a: Server, b: Server) {
     b_process_us_per_request: cpu.b.process,
     b_vs_a_event_loop_us: median(cpu.b.main) / median(cpu.a.main),
     // The median of each round's own ratio: steadier than the ratio of medians when the machine's speed drifts.
-    paired_b_vs_a_rps: median(samples.b.map((value, index) => value / (samples.a[index] as number))),
-    paired_b_vs_a_event_loop_us: median(cpu.b.main.map((value, index) => value / (cpu.a.main[index] as number))),
-    paired_b_vs_a_process_us: median(cpu.b.process.map((value, index) => value / (cpu.a.process[index] as number))),
+    paired_b_vs_a_rps: pairedRatio(samples.b, samples.a),
+    paired_b_vs_a_event_loop_us: pairedRatio(cpu.b.main, cpu.a.main),
+    paired_b_vs_a_process_us: pairedRatio(cpu.b.process, cpu.a.process),
   };
 }
 

@@ -11,7 +11,7 @@ import { prepareSluice, waitForFirstAnswer } from "./sluice-setup";
 import { hashKeySecret } from "../src/modules/keys/secret";
 import { addToAggregates, UsageFold } from "../src/ledger/usage-fold";
 import { measureStreamRound, memoryOf, type StreamRound } from "./stream-client";
-import { median } from "./statistics";
+import { median, pairedRatio } from "./statistics";
 
 const smoke = process.argv.includes("--smoke");
 /** `--only=streams,binary` runs some phases (results go to partial.json): nonstream, latency, streams, scale, binary, safety. */
@@ -417,6 +417,11 @@ async function main(): Promise<void> {
       full_reference_vs_bare: fullReferenceRps / bareRps,
       full_reference_vs_portkey: portkeyRps ? fullReferenceRps / portkeyRps : null,
       sluice_vs_full_reference: sluiceRps / fullReferenceRps,
+      // Each round's own ratio, then their median: rounds of one run here move by a third (bench/README.md).
+      sluice_vs_bare_paired: pairedRatio(rps.sluice ?? [], rps.bare ?? []),
+      full_reference_vs_bare_paired: pairedRatio(rps.full_reference ?? [], rps.bare ?? []),
+      sluice_vs_full_reference_paired: pairedRatio(rps.sluice ?? [], rps.full_reference ?? []),
+      sluice_vs_portkey_paired: rps.portkey ? pairedRatio(rps.sluice ?? [], rps.portkey) : null,
     },
     latency: {
       rate: settings.rate,
@@ -467,6 +472,7 @@ async function main(): Promise<void> {
 Whole answers (closed loop, ${settings.connections} connections, median of ${settings.rounds})
   direct ${fixed(n.direct_rps, 0)} rps | bare proxy ${fixed(n.bare_proxy_rps, 0)} | Sluice ${fixed(n.sluice_rps, 0)} | Portkey ${fixed(n.portkey_rps, 0)}
   Sluice / bare proxy ${fixed(n.sluice_vs_bare)} (target >= 0.8) | Sluice / Portkey ${fixed(n.sluice_vs_portkey)} (target >= 3)
+  paired (median of each round's own ratio): Sluice / bare ${fixed(n.sluice_vs_bare_paired)}, full reference / bare ${fixed(n.full_reference_vs_bare_paired)}, Sluice / full reference ${fixed(n.sluice_vs_full_reference_paired)}, Sluice / Portkey ${fixed(n.sluice_vs_portkey_paired)}
   references: JSON parsed both ways ${fixed(n.parse_reference_rps, 0)} rps (${fixed(n.parse_reference_vs_bare)} x bare), plus a durable row ${fixed(n.durable_reference_rps, 0)} rps (${fixed(n.durable_reference_vs_bare)} x bare); Sluice / durable reference ${fixed(n.sluice_vs_durable_reference)}
   full reference (every check, simplest code) ${fixed(n.full_reference_rps, 0)} rps (${fixed(n.full_reference_vs_bare)} x bare, ${fixed(n.full_reference_vs_portkey)} x Portkey); Sluice / full reference ${fixed(n.sluice_vs_full_reference)}
 Latency at ${l.rate} rps (open loop): p50 / p99 ms

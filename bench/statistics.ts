@@ -20,3 +20,11 @@ export function round1(value: number): number {
 export function round3(value: number): number {
   return Math.round(value * 1000) / 1000;
 }
+
+/**
+ * The median of each round's own `numerator[i] ÷ denominator[i]`, for measurements taken side by side in rounds: the
+ * steadiest ratio when the machine's speed moves between rounds, since both sides of a round share its speed.
+ */
+export function pairedRatio(numerator: number[], denominator: number[]): number {
+  return median(numerator.map((value, index) => value / (denominator[index] as number)));
+}

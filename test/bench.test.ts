@@ -23,8 +23,22 @@ test("the benchmark runner completes every phase and writes every key (smoke run
   expect(run.exitCode).toBe(0);
   const results = (await Bun.file(join(repositoryRoot, "bench/results/smoke.json")).json()) as Record<string, Record<string, unknown>>;
   expect(Object.keys(results.nonstream ?? {})).toEqual(
-    expect.arrayContaining(["direct_rps", "bare_proxy_rps", "sluice_rps", "portkey_rps", "sluice_vs_bare", "sluice_vs_portkey", "sluice_vs_durable_reference"]),
+    expect.arrayContaining([
+      "direct_rps",
+      "bare_proxy_rps",
+      "sluice_rps",
+      "portkey_rps",
+      "sluice_vs_bare",
+      "sluice_vs_portkey",
+      "sluice_vs_durable_reference",
+      "sluice_vs_bare_paired",
+      "full_reference_vs_bare_paired",
+      "sluice_vs_full_reference_paired",
+    ]),
   );
+  // One round in a smoke run: its paired ratio is that round's own.
+  const nonstream = results.nonstream as Record<string, number>;
+  expect(nonstream.sluice_vs_bare_paired).toBeCloseTo((nonstream.sluice_rps as number) / (nonstream.bare_proxy_rps as number), 6);
   // The reference servers answered (a reference that failed every request would report NaN).
   expect(Number(results.nonstream?.parse_reference_rps)).toBeGreaterThan(0);
   expect(Number(results.nonstream?.durable_reference_rps)).toBeGreaterThan(0);
