@@ -7,11 +7,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { runLoad, runWrk, writeWrkScript } from "./load-driver";
 import { freePort, waitForPort } from "./ports";
+import { threadMicrosecondsBetween, threadTimes } from "./process-cpu";
 import { prepareSluice, waitForFirstAnswer } from "./sluice-setup";
 import { hashKeySecret } from "../src/modules/keys/secret";
 import { addToAggregates, UsageFold } from "../src/ledger/usage-fold";
 import { measureStreamRound, memoryOf, type StreamRound } from "./stream-client";
-import { median, pairedRatio } from "./statistics";
+import { median, pairedRatio, round1 } from "./statistics";
 
 const smoke = process.argv.includes("--smoke");
 /** `--only=streams,binary` runs some phases (results go to partial.json): nonstream, latency, streams, scale, binary, safety. */
@@ -78,6 +79,8 @@ interface Target {
   headers: Record<string, string>;
   bodyFile: string;
   streamBodyFile?: string;
+  /** The server's process, when phase 1 reports its CPU an answer by thread. */
+  pid?: number;
 }
 
 async function writeBody(name: string, model: string, stream: boolean): Promise<string> {
@@ -88,16 +91,39 @@ async function writeBody(name: string, model: string, stream: boolean): Promise<
 
 const hasWrk = Bun.which("wrk") !== null && !smoke;
 
-/** Closed loop: wrk (2 threads) when installed, otherwise bench/load.ts. Requests per second. */
-async function closedLoop(target: Target, seconds: number): Promise<number> {
+/** Closed loop: wrk (2 threads) when installed, otherwise bench/load.ts. Requests per second, and how many. */
+async function closedLoad(target: Target, seconds: number): Promise<{ rps: number; requests: number }> {
   if (hasWrk) {
     const script = await writeWrkScript(join(work, `${target.name}.lua`), await Bun.file(target.bodyFile).text(), target.headers);
     const result = await runWrk(target.url, script, { threads: 2, connections: settings.connections, seconds });
     if (result.non2xx > 0) log(`${target.name}: ${result.non2xx} non-2xx responses`);
-    return result.rps;
+    return result;
   }
-  const result = await runTargetLoad("closed", target, settings.connections, seconds);
-  return result.rps;
+  return runTargetLoad("closed", target, settings.connections, seconds);
+}
+
+/** Closed loop: requests per second. */
+async function closedLoop(target: Target, seconds: number): Promise<number> {
+  return (await closedLoad(target, seconds)).rps;
+}
+
+/**
+ * A closed loop that also reads the target's CPU an answer by thread (µs; `process` for them all), from /proc: which
+ * thread a gap between two servers is on, in the judge's own run.
+ */
+async function measuredLoop(target: Target, seconds: number): Promise<{ rps: number; threads: Record<string, number> }> {
+  if (target.pid === undefined) return { rps: await closedLoop(target, seconds), threads: {} };
+  const before = threadTimes(target.pid);
+  const result = await closedLoad(target, seconds);
+  const spent = threadMicrosecondsBetween(before, threadTimes(target.pid));
+  const threads: Record<string, number> = {};
+  let total = 0;
+  for (const [name, microseconds] of Object.entries(spent)) {
+    total += microseconds;
+    threads[name] = microseconds / result.requests;
+  }
+  threads.process = total / result.requests;
+  return { rps: result.rps, threads };
 }
 
 function runTargetLoad(mode: "open" | "closed", target: Target, amount: number, seconds: number) {
@@ -185,7 +211,13 @@ async function main(): Promise<void> {
     headers: {},
     bodyFile: await writeBody("direct", "bench-upstream", false),
   };
-  const bareTarget: Target = { name: "bare", url: `http://127.0.0.1:${barePort}/v1/chat/completions`, headers: {}, bodyFile: direct.bodyFile };
+  const bareTarget: Target = {
+    name: "bare",
+    url: `http://127.0.0.1:${barePort}/v1/chat/completions`,
+    headers: {},
+    bodyFile: direct.bodyFile,
+    pid: bare.pid,
+  };
   const sluiceTarget = (port: number): Target => ({
     name: "sluice",
     url: `http://127.0.0.1:${port}/v1/chat/completions`,
@@ -204,8 +236,16 @@ async function main(): Promise<void> {
     url: `http://127.0.0.1:${fullReferencePort}/v1/chat/completions`,
     headers: { Authorization: `Bearer ${fullReferenceSetup.key}` },
     bodyFile: join(work, "sluice.json"),
+    pid: fullReference.pid,
   };
-  const targets: Target[] = [direct, bareTarget, sluiceTarget(sluice.port), referenceTarget("parse"), referenceTarget("durable"), fullReferenceTarget];
+  const targets: Target[] = [
+    direct,
+    bareTarget,
+    { ...sluiceTarget(sluice.port), pid: sluice.child.pid },
+    referenceTarget("parse"),
+    referenceTarget("durable"),
+    fullReferenceTarget,
+  ];
   /**
    * The latency phase: the bare pipe, Sluice, the reference that commits a row per request as Sluice does, and the
    * one that does every check Sluice does (what the checks themselves cost the tail).
@@ -250,15 +290,28 @@ async function main(): Promise<void> {
 
   log("1/5 whole answers, closed loop");
   const rps: Record<string, number[]> = {};
+  /** CPU an answer by thread, each target's rounds: name → thread → µs. */
+  const threadRounds: Record<string, Record<string, number[]>> = {};
   if (phase("nonstream")) for (const target of targets) await closedLoop(target, settings.closedWarmupSeconds);
   for (let round = 0; phase("nonstream") && round < settings.rounds; round++) {
     // Interleaved, so that drift in the machine affects every target alike.
     for (const target of targets) {
       const rounds = rps[target.name] ?? [];
       rps[target.name] = rounds;
-      rounds.push(await closedLoop(target, settings.seconds));
+      const measured = await measuredLoop(target, settings.seconds);
+      rounds.push(measured.rps);
+      const byThread = threadRounds[target.name] ?? {};
+      threadRounds[target.name] = byThread;
+      for (const [thread, microseconds] of Object.entries(measured.threads)) byThread[thread] = [...(byThread[thread] ?? []), microseconds];
     }
   }
+  /** Medians of the rounds, to 0.1 µs; threads that did next to nothing are left out. */
+  const cpuPerAnswer = (name: string) =>
+    Object.fromEntries(
+      Object.entries(threadRounds[name] ?? {})
+        .map(([thread, rounds]) => [thread, round1(median(rounds))] as const)
+        .filter(([, microseconds]) => microseconds >= 0.1),
+    );
   const nonstreamMedian = (name: string) => (rps[name] ? median(rps[name]) : null);
   const sluiceRps = nonstreamMedian("sluice") ?? Number.NaN;
 
@@ -422,6 +475,7 @@ async function main(): Promise<void> {
       full_reference_vs_bare_paired: pairedRatio(rps.full_reference ?? [], rps.bare ?? []),
       sluice_vs_full_reference_paired: pairedRatio(rps.sluice ?? [], rps.full_reference ?? []),
       sluice_vs_portkey_paired: rps.portkey ? pairedRatio(rps.sluice ?? [], rps.portkey) : null,
+      cpu_us_per_answer: { bare: cpuPerAnswer("bare"), sluice: cpuPerAnswer("sluice"), full_reference: cpuPerAnswer("full_reference") },
     },
     latency: {
       rate: settings.rate,
@@ -465,6 +519,10 @@ async function main(): Promise<void> {
   const output = join(import.meta.dir, "results", smoke ? "smoke.json" : only ? "partial.json" : "latest.json");
   await Bun.write(output, `${JSON.stringify(results, null, 2)}\n`);
   const fixed = (value: number | null, digits = 2) => (value === null || Number.isNaN(value) ? "-" : value.toFixed(digits));
+  const threadLine = (threads: Record<string, number>) =>
+    Object.entries(threads)
+      .map(([thread, microseconds]) => `${thread} ${microseconds}`)
+      .join(", ") || "-";
   const n = results.nonstream;
   const l = results.latency;
   const s = results.streams;
@@ -475,6 +533,7 @@ Whole answers (closed loop, ${settings.connections} connections, median of ${set
   paired (median of each round's own ratio): Sluice / bare ${fixed(n.sluice_vs_bare_paired)}, full reference / bare ${fixed(n.full_reference_vs_bare_paired)}, Sluice / full reference ${fixed(n.sluice_vs_full_reference_paired)}, Sluice / Portkey ${fixed(n.sluice_vs_portkey_paired)}
   references: JSON parsed both ways ${fixed(n.parse_reference_rps, 0)} rps (${fixed(n.parse_reference_vs_bare)} x bare), plus a durable row ${fixed(n.durable_reference_rps, 0)} rps (${fixed(n.durable_reference_vs_bare)} x bare); Sluice / durable reference ${fixed(n.sluice_vs_durable_reference)}
   full reference (every check, simplest code) ${fixed(n.full_reference_rps, 0)} rps (${fixed(n.full_reference_vs_bare)} x bare, ${fixed(n.full_reference_vs_portkey)} x Portkey); Sluice / full reference ${fixed(n.sluice_vs_full_reference)}
+  CPU an answer by thread, µs (medians): ${(["bare", "sluice", "full_reference"] as const).map((name) => `${name} ${threadLine(n.cpu_us_per_answer[name])}`).join(" | ")}
 Latency at ${l.rate} rps (open loop): p50 / p99 ms
   direct ${fixed(l.direct_p50_ms)} / ${fixed(l.direct_p99_ms)} | bare ${fixed(l.bare_p50_ms)} / ${fixed(l.bare_p99_ms)} | Sluice ${fixed(l.sluice_p50_ms)} / ${fixed(l.sluice_p99_ms)}
   Sluice - bare: p50 +${fixed(l.sluice_p50_ms - l.bare_p50_ms)} ms (target <= 0.3), p99 +${fixed(l.sluice_p99_ms - l.bare_p99_ms)} ms (target <= 1)

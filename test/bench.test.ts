@@ -39,6 +39,15 @@ test("the benchmark runner completes every phase and writes every key (smoke run
   // One round in a smoke run: its paired ratio is that round's own.
   const nonstream = results.nonstream as Record<string, number>;
   expect(nonstream.sluice_vs_bare_paired).toBeCloseTo((nonstream.sluice_rps as number) / (nonstream.bare_proxy_rps as number), 6);
+  // CPU an answer by thread, for the bare proxy, Sluice and the full reference: the event loop is part of the whole.
+  const cpu = (results.nonstream as unknown as { cpu_us_per_answer: Record<string, Record<string, number>> }).cpu_us_per_answer;
+  for (const name of ["bare", "sluice", "full_reference"]) {
+    const threads = cpu[name] ?? {};
+    expect(threads["event loop"]).toBeGreaterThan(0);
+    expect(threads.process).toBeGreaterThanOrEqual(threads["event loop"] as number);
+  }
+  // Sluice's ledger rows are moved by its writer thread.
+  expect(cpu.sluice?.Worker).toBeGreaterThan(0);
   // The reference servers answered (a reference that failed every request would report NaN).
   expect(Number(results.nonstream?.parse_reference_rps)).toBeGreaterThan(0);
   expect(Number(results.nonstream?.durable_reference_rps)).toBeGreaterThan(0);
