@@ -115,9 +115,9 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const closeServices = async (): Promise<void> => {
     auth.close();
     await ledger.close();
-    admission.close?.();
+    // Before the keeper stops renewing: what they deliver meanwhile still holds its lease.
+    await Promise.all([admission.close?.(), ...[...queues.values()].map((queue) => queue.close?.())]);
     keeper?.close();
-    for (const queue of queues.values()) queue.close?.();
     logger.flush();
   };
   const hostname = options.hostname ?? "127.0.0.1";

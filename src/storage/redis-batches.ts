@@ -50,6 +50,12 @@ export class ScriptBatches {
     return promise;
   }
 
+  /** Whether any item is waiting or in flight. */
+  busy(): boolean {
+    for (const group of this.groups.values()) if (group.waiting.length > 0 || group.inFlight > 0) return true;
+    return false;
+  }
+
   /**
    * Sends every waiting item now, without waiting for the calls in flight. Redis runs one connection's commands in
    * order, so what is sent here takes effect before anything sent after it.

@@ -475,6 +475,49 @@ describe("operations", () => {
     );
   }, 30_000);
 
+  test.each([
+    ["Redis answering", 0],
+    ["Redis paused for 1.5 s as it stops, longer than a call waits", 1500],
+  ])(
+    "SIGTERM with 300 requests in flight, %s: the instance releases every lease in Redis before it exits, none left for the lease time",
+    async (_, pauseMs) => {
+      await withCluster(
+        // Both kinds of lease: the organization's concurrency places and the model's upstream slots.
+        toml("max_concurrency = 1000", { upstream: "hang", extra: "max_concurrency = 1000" }),
+        async (cluster) => {
+          const key = cluster.addOrganization("acme");
+          const instance = cluster.instances[0] as (typeof cluster.instances)[0];
+          const statuses = Array.from({ length: 300 }, () =>
+            cluster
+              .chat(0, key, { model: "m", messages })
+              .then(async (response) => {
+                await response.arrayBuffer();
+                return response.status;
+              })
+              .catch(() => 0),
+          );
+          const admittedBy = Date.now() + 20_000;
+          while ((await leasesHeld()) < 600 && Date.now() < admittedBy) await Bun.sleep(20);
+          expect(await leasesHeld()).toBe(600);
+          if (pauseMs > 0) {
+            // The settles sent as the requests end then time out (1 s) and wait for a retry, which must still happen.
+            const pauser = new Bun.RedisClient(redis.url);
+            await pauser.send("CLIENT", ["PAUSE", String(pauseMs), "ALL"]);
+            pauser.close();
+          }
+          // SLUICE_DRAIN_MS=0: every request is ended at once, and each settle goes to Redis as the process stops.
+          instance.child.kill("SIGTERM");
+          expect(await instance.child.exited).toBe(0);
+          expect(new Set(await Promise.all(statuses)).has(200)).toBe(false);
+          // Read at once, not after the lease time: a settle lost at exit would hold its place for 15 s.
+          expect(await leasesHeld()).toBe(0);
+        },
+        1,
+      );
+    },
+    60_000,
+  );
+
   test("kill -9 of one instance under load: the others keep answering, its leases come back within the lease time, every answered request is in the ledger", async () => {
     await withCluster(toml("max_concurrency = 6", { upstream: "usage-10-20-30" }), async (cluster) => {
       const key = cluster.addOrganization("acme");

@@ -27,6 +27,9 @@ const rebuildLockKey = `${keyPrefix}rebuilding`;
 const rebuildWaitMs = 3000;
 /** Settles that Redis did not take are retried this often, and given up after this long (their leases expire anyway). */
 const settleRetryMs = 1000;
+/** How long closing waits for settles to reach Redis, and how often it looks. */
+const closeFlushMs = 5000;
+const closePollMs = 25;
 const settleGiveUpMs = 10 * 60_000;
 
 /** The keys of one subject: an organization, or (with `keyId`) one of its keys with caps of its own. */
@@ -208,8 +211,18 @@ export class RedisAdmissionStore implements AdmissionStore {
     return this.localReserved;
   }
 
-  /** Stops retrying settles. */
-  close(): void {
+  /**
+   * Delivers the settles still on their way (sent, waiting for a batch, or waiting for a retry), then stops retrying:
+   * a settle lost when the process exits would keep its place and reservation taken until its lease expired (15 s),
+   * and an instance restarted at once would find its organization's concurrency full. Gives up after
+   * `closeFlushMs`, or at once when Redis is not connected: the leases then expire by themselves.
+   */
+  async close(): Promise<void> {
+    const deadline = Date.now() + closeFlushMs;
+    while ((this.pendingSettles.length > 0 || this.settles.busy()) && this.redis.connected && Date.now() < deadline) {
+      this.retrySettles();
+      await Bun.sleep(closePollMs);
+    }
     clearInterval(this.retryTimer);
   }
 

@@ -97,7 +97,8 @@ export interface AdmissionStore {
   reservedTokens(): number;
   /** What stops admission now (a shared store that does not answer); empty when nothing does. */
   problems?(): Promise<string[]>;
-  close?(): void;
+  /** Stops its timers; a shared store first delivers the settles not yet delivered, so no place stays taken. */
+  close?(): void | Promise<void>;
 }
 
 export type { LedgerBucket };

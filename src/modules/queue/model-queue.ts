@@ -24,7 +24,8 @@ export interface Queue {
   acquire(organizationId: string, signal: AbortSignal): Slot | Promise<Slot>;
   /** This process's slots in use and requests waiting. */
   stats(): { active: number; queued: number };
-  close?(): void;
+  /** Stops its timers; a shared queue first delivers the slot releases not yet delivered. */
+  close?(): void | Promise<void>;
 }
 
 /**

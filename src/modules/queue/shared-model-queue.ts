@@ -10,6 +10,9 @@ import { slotReleasedOnce, type Queue, type Slot } from "./model-queue";
  * reconnect, or a slot freed by an instance that died (its lease expiring), still reaches the line.
  */
 const pollMs = 25;
+/** How long a slot release is retried, and closing waits for it; how often it is sent again. */
+const closeFlushMs = 5000;
+const releaseRetryMs = 100;
 
 /**
  * A model's `max_concurrency` shared by every instance (a global cap on the upstream server): its slots are leases
@@ -24,6 +27,8 @@ export class SharedModelQueue implements Queue {
   private readonly channel: string;
   private dispatching = false;
   private poller: Timer | undefined;
+  /** Slot releases sent to Redis and not yet answered: closing waits for them (see close). */
+  private readonly releasing = new Set<Promise<void>>();
 
   constructor(
     private readonly model: ModelConfig,
@@ -57,8 +62,10 @@ export class SharedModelQueue implements Queue {
     return { active: this.active, queued: this.line.waiting };
   }
 
-  close(): void {
+  /** Stops polling, once the releases on their way have reached Redis (at most `closeFlushMs`). */
+  async close(): Promise<void> {
     clearInterval(this.poller);
+    if (this.releasing.size > 0) await Promise.race([Promise.all(this.releasing), Bun.sleep(closeFlushMs)]);
   }
 
   private localSlot(): Slot {
@@ -75,13 +82,28 @@ export class SharedModelQueue implements Queue {
     return slotReleasedOnce(() => {
       this.active--;
       this.keeper.release(leaseId);
-      // If Redis does not take the release now, the lease expires by itself.
-      void this.redis
-        .call("ZREM", [this.key, leaseId])
-        .then(() => this.redis.call("PUBLISH", [this.channel, "1"]))
-        .catch(() => {});
+      const released = this.release(leaseId).finally(() => this.releasing.delete(released));
+      this.releasing.add(released);
       void this.dispatch();
     });
+  }
+
+  /**
+   * Frees a slot in Redis and tells the other instances. A release Redis does not take is sent again for a few seconds
+   * (a closing instance waits for it); after that the lease expires by itself.
+   */
+  private async release(leaseId: string): Promise<void> {
+    const givesUpAt = Date.now() + closeFlushMs;
+    for (;;) {
+      try {
+        await this.redis.call("ZREM", [this.key, leaseId]);
+        break;
+      } catch {
+        if (Date.now() >= givesUpAt) return;
+        await Bun.sleep(releaseRetryMs);
+      }
+    }
+    await this.redis.call("PUBLISH", [this.channel, "1"]).catch(() => {});
   }
 
   /** Takes free slots for waiters while there are both. */
