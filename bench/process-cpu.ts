@@ -1,5 +1,6 @@
 // CPU time of processes from /proc, for benchmarks that report where a request's CPU goes.
 import { readFileSync, readdirSync } from "node:fs";
+import { median, round1 } from "./statistics";
 
 /** utime + stime of one /proc stat file, in microseconds (USER_HZ: 100 ticks a second on Linux). */
 function statMicroseconds(path: string): number {
@@ -57,4 +58,35 @@ export function threadMicrosecondsBetween(before: Map<string, ThreadTime>, after
   const spent: Record<string, number> = {};
   for (const [task, { name, microseconds }] of after) spent[name] = (spent[name] ?? 0) + microseconds - (before.get(task)?.microseconds ?? 0);
   return spent;
+}
+
+/** A process's CPU so far: the whole process (threads that ended included) and each thread. */
+export interface CpuSnapshot {
+  process: number;
+  threads: Map<string, ThreadTime>;
+}
+
+export function cpuSnapshot(pid: number): CpuSnapshot {
+  return { process: cpuMicroseconds(pid).process, threads: threadTimes(pid) };
+}
+
+/** CPU a request, µs, of a load of `requests` between two snapshots: the whole process's, and each thread's by name. */
+export function cpuPerRequest(before: CpuSnapshot, after: CpuSnapshot, requests: number): { process: number; threads: Record<string, number> } {
+  const threads: Record<string, number> = {};
+  for (const [name, microseconds] of Object.entries(threadMicrosecondsBetween(before.threads, after.threads))) threads[name] = microseconds / requests;
+  return { process: (after.process - before.process) / requests, threads };
+}
+
+/**
+ * Each thread's median over rounds of `cpuPerRequest` figures (0 in a round it was missing from), to 0.1 µs. Threads
+ * with next to nothing (Bun's idle pool, the bundler's) are left out: they would only lengthen a report.
+ */
+export function medianByThread(rounds: Record<string, number>[]): Record<string, number> {
+  const names = new Set(rounds.flatMap((round) => Object.keys(round)));
+  const medians: Record<string, number> = {};
+  for (const name of names) {
+    const microseconds = round1(median(rounds.map((round) => round[name] ?? 0)));
+    if (microseconds > 0) medians[name] = microseconds;
+  }
+  return medians;
 }

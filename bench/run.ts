@@ -7,12 +7,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { runLoad, runWrk, writeWrkScript } from "./load-driver";
 import { freePort, waitForPort } from "./ports";
-import { threadMicrosecondsBetween, threadTimes } from "./process-cpu";
+import { cpuPerRequest, cpuSnapshot, medianByThread } from "./process-cpu";
 import { prepareSluice, waitForFirstAnswer } from "./sluice-setup";
 import { hashKeySecret } from "../src/modules/keys/secret";
 import { addToAggregates, UsageFold } from "../src/ledger/usage-fold";
 import { measureStreamRound, memoryOf, type StreamRound } from "./stream-client";
-import { median, pairedRatio, round1 } from "./statistics";
+import { median, pairedRatio } from "./statistics";
 
 const smoke = process.argv.includes("--smoke");
 /** `--only=streams,binary` runs some phases (results go to partial.json): nonstream, latency, streams, scale, binary, safety. */
@@ -108,22 +108,15 @@ async function closedLoop(target: Target, seconds: number): Promise<number> {
 }
 
 /**
- * A closed loop that also reads the target's CPU an answer by thread (µs; `process` for them all), from /proc: which
- * thread a gap between two servers is on, in the judge's own run.
+ * A closed loop that also reads the target's CPU an answer (µs; `process` for the whole process, and each thread by
+ * name) from /proc: which thread a gap between two servers is on, in the judge's own run.
  */
-async function measuredLoop(target: Target, seconds: number): Promise<{ rps: number; threads: Record<string, number> }> {
-  if (target.pid === undefined) return { rps: await closedLoop(target, seconds), threads: {} };
-  const before = threadTimes(target.pid);
+async function measuredLoop(target: Target, seconds: number): Promise<{ rps: number; cpu: Record<string, number> | undefined }> {
+  if (target.pid === undefined) return { rps: await closedLoop(target, seconds), cpu: undefined };
+  const before = cpuSnapshot(target.pid);
   const result = await closedLoad(target, seconds);
-  const spent = threadMicrosecondsBetween(before, threadTimes(target.pid));
-  const threads: Record<string, number> = {};
-  let total = 0;
-  for (const [name, microseconds] of Object.entries(spent)) {
-    total += microseconds;
-    threads[name] = microseconds / result.requests;
-  }
-  threads.process = total / result.requests;
-  return { rps: result.rps, threads };
+  const spent = cpuPerRequest(before, cpuSnapshot(target.pid), result.requests);
+  return { rps: result.rps, cpu: { ...spent.threads, process: spent.process } };
 }
 
 function runTargetLoad(mode: "open" | "closed", target: Target, amount: number, seconds: number) {
@@ -290,8 +283,8 @@ async function main(): Promise<void> {
 
   log("1/5 whole answers, closed loop");
   const rps: Record<string, number[]> = {};
-  /** CPU an answer by thread, each target's rounds: name → thread → µs. */
-  const threadRounds: Record<string, Record<string, number[]>> = {};
+  /** CPU an answer (measuredLoop), each measured target's rounds. */
+  const cpuRounds: Record<string, Record<string, number>[]> = {};
   if (phase("nonstream")) for (const target of targets) await closedLoop(target, settings.closedWarmupSeconds);
   for (let round = 0; phase("nonstream") && round < settings.rounds; round++) {
     // Interleaved, so that drift in the machine affects every target alike.
@@ -300,18 +293,13 @@ async function main(): Promise<void> {
       rps[target.name] = rounds;
       const measured = await measuredLoop(target, settings.seconds);
       rounds.push(measured.rps);
-      const byThread = threadRounds[target.name] ?? {};
-      threadRounds[target.name] = byThread;
-      for (const [thread, microseconds] of Object.entries(measured.threads)) byThread[thread] = [...(byThread[thread] ?? []), microseconds];
+      if (measured.cpu) {
+        const cpu = cpuRounds[target.name] ?? [];
+        cpuRounds[target.name] = cpu;
+        cpu.push(measured.cpu);
+      }
     }
   }
-  /** Medians of the rounds, to 0.1 µs; threads that did next to nothing are left out. */
-  const cpuPerAnswer = (name: string) =>
-    Object.fromEntries(
-      Object.entries(threadRounds[name] ?? {})
-        .map(([thread, rounds]) => [thread, round1(median(rounds))] as const)
-        .filter(([, microseconds]) => microseconds >= 0.1),
-    );
   const nonstreamMedian = (name: string) => (rps[name] ? median(rps[name]) : null);
   const sluiceRps = nonstreamMedian("sluice") ?? Number.NaN;
 
@@ -475,7 +463,11 @@ async function main(): Promise<void> {
       full_reference_vs_bare_paired: pairedRatio(rps.full_reference ?? [], rps.bare ?? []),
       sluice_vs_full_reference_paired: pairedRatio(rps.sluice ?? [], rps.full_reference ?? []),
       sluice_vs_portkey_paired: rps.portkey ? pairedRatio(rps.sluice ?? [], rps.portkey) : null,
-      cpu_us_per_answer: { bare: cpuPerAnswer("bare"), sluice: cpuPerAnswer("sluice"), full_reference: cpuPerAnswer("full_reference") },
+      cpu_us_per_answer: {
+        bare: medianByThread(cpuRounds.bare ?? []),
+        sluice: medianByThread(cpuRounds.sluice ?? []),
+        full_reference: medianByThread(cpuRounds.full_reference ?? []),
+      },
     },
     latency: {
       rate: settings.rate,

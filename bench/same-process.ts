@@ -19,7 +19,7 @@ import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { runWrk, writeWrkScript } from "./load-driver";
 import { freePort, waitForPort } from "./ports";
-import { cpuMicroseconds, threadMicrosecondsBetween, threadTimes } from "./process-cpu";
+import { cpuPerRequest, cpuSnapshot, medianByThread } from "./process-cpu";
 import { prepareSourceBench, waitForFirstAnswer } from "./sluice-setup";
 import { median, round1, round3 } from "./statistics";
 
@@ -104,18 +104,17 @@ async function compare(): Promise<void> {
     for (const side of sides) await runWrk(urls[side] as string, script, { threads: 2, connections: 64, seconds: smoke ? 1 : 3 });
 
     const measure = async (side: Side): Promise<Round> => {
-      const before = { process: cpuMicroseconds(server.pid).process, threads: threadTimes(server.pid) };
+      const before = cpuSnapshot(server.pid);
       const result = await runWrk(urls[side] as string, script, { threads: 2, connections: 64, seconds });
-      const after = { process: cpuMicroseconds(server.pid).process, threads: threadTimes(server.pid) };
+      const after = cpuSnapshot(server.pid);
       if (!(result.requests > 0)) throw new Error(`${side}: wrk reported no requests`);
       if (result.non2xx > 0) throw new Error(`${side}: ${result.non2xx} answers were not 200`);
-      const perRequest = (microseconds: number) => round1(microseconds / result.requests);
-      const threads = threadMicrosecondsBetween(before.threads, after.threads);
+      const spent = cpuPerRequest(before, after, result.requests);
       return {
         rps: Math.round(result.rps),
-        eventLoopMicroseconds: perRequest(threads["event loop"] ?? 0),
-        processMicroseconds: perRequest(after.process - before.process),
-        threadMicroseconds: Object.fromEntries(Object.entries(threads).map(([name, microseconds]) => [name, perRequest(microseconds)])),
+        eventLoopMicroseconds: round1(spent.threads["event loop"] ?? 0),
+        processMicroseconds: round1(spent.process),
+        threadMicroseconds: Object.fromEntries(Object.entries(spent.threads).map(([name, microseconds]) => [name, round1(microseconds)])),
       };
     };
     // Each side is measured right beside a load of the reference of its own, and compared with that one: this
@@ -143,12 +142,7 @@ async function compare(): Promise<void> {
       rps: median(rounds.map((round) => round.rps)),
       event_loop_us: median(rounds.map((round) => round.eventLoopMicroseconds)),
       process_us: median(rounds.map((round) => round.processMicroseconds)),
-      threads_us: Object.fromEntries(
-        [...new Set(rounds.flatMap((round) => Object.keys(round.threadMicroseconds)))]
-          .map((name) => [name, round1(median(rounds.map((round) => round.threadMicroseconds[name] ?? 0)))])
-          // Idle threads (Bun's pool, the bundler's) would only lengthen the report.
-          .filter(([, microseconds]) => (microseconds as number) > 0),
-      ),
+      threads_us: medianByThread(rounds.map((round) => round.threadMicroseconds)),
     });
     const medians = (side: Side) => medianOf(pairs(side).map((pair) => pair.side));
     // A side ÷ the reference loaded beside it: the median of each round's own ratio.

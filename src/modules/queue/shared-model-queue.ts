@@ -10,7 +10,7 @@ import { slotReleasedOnce, type Queue, type Slot } from "./model-queue";
  * reconnect, or a slot freed by an instance that died (its lease expiring), still reaches the line.
  */
 const pollMs = 25;
-/** How long a slot release is retried, and closing waits for it; how often it is sent again. */
+/** How long a slot release is retried (so how long closing can wait for it), and how often it is sent again. */
 const closeFlushMs = 5000;
 const releaseRetryMs = 100;
 
@@ -62,10 +62,10 @@ export class SharedModelQueue implements Queue {
     return { active: this.active, queued: this.line.waiting };
   }
 
-  /** Stops polling, once the releases on their way have reached Redis (at most `closeFlushMs`). */
+  /** Stops polling, once the releases on their way have reached Redis or given up (see release). */
   async close(): Promise<void> {
     clearInterval(this.poller);
-    if (this.releasing.size > 0) await Promise.race([Promise.all(this.releasing), Bun.sleep(closeFlushMs)]);
+    await Promise.all(this.releasing);
   }
 
   private localSlot(): Slot {
