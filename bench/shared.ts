@@ -1,6 +1,6 @@
 // The shared-mode phase of `make bench`: Sluice on PostgreSQL + Redis against the same executable on SQLite, in one
 // run, on Debian's servers started here (as the tests start them). Writes its figures into the `shared` key of
-// bench/results/latest.json (or partial.json when that is what the main runner wrote last).
+// bench/results/latest.json.
 //   1. whole answers, closed loop, one instance each: SQLite vs shared (interleaved rounds, medians), and the CPU
 //      time a request of the instance, PostgreSQL and Redis
 //   2. latency at 1,000 requests a second, open loop: p50 / p99 of each
