@@ -509,7 +509,10 @@ async function main(): Promise<void> {
     safety: { prompt_chars: safety.prompt_chars ?? null, input_check_us: safety.input_check_us ?? null, output_chunk_us: safety.output_chunk_us ?? null },
   };
   const output = join(import.meta.dir, "results", smoke ? "smoke.json" : only ? "partial.json" : "latest.json");
-  await Bun.write(output, `${JSON.stringify(results, null, 2)}\n`);
+  // bench/shared.ts writes its own section of latest.json (`make bench` runs it next): a run of this runner alone keeps
+  // the last one, with its own date, rather than dropping it.
+  const shared = output.endsWith("latest.json") && existsSync(output) ? ((await Bun.file(output).json()) as { shared?: unknown }).shared : undefined;
+  await Bun.write(output, `${JSON.stringify(shared === undefined ? results : { ...results, shared }, null, 2)}\n`);
   const fixed = (value: number | null, digits = 2) => (value === null || Number.isNaN(value) ? "-" : value.toFixed(digits));
   const threadLine = (threads: Record<string, number>) =>
     Object.entries(threads)
