@@ -9,25 +9,41 @@
 //   walks compete with the event loop for a CPU: at 1,000 requests a second, once a second instead of ten times cut
 //   the p99 by a paired 0.6-1.0 ms (two runs of 8 rounds), with the same idle RSS and the same peak over 2,000 streams
 //   (bench/README.md). A value the operator set in the service's environment is kept.
+// - BUN_JSC_useGenerationalGC=0, on SQLite only: every collection a full one. With thousands of streams open, the
+//   young collections promote each stream's chunks, reads and promises in flight into an old generation that only a
+//   rare full collection empties; without generations 2,000 streams of 200 tokens peaked at 167-198 MB against
+//   240-281 (paired, 6 rounds), 1,000-token streams at 212-240 against 315-462. It costs the tail: at 1,000 whole
+//   answers a second the p99 rose by a paired median of 0.56-1.15 ms in three runs, because every collection then
+//   marks the whole heap, mostly code (bench/README.md, "Without generations on SQLite"). Shared mode keeps
+//   generations: its unpaired runs read a higher TTFT p99 without them. A value the operator set is kept.
+
+import { isPostgresUrl } from "./storage/mode";
 
 const fetchLimitVariable = "BUN_CONFIG_MAX_HTTP_REQUESTS";
 const maxHttpRequests = "65535";
-/** Allocator settings the restart adds unless the operator set them. */
-const allocatorDefaults: Readonly<Record<string, string>> = { MIMALLOC_PURGE_HOLES_MIN_INTERVAL: "1000" };
+/** Runtime settings the restart adds unless the operator set them. */
+const runtimeDefaults: Readonly<Record<string, string>> = { MIMALLOC_PURGE_HOLES_MIN_INTERVAL: "1000" };
+/** Added as well when the server runs on SQLite, one instance. */
+const sqliteDefaults: Readonly<Record<string, string>> = { BUN_JSC_useGenerationalGC: "0" };
 
 /** The arguments after the program: a compiled executable's argv[1] is its embedded entry, not a user argument. */
 function userArguments(): string[] {
   return process.argv[1]?.startsWith("/$bunfs/") ? process.argv.slice(2) : process.argv.slice(1);
 }
 
+/** The environment `serve` restarts with: the fetch limit lifted, and each default the operator left unset. */
+export function startEnvironment(environment: Record<string, string | undefined>): Record<string, string | undefined> {
+  const defaults = isPostgresUrl(environment.SLUICE_DB) ? runtimeDefaults : { ...runtimeDefaults, ...sqliteDefaults };
+  // The fetch limit last: an empty value in the environment must not survive the restart, or it would restart again.
+  return { ...defaults, ...environment, [fetchLimitVariable]: maxHttpRequests };
+}
+
 /**
- * Replaces this process (same pid) with one started with the fetch limit lifted and the allocator's defaults, unless
- * the fetch limit is already set: by the restart, or by an operator who then sets the allocator as they see fit.
+ * Replaces this process (same pid) with one started with the start environment, unless the fetch limit is already
+ * set: by the restart, or by an operator who then sets the other variables as they see fit.
  */
 export function restartWithStartEnvironment(): void {
   if (process.env[fetchLimitVariable]) return;
   if (!process.execve) return; // older runtimes: the operator sets the variables (see README)
-  // The fetch limit last: an empty value in the environment must not survive the restart, or it would restart again.
-  const environment = { ...allocatorDefaults, ...process.env, [fetchLimitVariable]: maxHttpRequests };
-  process.execve(process.execPath, [process.execPath, ...userArguments()], environment);
+  process.execve(process.execPath, [process.execPath, ...userArguments()], startEnvironment(process.env));
 }

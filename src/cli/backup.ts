@@ -1,5 +1,5 @@
 import { existsSync } from "node:fs";
-import { isPostgresUrl } from "../storage/open";
+import { isPostgresUrl } from "../storage/mode";
 import { isSqliteStorage } from "../storage/sqlite";
 import { withCliContext } from "./context";
 import { UsageError, parseCommand } from "./usage";

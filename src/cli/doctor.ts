@@ -2,7 +2,8 @@ import { type ConfigError, loadConfig } from "../config/load";
 import type { Config } from "../config/schema";
 import { openDatabase } from "../db/client";
 import { postgresMigrations } from "../db/postgres/migrations/index";
-import { isPostgresUrl, redactUrl } from "../storage/open";
+import { isPostgresUrl } from "../storage/mode";
+import { redactUrl } from "../storage/open";
 import { RedisConnection } from "../storage/redis";
 import { withTimeout } from "../storage/with-timeout";
 

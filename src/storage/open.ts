@@ -1,6 +1,7 @@
 import { ConfigError } from "../config/load";
 import { openDatabase } from "../db/client";
 import { DatabaseTooNewError } from "../db/migrate";
+import { isPostgresUrl } from "./mode";
 import { RedisConnection, redisChangeFeed } from "./redis";
 import { sqliteStorage } from "./sqlite";
 import type { Storage } from "./types";
@@ -8,11 +9,6 @@ import type { Storage } from "./types";
 /** The database or Redis named in the environment cannot be used; the message says why in plain words. */
 export class BackendError extends Error {
   override name = "BackendError";
-}
-
-/** Whether SLUICE_DB names a PostgreSQL database rather than a SQLite file. */
-export function isPostgresUrl(value: string | undefined): value is string {
-  return value !== undefined && /^postgres(ql)?:\/\//.test(value);
 }
 
 /** A connection URL without its password, for messages. */
