@@ -15,7 +15,8 @@
 //   240-281 (paired, 6 rounds), 1,000-token streams at 212-240 against 315-462. It costs the tail: at 1,000 whole
 //   answers a second the p99 rose by a paired median of 0.56-1.15 ms in three runs, because every collection then
 //   marks the whole heap, mostly code (bench/README.md, "Without generations on SQLite"). Shared mode keeps
-//   generations: its unpaired runs read a higher TTFT p99 without them. A value the operator set is kept.
+//   generations: there, with the database's and Redis's clients in the heap, a relayed event cost a quarter more CPU
+//   without them and the streams' first tokens came later (paired). A value the operator set is kept.
 
 import { isPostgresUrl } from "./storage/mode";
 
