@@ -22,6 +22,7 @@ import { freePort, waitForPort } from "./ports";
 import { cpuPerRequest, cpuSnapshot, medianByThread } from "./process-cpu";
 import { prepareSourceBench, waitForFirstAnswer } from "./sluice-setup";
 import { median, round1, round3 } from "./statistics";
+import { startEnvironment } from "../src/start-environment";
 
 const bun = process.execPath;
 
@@ -82,10 +83,8 @@ async function compare(): Promise<void> {
     for (const extra of extras) ports[extra.name] = freePort();
     const server = Bun.spawn([bun, import.meta.path, "--serve"], {
       env: {
-        ...lifted,
-        ...environment,
-        // As `serve` restarts itself with (src/start-environment.ts), which this child does not go through.
-        MIMALLOC_PURGE_HOLES_MIN_INTERVAL: "1000",
+        // As `serve` restarts itself with, which this child does not go through.
+        ...startEnvironment({ ...lifted, ...environment }),
         SLUICE_PORT: String(ports.sluice),
         REFERENCE_PORT: String(ports.reference),
         REFERENCE_UPSTREAM: `http://127.0.0.1:${upstreamPort}`,

@@ -21,6 +21,7 @@ import { freePort } from "./ports";
 import { prepareSourceBench, waitForFirstAnswer } from "./sluice-setup";
 import { median, round1, round3 } from "./statistics";
 import type { SwitchPhase } from "./switch-preload";
+import { startEnvironment } from "../src/start-environment";
 
 const { values } = parseArgs({
   options: {
@@ -91,10 +92,8 @@ try {
   const out = join(work, "phases.json");
   const server = Bun.spawn([bun, "--preload", join(import.meta.dir, "switch-preload.ts"), join(source, "src/main.ts"), "serve"], {
     env: {
-      ...lifted,
-      ...environment,
-      // As `serve` restarts itself with (src/start-environment.ts): set here, it does not restart, so the preload stays.
-      MIMALLOC_PURGE_HOLES_MIN_INTERVAL: "1000",
+      // As `serve` restarts itself with: with the fetch limit set here it does not restart, so the preload stays.
+      ...startEnvironment({ ...lifted, ...environment }),
       SLUICE_PORT: String(port),
       SWITCH_PHASE_MS: String(phaseMs),
       SWITCH_OUT: out,
