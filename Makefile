@@ -3,7 +3,7 @@ BUN_VERSION := 1.4.5
 BUN := node_modules/.bin/bun
 STAMP := node_modules/.sluice-installed
 
-.PHONY: run test build bench bytecode-order soak install clean chromium shared-services agents format
+.PHONY: run test build bench bytecode-order soak install clean chromium wrk shared-services agents format
 
 # Formats every file and applies the linter's safe fixes (make test fails on what is left).
 format: $(STAMP)
@@ -12,7 +12,7 @@ format: $(STAMP)
 run: $(STAMP)
 	$(BUN) src/main.ts serve
 
-test: $(STAMP) chromium shared-services
+test: $(STAMP) chromium wrk shared-services
 	node_modules/.bin/biome check --error-on-warnings .
 	node_modules/.bin/tsc --noEmit -p .
 	node_modules/.bin/tsc --noEmit -p src/modules/console/ui
@@ -26,8 +26,7 @@ build: dist/sluice
 dist/sluice: $(STAMP) $(shell find src -type f)
 	$(BUN) build --compile --bytecode --bytecode-order src/bytecode-order.txt --format=esm --minify --sourcemap src/main.ts src/cli/run.ts src/ledger/ledger-worker.ts src/tokens/tokenizer-worker.ts --outfile dist/sluice
 
-bench: $(STAMP) shared-services
-	@command -v wrk >/dev/null || (command -v apt-get >/dev/null && (apt-get install -y -qq wrk >/dev/null 2>&1 || (apt-get update -qq >/dev/null && apt-get install -y -qq wrk >/dev/null))) || echo "wrk not installed: bench/load.ts is used instead"
+bench: $(STAMP) wrk shared-services
 	BUN_CONFIG_MAX_HTTP_REQUESTS=65535 $(BUN) bench/run.ts
 	BUN_CONFIG_MAX_HTTP_REQUESTS=65535 $(BUN) bench/shared.ts
 	$(BUN) bench/request-log.ts
@@ -63,6 +62,10 @@ $(STAMP): package.json bun.lock
 # The console's browser tests drive Debian's Chromium (never a downloaded browser).
 chromium:
 	@command -v chromium >/dev/null || (apt-get update -qq >/dev/null && apt-get install -y -qq chromium >/dev/null) || (sudo apt-get update -qq >/dev/null && sudo apt-get install -y -qq chromium >/dev/null)
+
+# The load generator of every closed loop in bench/ (the benchmark runners' smoke runs are part of make test).
+wrk:
+	@command -v wrk >/dev/null || (apt-get update -qq >/dev/null && apt-get install -y -qq wrk >/dev/null) || (sudo apt-get update -qq >/dev/null && sudo apt-get install -y -qq wrk >/dev/null)
 
 # The shared-mode tests start their own PostgreSQL and Redis (Debian's servers) on loopback ports with temporary data
 # directories; only the packages are needed. Debian's postgresql package may start a cluster of its own: it is

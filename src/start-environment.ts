@@ -13,10 +13,11 @@
 //   young collections promote each stream's chunks, reads and promises in flight into an old generation that only a
 //   rare full collection empties; without generations 2,000 streams of 200 tokens peaked at 167-198 MB against
 //   240-281 (paired, 6 rounds), 1,000-token streams at 212-240 against 315-462. It costs the tail: at 1,000 whole
-//   answers a second the p99 rose by a paired median of 0.56-1.15 ms in three runs, because every collection then
-//   marks the whole heap, mostly code (bench/README.md, "Without generations on SQLite"). Shared mode keeps
-//   generations: there, with the database's and Redis's clients in the heap, a relayed event cost a quarter more CPU
-//   without them and the streams' first tokens came later (paired). A value the operator set is kept.
+//   answers a second the p99 moved by paired medians of -0.06 to +1.15 ms in five runs (+0.68 on average), because
+//   every collection then marks the whole heap, mostly code (bench/README.md, "Without generations on SQLite").
+//   Shared mode keeps generations: there, with the database's and Redis's clients in the heap, a relayed event cost
+//   a quarter more CPU without them and the streams' first tokens came later (paired). A value the operator set is
+//   kept.
 
 import { isPostgresUrl } from "./storage/mode";
 
