@@ -144,6 +144,26 @@ export const usageMonths = sqliteTable(
   (table) => [primaryKey({ columns: [table.organizationId, table.month] })],
 );
 
+/**
+ * The ledger summed per organization, hour, key and model, written with the ledger rows and never reset: the
+ * console's 24-hour chart and a capped key's month read it, so neither grows with the rows an hour holds.
+ */
+export const usageHours = sqliteTable(
+  "usage_hours",
+  {
+    organizationId: text("organization_id").notNull(),
+    /** Hours since the epoch of the rows' `ended_at`. */
+    hour: integer("hour").notNull(),
+    keyId: text("key_id").notNull(),
+    model: text("model").notNull(),
+    tokens: integer("tokens").notNull(),
+  },
+  (table) => [
+    primaryKey({ columns: [table.organizationId, table.hour, table.keyId, table.model] }),
+    index("usage_hours_key_hour_idx").on(table.keyId, table.hour),
+  ],
+);
+
 /** People who sign in to the console: members of one organization, or operators of the whole installation. */
 export const users = sqliteTable("users", {
   id: text("id").primaryKey(),

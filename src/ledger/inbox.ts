@@ -17,6 +17,8 @@ export const stageRowSql = `INSERT INTO usage_ledger_inbox (${stagedColumns}) VA
 interface StagedUsage {
   requestId: string;
   organizationId: string;
+  keyId: string;
+  model: string;
   tokens: number;
   endedAt: number;
 }
@@ -32,7 +34,7 @@ export function moveStagedRows(sqlite: Database): number {
       if (last === null || last === undefined) return 0;
       const staged = sqlite
         .query<StagedUsage, [number]>(
-          `SELECT request_id AS requestId, organization_id AS organizationId, prompt_tokens + completion_tokens AS tokens, ended_at AS endedAt
+          `SELECT request_id AS requestId, organization_id AS organizationId, key_id AS keyId, model, prompt_tokens + completion_tokens AS tokens, ended_at AS endedAt
            FROM usage_ledger_inbox AS staged WHERE rowid <= ?
              AND NOT EXISTS (SELECT 1 FROM usage_ledger WHERE usage_ledger.request_id = staged.request_id)`,
         )
@@ -48,8 +50,10 @@ export function moveStagedRows(sqlite: Database): number {
         if (counted.has(row.requestId)) continue;
         counted.add(row.requestId);
         fold.add(row.organizationId, row.tokens, row.endedAt);
+        fold.addToHours(row.organizationId, row.keyId, row.model, row.tokens, row.endedAt);
       }
-      // The aggregates are summed first: a hundred rows of one organization are one upsert per minute and month.
+      // The aggregates are summed first: a hundred rows of one organization are one upsert per minute, month and
+      // key and model of the hour.
       addToAggregates(sqlite, fold);
       sqlite.query("DELETE FROM usage_ledger_inbox WHERE rowid <= ?").run(last);
       return counted.size;

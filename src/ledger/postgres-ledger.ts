@@ -2,6 +2,7 @@ import type { SQL } from "bun";
 import { SluiceError } from "../errors";
 import { withTimeout } from "../storage/with-timeout";
 import type { LedgerStore } from "../storage/types";
+import { hourMs } from "../storage/usage-rows";
 import { bucketMs } from "../usage-periods";
 import type { LedgerRow } from "./ledger";
 
@@ -17,7 +18,7 @@ const maxCommitsInFlight = 4;
 const commitTimeoutMs = 5000;
 
 /**
- * Commits a batch of rows and adds their tokens to both aggregates, in one statement: a single statement is its own
+ * Commits a batch of rows and adds their tokens to the aggregates (minutes, months, hours by key and model), in one statement: a single statement is its own
  * transaction, as atomic as BEGIN … COMMIT at one round trip instead of five. The rows travel as one JSON parameter:
  * JSON.stringify is native, where an array parameter a column costs the client's JavaScript quoting of every element
  * (bound as text, because a string bound as json would be encoded again). The statement's text is the same for every
@@ -45,7 +46,7 @@ function commitRows(client: SQL, rows: LedgerRow[]): Promise<unknown> {
         error_code, rule_id, usage_source, started_at, ended_at, first_token_ms FROM batch
       ON CONFLICT DO NOTHING RETURNING request_id
     ), counted AS (
-      SELECT organization_id, minute, month, prompt_tokens + completion_tokens AS tokens, ended_at FROM batch JOIN inserted USING (request_id)
+      SELECT organization_id, key_id, model, minute, month, prompt_tokens + completion_tokens AS tokens, ended_at FROM batch JOIN inserted USING (request_id)
       WHERE prompt_tokens + completion_tokens > 0
     ), minutes AS (
       INSERT INTO usage_minutes AS m (organization_id, minute, tokens, last_time)
@@ -55,6 +56,11 @@ function commitRows(client: SQL, rows: LedgerRow[]): Promise<unknown> {
       INSERT INTO usage_months AS m (organization_id, month, tokens)
       SELECT organization_id, month, sum(tokens) FROM counted GROUP BY organization_id, month ORDER BY organization_id COLLATE "C", month
       ON CONFLICT (organization_id, month) DO UPDATE SET tokens = m.tokens + excluded.tokens
+    ), hours AS (
+      INSERT INTO usage_hours AS h (organization_id, hour, key_id, model, tokens)
+      SELECT organization_id, ended_at / ${hourMs}::bigint, key_id, model, sum(tokens) FROM counted GROUP BY 1, 2, 3, 4
+      ORDER BY organization_id COLLATE "C", 2, key_id COLLATE "C", model COLLATE "C"
+      ON CONFLICT (organization_id, hour, key_id, model) DO UPDATE SET tokens = h.tokens + excluded.tokens
     )
     SELECT count(*) AS inserted FROM inserted`;
 }

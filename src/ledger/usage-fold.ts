@@ -1,4 +1,5 @@
 import type { Database } from "bun:sqlite";
+import { hourMs } from "../storage/usage-rows";
 import { bucketMs, monthOf } from "../usage-periods";
 
 /** Adds tokens to an organization's minute: (organization_id, minute, tokens, last ended_at). */
@@ -8,6 +9,10 @@ const addToMinuteSql = `INSERT INTO usage_minutes (organization_id, minute, toke
 /** Adds tokens to an organization's month: (organization_id, month, tokens). */
 const addToMonthSql = `INSERT INTO usage_months (organization_id, month, tokens) VALUES (?1, ?2, ?3)
   ON CONFLICT (organization_id, month) DO UPDATE SET tokens = tokens + excluded.tokens`;
+
+/** Adds tokens to an organization's hour of one key and model: (organization_id, hour, key_id, model, tokens). */
+const addToHourSql = `INSERT INTO usage_hours (organization_id, hour, key_id, model, tokens) VALUES (?1, ?2, ?3, ?4, ?5)
+  ON CONFLICT (organization_id, hour, key_id, model) DO UPDATE SET tokens = tokens + excluded.tokens`;
 
 export interface MinuteTotal {
   organizationId: string;
@@ -23,13 +28,32 @@ export interface MonthTotal {
   tokens: number;
 }
 
+export interface HourTotal {
+  organizationId: string;
+  hour: number;
+  keyId: string;
+  model: string;
+  tokens: number;
+}
+
 /**
- * Sums ledger rows into the aggregates kept beside them (usage_minutes, usage_months), so that a batch of rows is
- * one upsert per organization and minute or month rather than one per row. Used by every ledger writer and reset.
+ * Sums ledger rows into the aggregates kept beside them, so that a batch of rows is one upsert per organization and
+ * minute, month or hour rather than one per row. `add` feeds the quota's aggregates (usage_minutes, usage_months),
+ * which a reset rebuilds; `addToHours` the history by key and model (usage_hours), which only new ledger rows feed.
  */
 export class UsageFold {
   private readonly minutes = new Map<string, MinuteTotal>();
   private readonly months = new Map<string, MonthTotal>();
+  private readonly hours = new Map<string, HourTotal>();
+
+  addToHours(organizationId: string, keyId: string, model: string, tokens: number, endedAt: number): void {
+    if (tokens === 0) return;
+    const hour = Math.floor(endedAt / hourMs);
+    const entryKey = `${organizationId} ${hour} ${keyId} ${model}`;
+    const entry = this.hours.get(entryKey);
+    if (entry) entry.tokens += tokens;
+    else this.hours.set(entryKey, { organizationId, hour, keyId, model, tokens });
+  }
 
   add(organizationId: string, tokens: number, endedAt: number): void {
     if (tokens === 0) return;
@@ -53,14 +77,22 @@ export class UsageFold {
   monthTotals(): MonthTotal[] {
     return inKeyOrder(this.months);
   }
+
+  hourTotals(): HourTotal[] {
+    return inKeyOrder(this.hours);
+  }
 }
 
-/** Adds a fold's totals to SQLite's aggregates (usage_minutes, usage_months), inside the caller's transaction. */
+/** Adds a fold's totals to SQLite's aggregates (usage_minutes, usage_months, usage_hours), inside the caller's transaction. */
 export function addToAggregates(sqlite: Database, fold: UsageFold): void {
   const addMinute = sqlite.query<unknown, [string, number, number, number]>(addToMinuteSql);
   const addMonth = sqlite.query<unknown, [string, number, number]>(addToMonthSql);
   for (const entry of fold.minuteTotals()) addMinute.run(entry.organizationId, entry.minute, entry.tokens, entry.lastTime);
   for (const entry of fold.monthTotals()) addMonth.run(entry.organizationId, entry.month, entry.tokens);
+  const hours = fold.hourTotals();
+  if (hours.length === 0) return;
+  const addHour = sqlite.query<unknown, [string, number, string, string, number]>(addToHourSql);
+  for (const entry of hours) addHour.run(entry.organizationId, entry.hour, entry.keyId, entry.model, entry.tokens);
 }
 
 function inKeyOrder<T>(entries: Map<string, T>): T[] {

@@ -24,7 +24,7 @@ import type {
 import { withTimeout } from "./with-timeout";
 
 type Database = BunSQLDatabase<typeof schema>;
-const { apiKeys, auditLog, organizations, sessions, signInFailures, usageLedger, usageMinutes, usageMonths, usageResets, users } = schema;
+const { apiKeys, auditLog, organizations, sessions, signInFailures, usageHours, usageLedger, usageMinutes, usageMonths, usageResets, users } = schema;
 
 /** Every query that a request waits for gives up after this long (PostgreSQL stopped, a dead link). */
 export const postgresTimeoutMs = 3000;
@@ -245,27 +245,37 @@ function usageRepository(db: Database): UsageRepository {
           .groupBy(sql`${usageLedger.endedAt} / ${sql.raw(String(bucketMs))}`)
           .orderBy(sql`2`),
       );
-      const [month] = await timed(
+      // The month's whole hours from usage_hours; the rows of the hour the month (or the last reset) starts in
+      // from the ledger. The work does not grow with the month's rows.
+      const from = Math.max(startOfMonth(now), resetAt + 1);
+      const firstWholeHour = Math.ceil(from / hourMs);
+      const [hours] = await timed(
         db
-          .select({ tokens })
-          .from(usageLedger)
-          .where(and(eq(usageLedger.keyId, keyId), gte(usageLedger.endedAt, Math.max(startOfMonth(now), resetAt + 1)))),
+          .select({ tokens: sql<number>`coalesce(sum(${usageHours.tokens}), 0)`.mapWith(Number) })
+          .from(usageHours)
+          .where(and(eq(usageHours.keyId, keyId), gte(usageHours.hour, firstWholeHour))),
       );
-      return { buckets, monthTokens: month?.tokens ?? 0 };
+      const [firstHour] = await timed(
+        db
+          .select({ tokens: sql<number>`coalesce(sum(${usageLedger.promptTokens} + ${usageLedger.completionTokens}), 0)`.mapWith(Number) })
+          .from(usageLedger)
+          .where(and(eq(usageLedger.keyId, keyId), gte(usageLedger.endedAt, from), lt(usageLedger.endedAt, firstWholeHour * hourMs))),
+      );
+      return { buckets, monthTokens: (hours?.tokens ?? 0) + (firstHour?.tokens ?? 0) };
     },
     async hourly(organizationId, since) {
       const rows = await timed(
         db
           .select({
-            hour: sql<number>`${usageLedger.endedAt} / ${sql.raw(String(hourMs))}`.mapWith(Number),
-            model: usageLedger.model,
-            keyName: sql<string>`coalesce(${apiKeys.name}, ${usageLedger.keyId})`,
-            tokens: sql<number>`sum(${usageLedger.promptTokens} + ${usageLedger.completionTokens})`.mapWith(Number),
+            hour: usageHours.hour,
+            model: usageHours.model,
+            keyName: sql<string>`coalesce(${apiKeys.name}, ${usageHours.keyId})`,
+            tokens: sql<number>`sum(${usageHours.tokens})`.mapWith(Number),
           })
-          .from(usageLedger)
-          .leftJoin(apiKeys, eq(apiKeys.id, usageLedger.keyId))
-          .where(and(eq(usageLedger.organizationId, organizationId), gte(usageLedger.endedAt, since)))
-          .groupBy(sql`1`, usageLedger.model, usageLedger.keyId, apiKeys.name),
+          .from(usageHours)
+          .leftJoin(apiKeys, eq(apiKeys.id, usageHours.keyId))
+          .where(and(eq(usageHours.organizationId, organizationId), gte(usageHours.hour, Math.floor(since / hourMs))))
+          .groupBy(usageHours.hour, usageHours.model, usageHours.keyId, apiKeys.name),
       );
       return rows;
     },

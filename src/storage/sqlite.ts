@@ -208,21 +208,32 @@ function usageRepository({ sqlite }: DatabaseHandle): UsageRepository {
             WHERE key_id = ?2 AND ended_at >= ?3 GROUP BY ended_at / ?1 ORDER BY lastTime`,
         )
         .all(bucketMs, keyId, windowStart);
+      // The month's whole hours from usage_hours, which holds the moved rows; the rows still staged, and those of the
+      // hour the month (or the last reset) starts in, from the ledger. The work does not grow with the month's rows.
+      const from = Math.max(startOfMonth(now), resetAt + 1);
+      const firstWholeHour = Math.ceil(from / hourMs);
       const month = sqlite
-        .query<{ tokens: number | null }, [string, number]>(
-          `SELECT sum(prompt_tokens + completion_tokens) AS tokens FROM ${committedLedger} WHERE key_id = ? AND ended_at >= ?`,
+        .query<{ tokens: number | null }, [string, number, number, number]>(
+          `SELECT (SELECT coalesce(sum(tokens), 0) FROM usage_hours WHERE key_id = ?1 AND hour >= ?4)
+                + (SELECT coalesce(sum(prompt_tokens + completion_tokens), 0) FROM ${committedLedger} WHERE key_id = ?1 AND ended_at >= ?2 AND ended_at < ?3)
+                + (SELECT coalesce(sum(prompt_tokens + completion_tokens), 0) FROM usage_ledger_inbox WHERE key_id = ?1 AND ended_at >= ?3) AS tokens`,
         )
-        .get(keyId, Math.max(startOfMonth(now), resetAt + 1));
+        .get(keyId, from, firstWholeHour * hourMs, firstWholeHour);
       return { buckets, monthTokens: month?.tokens ?? 0 };
     },
     async hourly(organizationId, since): Promise<HourlyUsage[]> {
+      // usage_hours holds every moved row; the few rows still staged are summed beside it.
       return sqlite
-        .query<HourlyUsage, [string, number]>(
-          `SELECT l.ended_at / ${hourMs} AS hour, l.model AS model, coalesce(k.name, l.key_id) AS keyName, sum(l.prompt_tokens + l.completion_tokens) AS tokens
-             FROM ${committedLedger} l LEFT JOIN api_keys k ON k.id = l.key_id
-            WHERE l.organization_id = ? AND l.ended_at >= ? GROUP BY hour, l.model, l.key_id`,
+        .query<HourlyUsage, [string, number, number]>(
+          `SELECT usage.hour AS hour, usage.model AS model, coalesce(k.name, usage.key_id) AS keyName, sum(usage.tokens) AS tokens
+             FROM (SELECT hour, model, key_id, tokens FROM usage_hours WHERE organization_id = ?1 AND hour >= ?2
+                   UNION ALL
+                   SELECT ended_at / ${hourMs}, model, key_id, prompt_tokens + completion_tokens FROM usage_ledger_inbox
+                    WHERE organization_id = ?1 AND ended_at >= ?3) AS usage
+             LEFT JOIN api_keys k ON k.id = usage.key_id
+            GROUP BY usage.hour, usage.model, usage.key_id`,
         )
-        .all(organizationId, since);
+        .all(organizationId, Math.floor(since / hourMs), since);
     },
     async refusalsByRule(since): Promise<RefusalCount[]> {
       return sqlite

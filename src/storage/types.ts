@@ -161,12 +161,12 @@ export interface UsageRepository {
   /** Every organization's last reset time. */
   resets(): Promise<Map<string, number>>;
   /**
-   * What one key used in the last 5 hours per minute and this month, read from its ledger rows (keys have no
-   * aggregates: only keys with caps are ever read, through the (key, time) index). Rows before the last reset of
-   * the key's organization do not count.
+   * What one key used in the last 5 hours per minute (its ledger rows, through the (key, time) index) and this month
+   * (usage_hours, and the rows of the hour the month or the last reset starts in), for keys with caps. Rows before
+   * the last reset of the key's organization do not count.
    */
   keyUsage(keyId: string, now: number): Promise<OrganizationUsage>;
-  /** Tokens per hour, model and key since `since`. */
+  /** Tokens per hour, model and key since `since` (an hour's start), from usage_hours: resets do not hide them. */
   hourly(organizationId: string, since: number): Promise<HourlyUsage[]>;
   refusalsByRule(since: number): Promise<RefusalCount[]>;
   recentRefusals(since: number, limit: number): Promise<RecentRefusal[]>;

@@ -2,7 +2,9 @@
 // run, answered as the SQLite ones answer them.
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { postgresStorage } from "../../src/storage/postgres";
-import { bucketMs, monthOf } from "../../src/usage-periods";
+import { migratePostgres } from "../../src/db/postgres/migrate";
+import { postgresMigrations } from "../../src/db/postgres/migrations";
+import { bucketMs, monthOf, startOfMonth } from "../../src/usage-periods";
 import type { ChangeFeed, Storage } from "../../src/storage/types";
 import { startPostgres, type PostgresServer } from "../support/services";
 
@@ -127,6 +129,120 @@ test("a committed row keeps every field as recorded, and counts in the minute an
     expect(expectedMonths.size).toBe(3);
     const minutes = await client`SELECT minute FROM usage_minutes WHERE organization_id = 'org_edges' ORDER BY minute`;
     expect(minutes.map((row: { minute: unknown }) => Number(row.minute))).toEqual(times.map((time) => Math.floor(time / bucketMs)).sort((a, b) => a - b));
+  } finally {
+    await client.close();
+  }
+});
+
+test("usage_hours: the chart and a capped key's month answer what the rows say, across a reset in the middle of an hour; the migration fills it from older rows", async () => {
+  const hourMs = 3_600_000;
+  const now = Date.UTC(2026, 10, 26, 15, 40);
+  await storage.organizations.insert({ id: "org_hours", name: "hours", plan: "default", status: "active", createdAt: 1 });
+  for (const [id, name] of [
+    ["key_h1", "laptop"],
+    ["key_h2", "ci"],
+  ] as const)
+    await storage.keys.insert({
+      id,
+      organizationId: "org_hours",
+      name,
+      prefix: "sk-sluice-ab",
+      hash: `hash_${id}`,
+      createdAt: 1,
+      lastUsedAt: null,
+      expiresAt: null,
+      revokedAt: null,
+      maxConcurrency: null,
+      tokensPer5h: null,
+      tokensPerMonth: 1_000_000,
+    });
+  let index = 0;
+  const row = (keyId: string, model: string, endedAt: number, tokens: number) => ({
+    requestId: `req_hours_${++index}`,
+    organizationId: "org_hours",
+    keyId,
+    model,
+    promptTokens: tokens,
+    completionTokens: 1,
+    reasoningTokens: 0,
+    outcome: "completed" as const,
+    errorCode: null,
+    ruleId: null,
+    usageSource: "upstream" as const,
+    startedAt: endedAt - 100,
+    endedAt,
+    firstTokenMs: null,
+  });
+  const rows = [];
+  for (let time = startOfMonth(now) - 2 * hourMs; time < now; time += 37 * 60_000 + (index % 7) * 60_000)
+    rows.push(row(index % 3 === 0 ? "key_h2" : "key_h1", index % 5 === 0 ? "large" : "m", time, 10 + (index % 13)));
+  const ledger = storage.openLedger();
+  await Promise.all(rows.map((entry) => ledger.record(entry)));
+  const client = new Bun.SQL(databaseUrl);
+  try {
+    const monthOfKey = async (keyId: string, from: number) =>
+      Number(
+        (
+          await client`SELECT coalesce(sum(prompt_tokens + completion_tokens), 0) AS tokens FROM usage_ledger WHERE key_id = ${keyId} AND ended_at >= ${from}`
+        )[0].tokens,
+      );
+    for (const keyId of ["key_h1", "key_h2"]) {
+      expect(await monthOfKey(keyId, startOfMonth(now))).toBeGreaterThan(1000);
+      expect((await storage.usage.keyUsage(keyId, now)).monthTokens).toBe(await monthOfKey(keyId, startOfMonth(now)));
+    }
+    const since = (Math.floor(now / hourMs) - 23) * hourMs;
+    const direct = await client`SELECT ended_at / ${hourMs}::bigint AS hour, model, CASE key_id WHEN 'key_h1' THEN 'laptop' ELSE 'ci' END AS "keyName",
+        sum(prompt_tokens + completion_tokens) AS tokens FROM usage_ledger WHERE organization_id = 'org_hours' AND ended_at >= ${since} GROUP BY 1, 2, 3`;
+    const order = (left: { hour: number; model: string; keyName: string }, right: typeof left) =>
+      left.hour - right.hour || left.model.localeCompare(right.model) || left.keyName.localeCompare(right.keyName);
+    const expected = direct.map((entry: Record<string, unknown>) => ({
+      hour: Number(entry.hour),
+      model: entry.model,
+      keyName: entry.keyName,
+      tokens: Number(entry.tokens),
+    }));
+    expect(expected.length).toBeGreaterThan(10);
+    expect([...(await storage.usage.hourly("org_hours", since))].sort(order)).toEqual(expected.sort(order));
+    // A reset 17 minutes into an hour, then rows on both sides of it within that hour.
+    const resetAt = now - 5 * hourMs - 17 * 60_000;
+    await storage.usage.reset("org_hours", resetAt);
+    await Promise.all([row("key_h1", "m", resetAt + 60_000, 100), row("key_h1", "m", resetAt - 60_000, 1000)].map((entry) => ledger.record(entry)));
+    for (const keyId of ["key_h1", "key_h2"]) expect((await storage.usage.keyUsage(keyId, now)).monthTokens).toBe(await monthOfKey(keyId, resetAt + 1));
+    await ledger.close();
+
+    // A database migrated before usage_hours existed: the migration sums the rows it holds.
+    const olderUrl = await postgres.createDatabase("before_usage_hours");
+    const older = new Bun.SQL(olderUrl);
+    try {
+      await migratePostgres(
+        older,
+        postgresMigrations.filter((migration) => migration.tag !== "0003_usage_hours"),
+      );
+      await older`INSERT INTO usage_ledger SELECT * FROM json_populate_recordset(NULL::usage_ledger, ${JSON.stringify(
+        rows.map((entry) => ({
+          request_id: entry.requestId,
+          organization_id: entry.organizationId,
+          key_id: entry.keyId,
+          model: entry.model,
+          prompt_tokens: entry.promptTokens,
+          completion_tokens: entry.completionTokens,
+          reasoning_tokens: 0,
+          outcome: entry.outcome,
+          usage_source: entry.usageSource,
+          started_at: entry.startedAt,
+          ended_at: entry.endedAt,
+        })),
+      )}::text::json)`;
+      expect(await migratePostgres(older)).toEqual(["0003_usage_hours"]);
+      const [sums] =
+        await older`SELECT (SELECT sum(tokens) FROM usage_hours) AS hours, (SELECT sum(prompt_tokens + completion_tokens) FROM usage_ledger) AS rows,
+          (SELECT count(*) FROM usage_hours) AS groups,
+          (SELECT count(*) FROM (SELECT DISTINCT organization_id, ended_at / 3600000, key_id, model FROM usage_ledger) AS distinct_groups) AS expected_groups`;
+      expect(Number(sums.hours)).toBe(Number(sums.rows));
+      expect(Number(sums.groups)).toBe(Number(sums.expected_groups));
+    } finally {
+      await older.close();
+    }
   } finally {
     await client.close();
   }

@@ -12,6 +12,7 @@ import changeCounter from "./0006_change_counter.sql" with { type: "text" };
 import operators from "./0007_operators.sql" with { type: "text" };
 import keyLimits from "./0008_key_limits.sql" with { type: "text" };
 import ledgerInbox from "./0009_ledger_inbox.sql" with { type: "text" };
+import usageHours from "./0010_usage_hours.sql" with { type: "text" };
 
 export interface EmbeddedMigration {
   tag: string;
@@ -29,6 +30,7 @@ const sqlByTag: Record<string, string> = {
   "0007_operators": operators,
   "0008_key_limits": keyLimits,
   "0009_ledger_inbox": ledgerInbox,
+  "0010_usage_hours": usageHours,
 };
 
 export const journalTags: string[] = journal.entries.map((entry) => entry.tag);

@@ -105,6 +105,22 @@ export const usageMonths = pgTable(
   (table) => [primaryKey({ columns: [table.organizationId, table.month] })],
 );
 
+/** As in ../schema.ts: the ledger summed per organization, hour, key and model, never reset. */
+export const usageHours = pgTable(
+  "usage_hours",
+  {
+    organizationId: text("organization_id").notNull(),
+    hour: bigint("hour", { mode: "number" }).notNull(),
+    keyId: text("key_id").notNull(),
+    model: text("model").notNull(),
+    tokens: bigint("tokens", { mode: "number" }).notNull(),
+  },
+  (table) => [
+    primaryKey({ columns: [table.organizationId, table.hour, table.keyId, table.model] }),
+    index("usage_hours_key_hour_idx").on(table.keyId, table.hour),
+  ],
+);
+
 export const users = pgTable("users", {
   id: text("id").primaryKey(),
   email: text("email").notNull().unique(),

@@ -5,12 +5,14 @@ import journal from "./meta/_journal.json" with { type: "json" };
 import init from "./0000_init.sql" with { type: "text" };
 import operators from "./0001_operators.sql" with { type: "text" };
 import keyLimits from "./0002_key_limits.sql" with { type: "text" };
+import usageHours from "./0003_usage_hours.sql" with { type: "text" };
 import type { EmbeddedMigration } from "../../migrations/index";
 
 const sqlByTag: Record<string, string> = {
   "0000_init": init,
   "0001_operators": operators,
   "0002_key_limits": keyLimits,
+  "0003_usage_hours": usageHours,
 };
 
 export const postgresJournalTags: string[] = journal.entries.map((entry) => entry.tag);
