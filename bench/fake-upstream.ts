@@ -1,6 +1,6 @@
-export {};
 // A fake OpenAI-compatible upstream tuned for speed: fixed answers with reasoning and usage, whole or streamed.
 // Usage: bun bench/fake-upstream.ts PORT [STREAM_TOKENS=200] [PACE_MS=10]
+import { raiseListenBacklog } from "../src/http/listen-backlog";
 const port = Number(process.argv[2] ?? 9100);
 const streamTokens = Number(process.argv[3] ?? 200);
 const paceMs = Number(process.argv[4] ?? 10);
@@ -61,7 +61,7 @@ function stream(): ReadableStream<Uint8Array> {
   });
 }
 
-Bun.serve({
+const server = Bun.serve({
   port,
   hostname: "127.0.0.1",
   idleTimeout: 0,
@@ -71,4 +71,7 @@ Bun.serve({
     return new Response(whole, { headers: wholeHeaders });
   },
 });
+// As a model server would (vLLM's uvicorn listens with 2,048): 2,000 streams opened at once through a proxy that
+// was just started open as many connections here, which Bun's own queue of 512 would drop in part.
+await raiseListenBacklog(server.port as number);
 console.log(`fake upstream on ${port}`);

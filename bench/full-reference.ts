@@ -32,6 +32,7 @@ import { Metrics } from "../src/modules/observability/metrics";
 import { OutputMonitor, RuleMatcher } from "../src/modules/safety/rules";
 import { encodeRow, LedgerWriter, type LedgerValue } from "../src/ledger/ledger-writer";
 import { OpenAIBackend } from "../src/upstream/openai-backend";
+import { raiseListenBacklog } from "../src/http/listen-backlog";
 
 const port = Number(process.argv[2] ?? 9400);
 const upstreamBase = process.argv[3] ?? "http://127.0.0.1:9100";
@@ -533,5 +534,6 @@ const server = Bun.serve({
     return response;
   },
 });
+await raiseListenBacklog(server.port as number);
 console.error(`full reference on ${port}${skipped.size > 0 ? ` without ${[...skipped].join(", ")}` : ""}`);
 process.on("SIGTERM", () => process.exit(0));

@@ -14,6 +14,7 @@
 // Usage: BUN_CONFIG_MAX_HTTP_REQUESTS=65535 bun bench/reference-proxy.ts parse|durable PORT UPSTREAM_BASE_URL [DB_PATH]
 import { Database } from "bun:sqlite";
 import { type IncomingMessage, request as httpRequest } from "node:http";
+import { raiseListenBacklog } from "../src/http/listen-backlog";
 
 const mode = process.argv[2] === "durable" ? "durable" : "parse";
 const port = Number(process.argv[3] ?? 9300);
@@ -176,7 +177,7 @@ function layeredRelay(upstreamBody: ReadableStream<Uint8Array>, model: string): 
   });
 }
 
-Bun.serve({
+const server = Bun.serve({
   port,
   hostname: "127.0.0.1",
   idleTimeout: 0,
@@ -215,6 +216,7 @@ Bun.serve({
     return new Response(JSON.stringify(answer), { status: upstreamResponse.status, headers: { "content-type": "application/json" } });
   },
 });
+await raiseListenBacklog(server.port as number);
 console.log(`reference proxy (${mode}) on ${port}`);
 // Exits normally on SIGTERM, so that a profile asked for with --cpu-prof is written.
 process.on("SIGTERM", () => process.exit(0));

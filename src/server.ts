@@ -1,5 +1,6 @@
 import type { Config } from "./config/schema";
 import { createApp } from "./http/app";
+import { raiseListenBacklog } from "./http/listen-backlog";
 import { MemoryAdmissionStore } from "./modules/admission/memory-store";
 import { RedisAdmissionStore } from "./modules/admission/redis-store";
 import { LeaseKeeper } from "./modules/admission/lease-keeper";
@@ -48,6 +49,8 @@ export interface RunningServer {
   admission: AdmissionStore;
   queues: ReadonlyMap<string, Queue>;
   metrics: Metrics;
+  /** Connections the kernel holds for this server before it accepts them (src/http/listen-backlog.ts). */
+  acceptQueue: number;
   /**
    * Stops gracefully: new requests get 503 and /readyz turns 503 at once; requests in flight may finish for up to
    * `drainMs`; the rest are ended cleanly (a stream gets a final error event); everything is settled and the
@@ -156,12 +159,14 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   }
   const server = app.server;
   if (!server) throw new Error("server did not start");
+  const acceptQueue = await raiseListenBacklog(server.port as number);
   return {
     url: `http://${server.hostname}:${server.port}`,
     port: server.port as number,
     admission,
     queues,
     metrics,
+    acceptQueue,
     async stop({ drainMs = 0 } = {}) {
       lifecycle.draining = true;
       await waitUntil(() => chat.inFlight() === 0, drainMs);

@@ -23,6 +23,7 @@ export async function runServe(args: string[]): Promise<number> {
       url: server.url,
       models: config.models.map((model) => model.id),
       mode: redis ? "shared (PostgreSQL + Redis)" : "SQLite",
+      accept_queue: server.acceptQueue,
     }),
   );
   const drainMs = Number(process.env.SLUICE_DRAIN_MS ?? 30_000);
