@@ -23,23 +23,28 @@ afterAll(async () => {
   postgres?.stop();
 });
 
-test("ledger rows, aggregates, hourly series, refusals, last use and credentials", async () => {
-  const ledger = storage.openLedger();
-  await storage.organizations.insert({ id: "org_1", name: "acme", plan: "default", status: "active", createdAt: 1 });
-  await storage.keys.insert({
-    id: "key_1",
-    organizationId: "org_1",
-    name: "laptop",
+/** A key with no expiry, never used, capped only by `tokensPerMonth` when given. */
+function insertKey(id: string, organizationId: string, name: string, hash: string, tokensPerMonth: number | null = null): Promise<void> {
+  return storage.keys.insert({
+    id,
+    organizationId,
+    name,
     prefix: "sk-sluice-ab",
-    hash: "h1",
+    hash,
     createdAt: 1,
     lastUsedAt: null,
     expiresAt: null,
     revokedAt: null,
     maxConcurrency: null,
     tokensPer5h: null,
-    tokensPerMonth: null,
+    tokensPerMonth,
   });
+}
+
+test("ledger rows, aggregates, hourly series, refusals, last use and credentials", async () => {
+  const ledger = storage.openLedger();
+  await storage.organizations.insert({ id: "org_1", name: "acme", plan: "default", status: "active", createdAt: 1 });
+  await insertKey("key_1", "org_1", "laptop", "h1");
   const now = Date.now();
   const row = (index: number) => ({
     requestId: `req_${index}`,
@@ -142,20 +147,7 @@ test("usage_hours: the chart and a capped key's month answer what the rows say, 
     ["key_h1", "laptop"],
     ["key_h2", "ci"],
   ] as const)
-    await storage.keys.insert({
-      id,
-      organizationId: "org_hours",
-      name,
-      prefix: "sk-sluice-ab",
-      hash: `hash_${id}`,
-      createdAt: 1,
-      lastUsedAt: null,
-      expiresAt: null,
-      revokedAt: null,
-      maxConcurrency: null,
-      tokensPer5h: null,
-      tokensPerMonth: 1_000_000,
-    });
+    await insertKey(id, "org_hours", name, `hash_${id}`, 1_000_000);
   let index = 0;
   const row = (keyId: string, model: string, endedAt: number, tokens: number) => ({
     requestId: `req_hours_${++index}`,
