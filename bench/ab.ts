@@ -11,6 +11,8 @@
 // stream phase; `--tokens` for longer ones) against freshly started A and B, each after a warm-up of a tenth of N:
 // peak RSS (VmHWM, reset after the warm-up), TTFT p50 and p99, and CPU time per relayed event; `--reference` adds the
 // durable reference server (bench/reference-proxy.ts) to every round as the yardstick of the unavoidable work.
+// A revision before c6bdb2b listens with Bun's accept queue of 512 (src/http/listen-backlog.ts): against a later B its
+// streams' TTFT p99 also counts the handshakes it loses, so compare streams with revisions from c6bdb2b on.
 //   bun bench/ab.ts REVISION [--rounds 4] [--seconds 6] [--latency 1000 | --streams 2000 [--tokens 200] [--reference]]
 import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
