@@ -15,8 +15,7 @@ import { postgresStorage } from "../src/storage/postgres";
 import { sqliteStorage } from "../src/storage/sqlite";
 import type { ChangeFeed, Storage } from "../src/storage/types";
 import { startPostgres } from "../test/support/services";
-import { hourMs } from "../src/storage/usage-rows";
-import { bucketMs } from "../src/usage-periods";
+import { bucketMs, hourMs } from "../src/usage-periods";
 import { median } from "./statistics";
 
 const { values } = parseArgs({ options: { rows: { type: "string", default: "1000000" }, "sqlite-only": { type: "boolean", default: false } } });

@@ -1,6 +1,7 @@
 // Shared by the benchmark runners: bench/streams.ts run as its own process, and the peak memory it is judged by.
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { listenOverflows } from "../src/http/listen-backlog";
 import { cpuMicroseconds } from "./process-cpu";
 
 /** What bench/streams.ts prints. */
@@ -40,25 +41,16 @@ export function memoryOf(pid: number): { rssMb: number; peakMb: number } {
   return { rssMb: field("VmRSS"), peakMb: field("VmHWM") };
 }
 
-/**
- * The machine's count of connections that completed a handshake while their listener's accept queue was full
- * (TcpExt ListenOverflows). Bun listens with a queue of 512 whatever `backlog` asks (1.4.5), and each such connection
- * waits for the kernel's SYN-ACK retransmit, a second later: a few dozen of them make a round's TTFT p99.
- */
-export function listenOverflows(): number {
-  const lines = readFileSync("/proc/net/netstat", "utf8").split("\n");
-  const header = lines.find((line) => line.startsWith("TcpExt:"))?.split(" ") ?? [];
-  const values = lines.filter((line) => line.startsWith("TcpExt:"))[1]?.split(" ") ?? [];
-  return Number(values[header.indexOf("ListenOverflows")] ?? Number.NaN);
-}
-
 /** One measured round of streams, with what the server spent on it. */
 export interface StreamRound extends StreamRunResult {
   /** The server's peak resident memory over the measured streams alone (warm-up excluded), MB. */
   peakMb: number;
   /** The server's CPU time (every thread) per relayed event: each stream's tokens, its role chunk and its finish. */
   cpuMicrosecondsPerEvent: number;
-  /** Connections dropped at a full accept queue during the measured streams, the server's or the fake upstream's. */
+  /**
+   * Connections dropped at a full accept queue during the measured streams, the server's or the fake upstream's:
+   * each waits a second for the retransmit, so a few dozen make a round's TTFT p99.
+   */
   listenOverflows: number;
 }
 

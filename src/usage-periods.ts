@@ -1,11 +1,14 @@
 // The periods usage is counted in, shared by admission (which enforces quotas over them) and the ledger (which
-// sums its rows per minute and per month for them).
+// sums its rows per minute, per hour and per month for them).
 
 /** The rolling window of the 5-hour quota. */
 export const fiveHoursMs = 5 * 60 * 60 * 1000;
 
 /** Usage is kept per minute: the window's buckets and the ledger's per-minute aggregates. */
 export const bucketMs = 60_000;
+
+/** The ledger's per-hour aggregates by key and model (usage_hours): the console's charts, a capped key's month. */
+export const hourMs = 3_600_000;
 
 /** The last month monthOf computed and its bounds: nearly every call on the request path falls in it. */
 let known = { month: 0, start: 0, end: 0 };

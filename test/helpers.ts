@@ -11,6 +11,9 @@ import OpenAI from "openai";
 import { resolveConfig } from "../src/config/load";
 import type { ConfigFile } from "../src/config/schema";
 import { openDatabase, type DatabaseHandle } from "../src/db/client";
+import type { LedgerRow } from "../src/ledger/ledger";
+import { stageRowSql } from "../src/ledger/inbox";
+import { encodeRow, type LedgerValue } from "../src/ledger/ledger-writer";
 import { AuditLog, type AuditActor } from "../src/modules/audit/service";
 import { AccountService } from "../src/modules/console/accounts";
 import { KeyService } from "../src/modules/keys/service";
@@ -29,6 +32,19 @@ export function useFakeUpstream({ resetBeforeEach = false } = {}): FakeUpstream 
   if (resetBeforeEach) beforeEach(() => upstream.reset());
   afterAll(() => upstream.stop());
   return upstream;
+}
+
+/**
+ * Stages rows in usage_ledger_inbox as a quiet commit leaves them, but written here, so that no timer of a ledger
+ * moves them first (src/ledger/inbox.ts).
+ */
+export function stageRows(sqlite: Database, rows: LedgerRow[]): void {
+  const statement = sqlite.query(stageRowSql);
+  for (const row of rows) {
+    const values: LedgerValue[] = [];
+    encodeRow(row, values);
+    statement.run(...values);
+  }
 }
 
 /** A committed ledger row, staged (usage_ledger_inbox) or moved (usage_ledger): `.get(requestId)`. */

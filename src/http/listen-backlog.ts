@@ -45,6 +45,19 @@ function listeningDescriptors(port: number): number[] {
   return descriptors;
 }
 
+/**
+ * The machine's count of connections that completed a handshake while their listener's accept queue was full
+ * (TcpExt ListenOverflows in /proc/net/netstat): each waits for the SYN-ACK retransmit. The benchmarks and the tests
+ * read it around a burst.
+ */
+export function listenOverflows(): number {
+  const rows = readFileSync("/proc/net/netstat", "utf8")
+    .split("\n")
+    .filter((line) => line.startsWith("TcpExt:"));
+  const names = rows[0]?.split(" ") ?? [];
+  return Number(rows[1]?.split(" ")[names.indexOf("ListenOverflows")] ?? Number.NaN);
+}
+
 /** The kernel's cap on any listen queue. */
 function maximumBacklog(): number {
   try {

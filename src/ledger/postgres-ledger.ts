@@ -2,8 +2,7 @@ import type { SQL } from "bun";
 import { SluiceError } from "../errors";
 import { withTimeout } from "../storage/with-timeout";
 import type { LedgerStore } from "../storage/types";
-import { hourMs } from "../storage/usage-rows";
-import { bucketMs } from "../usage-periods";
+import { bucketMs, hourMs } from "../usage-periods";
 import type { LedgerRow } from "./ledger";
 
 interface Pending {

@@ -1,6 +1,5 @@
 import type { Database } from "bun:sqlite";
-import { hourMs } from "../storage/usage-rows";
-import { bucketMs, monthOf } from "../usage-periods";
+import { bucketMs, hourMs, monthOf } from "../usage-periods";
 
 /** Adds tokens to an organization's minute: (organization_id, minute, tokens, last ended_at). */
 const addToMinuteSql = `INSERT INTO usage_minutes (organization_id, minute, tokens, last_time) VALUES (?1, ?2, ?3, ?4)

@@ -6,9 +6,9 @@ import { drizzle, type BunSQLDatabase } from "drizzle-orm/bun-sql";
 import * as schema from "../db/postgres/schema";
 import { migratePostgres } from "../db/postgres/migrate";
 import { PostgresLedger } from "../ledger/postgres-ledger";
-import { bucketMs, monthOf, startOfMonth } from "../usage-periods";
+import { bucketMs, hourMs, monthOf, startOfMonth } from "../usage-periods";
 import { UsageFold } from "../ledger/usage-fold";
-import { hourMs, oldestNeededMinute, usageByOrganization, usageWindowStart } from "./usage-rows";
+import { oldestNeededMinute, usageByOrganization, usageWindowStart } from "./usage-rows";
 import { auditConditions, requestLogColumns, requestLogConditions } from "./log-conditions";
 import type {
   AccountRepository,

@@ -6,9 +6,9 @@ import { apiKeys, auditLog, organizations, sessions, usageLedger, usageLedgerInb
 import { Ledger } from "../ledger/ledger";
 import { moveStagedRows, stagedColumns } from "../ledger/inbox";
 import { addToAggregates, UsageFold } from "../ledger/usage-fold";
-import { bucketMs, monthOf, startOfMonth } from "../usage-periods";
+import { bucketMs, hourMs, monthOf, startOfMonth } from "../usage-periods";
 import { auditConditions, requestLogColumns, requestLogConditions, sqliteCommon } from "./log-conditions";
-import { hourMs, oldestNeededMinute, usageByOrganization, usageWindowStart } from "./usage-rows";
+import { oldestNeededMinute, usageByOrganization, usageWindowStart } from "./usage-rows";
 import type {
   AccountRepository,
   ApiKeyInfo,

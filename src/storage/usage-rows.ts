@@ -2,9 +2,6 @@
 import { bucketMs, fiveHoursMs } from "../usage-periods";
 import type { OrganizationUsage } from "./types";
 
-/** The hourly series of the console's charts. */
-export const hourMs = 3_600_000;
-
 /** The first minute whose aggregate can still be inside the 5-hour window at `now`. */
 export function usageWindowStart(now: number): number {
   return Math.floor((now - fiveHoursMs) / bucketMs);

@@ -2,19 +2,10 @@
 // a second for the kernel's retransmit); Sluice's raised queue holds them all.
 import { expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
-import { listenBacklog, raiseListenBacklog } from "../../src/http/listen-backlog";
+import { listenBacklog, listenOverflows, raiseListenBacklog } from "../../src/http/listen-backlog";
 import { fakeModel, useFakeUpstream, withSluice } from "../helpers";
 
 const upstream = useFakeUpstream();
-
-/** The machine's count of handshakes dropped at a full accept queue. */
-function listenOverflows(): number {
-  const rows = readFileSync("/proc/net/netstat", "utf8")
-    .split("\n")
-    .filter((line) => line.startsWith("TcpExt:"));
-  const names = rows[0]?.split(" ") ?? [];
-  return Number(rows[1]?.split(" ")[names.indexOf("ListenOverflows")]);
-}
 
 /** Opens `connections` to `port` while this thread is busy for 300 ms, so that nothing is accepted meanwhile. */
 async function overflowsWhileBusy(port: number, connections: number): Promise<number> {

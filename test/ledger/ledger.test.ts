@@ -3,10 +3,8 @@ import { afterEach, expect, test } from "bun:test";
 import { join } from "node:path";
 import { openDatabase, type DatabaseHandle } from "../../src/db/client";
 import { Ledger, type LedgerRow } from "../../src/ledger/ledger";
-import { stageRowSql } from "../../src/ledger/inbox";
-import { encodeRow, type LedgerValue } from "../../src/ledger/ledger-writer";
 import { sqliteStorage } from "../../src/storage/sqlite";
-import { committedRowSql, eventually, rowInDatabaseFile, temporaryDirectory } from "../helpers";
+import { committedRowSql, eventually, rowInDatabaseFile, stageRows, temporaryDirectory } from "../helpers";
 
 const cleanups: (() => void)[] = [];
 afterEach(() => {
@@ -317,13 +315,7 @@ test("opening the database moves the rows a crash left staged, each counted once
 test("a usage reset counts staged rows once: moved before the aggregates are rebuilt, never added again after", async () => {
   const { database, ledger, reader } = setup();
   const before = Date.now() - 60_000;
-  // Staged as a quiet commit leaves them, but written here, so that no timer of the ledger moves them first.
-  const stage = database.sqlite.query(stageRowSql);
-  for (const entry of [row({ startedAt: before, endedAt: before }), row(), row()]) {
-    const values: LedgerValue[] = [];
-    encodeRow(entry, values);
-    stage.run(...values);
-  }
+  stageRows(database.sqlite, [row({ startedAt: before, endedAt: before }), row(), row()]);
   expect(count(reader, "SELECT count(*) AS value FROM usage_ledger_inbox")).toBe(3);
   // Only what ended after the reset counts: the two recent rows.
   await sqliteStorage(database).usage.reset("org_a", before + 1);

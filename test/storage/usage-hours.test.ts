@@ -7,13 +7,11 @@ import { openDatabase, type DatabaseHandle } from "../../src/db/client";
 import { migrate } from "../../src/db/migrate";
 import { embeddedMigrations } from "../../src/db/migrations";
 import type { LedgerRow } from "../../src/ledger/ledger";
-import { moveStagedRows, stageRowSql } from "../../src/ledger/inbox";
-import { encodeRow, type LedgerValue } from "../../src/ledger/ledger-writer";
+import { moveStagedRows } from "../../src/ledger/inbox";
 import { sqliteStorage } from "../../src/storage/sqlite";
-import { startOfMonth } from "../../src/usage-periods";
-import { temporaryDirectory } from "../helpers";
+import { hourMs, startOfMonth } from "../../src/usage-periods";
+import { stageRows, temporaryDirectory } from "../helpers";
 
-const hourMs = 3_600_000;
 // Mid-afternoon of the 26th: the month holds 25 days of history before today.
 const now = Date.UTC(2026, 10, 26, 15, 40);
 const cleanups: (() => void)[] = [];
@@ -65,15 +63,6 @@ function row(organizationId: string, keyId: string, model: string, endedAt: numb
   };
 }
 
-function stage(database: DatabaseHandle, rows: LedgerRow[]): void {
-  const statement = database.sqlite.query(stageRowSql);
-  for (const entry of rows) {
-    const values: LedgerValue[] = [];
-    encodeRow(entry, values);
-    statement.run(...values);
-  }
-}
-
 /** A deterministic spread of rows over the month: three keys, two models, every few minutes, some hours dense. */
 function monthOfRows(): LedgerRow[] {
   const rows: LedgerRow[] = [];
@@ -101,9 +90,9 @@ test("the chart and a key's month read usage_hours and answer what the rows say,
   const rows = monthOfRows();
   expect(rows.length).toBeGreaterThan(500);
   // Most rows moved; the last 40 still staged, as the server leaves them between the writer's moves.
-  stage(database, rows.slice(0, -40));
+  stageRows(database.sqlite, rows.slice(0, -40));
   moveStagedRows(database.sqlite);
-  stage(database, rows.slice(-40));
+  stageRows(database.sqlite, rows.slice(-40));
 
   const since = (Math.floor(now / hourMs) - 23) * hourMs;
   const chart = await storage.usage.hourly("org_a", since);
@@ -130,7 +119,7 @@ test("the chart and a key's month read usage_hours and answer what the rows say,
   }
 
   // Everything moved, with a replay of a moved row and of a staged one: usage_hours holds every row once.
-  stage(database, [rows[10] as LedgerRow, rows.at(-1) as LedgerRow]);
+  stageRows(database.sqlite, [rows[10] as LedgerRow, rows.at(-1) as LedgerRow]);
   moveStagedRows(database.sqlite);
   moveStagedRows(database.sqlite);
   const hours = database.sqlite.query<{ value: number }, []>("SELECT sum(tokens) AS value FROM usage_hours").get()?.value;
@@ -141,14 +130,14 @@ test("after a reset in the middle of an hour, a key's month counts only what end
   const database = setup();
   const storage = sqliteStorage(database);
   const rows = monthOfRows();
-  stage(database, rows);
+  stageRows(database.sqlite, rows);
   moveStagedRows(database.sqlite);
   const resetAt = now - 5 * hourMs - 17 * 60_000;
   await storage.usage.reset("org_a", resetAt);
   // Rows after the reset: some in its own hour, some staged.
-  stage(database, [row("org_a", "key_a", "m", resetAt + 60_000, 100), row("org_a", "key_a", "m", resetAt - 60_000, 1000)]);
+  stageRows(database.sqlite, [row("org_a", "key_a", "m", resetAt + 60_000, 100), row("org_a", "key_a", "m", resetAt - 60_000, 1000)]);
   moveStagedRows(database.sqlite);
-  stage(database, [row("org_a", "key_a", "large", now - 1000, 10)]);
+  stageRows(database.sqlite, [row("org_a", "key_a", "large", now - 1000, 10)]);
   for (const keyId of ["key_a", "key_b"]) {
     const expected = fromRows(database, "SELECT sum(prompt_tokens + completion_tokens) AS value FROM LEDGER WHERE key_id = ? AND ended_at > ?", keyId, resetAt);
     expect((await storage.usage.keyUsage(keyId, now)).monthTokens).toBe(expected);

@@ -16,6 +16,7 @@ import { restoreKeyFromLedger } from "../admission/ledger-usage";
 import type { UsageSnapshot } from "../admission/store";
 import { keyLimitsOf } from "../auth/service";
 import type { KeyLimits } from "../../storage/types";
+import { hourMs } from "../../usage-periods";
 
 export interface ConsoleDependencies {
   accounts: AccountService;
@@ -38,8 +39,6 @@ export interface UsageSeries {
   byModel: Record<string, number[]>;
   byKey: Record<string, number[]>;
 }
-
-const hourMs = 3_600_000;
 
 function limitsOf(input: KeyLimitsInput): KeyLimits {
   return { maxConcurrency: input.max_concurrency ?? null, tokensPer5h: input.tokens_per_5h ?? null, tokensPerMonth: input.tokens_per_month ?? null };
