@@ -189,10 +189,11 @@ async function main(): Promise<void> {
   require("node:fs").mkdirSync(fullReferenceDirectory);
   const fullReferenceSetup = await prepareSluice(sluiceBinary, fullReferenceDirectory, upstreamPort);
   const fullReferencePort = freePort();
-  const startFullReference = async (port: number): Promise<Bun.Subprocess> => {
+  /** `environment`: the stream phase runs it a second time without generations in the collector, as Sluice runs. */
+  const startFullReference = async (port: number, environment: Record<string, string | undefined> = lifted): Promise<Bun.Subprocess> => {
     const child = start(
       [bun, join(import.meta.dir, "full-reference.ts"), String(port), `http://127.0.0.1:${upstreamPort}`, fullReferenceSetup.environment.SLUICE_DB as string],
-      lifted,
+      environment,
     );
     await waitForPort(port);
     return child;
@@ -323,10 +324,11 @@ async function main(): Promise<void> {
   /** One round against a freshly started server: a warm-up of a tenth of the streams, then the peak is reset. */
   const streamRound = (pid: number, url: string, bodyFile: string, headers: Record<string, string>) =>
     measureStreamRound(pid, { url, bodyFile, headers, tokens: settings.streamTokens, environment: lifted }, settings.streams);
-  const streamRounds: Record<"bare" | "durable_reference" | "full_reference" | "sluice", StreamRound[]> = {
+  const streamRounds: Record<"bare" | "durable_reference" | "full_reference" | "full_reference_no_generations" | "sluice", StreamRound[]> = {
     bare: [],
     durable_reference: [],
     full_reference: [],
+    full_reference_no_generations: [],
     sluice: [],
   };
   for (let round = 0; phase("streams") && round < settings.rounds; round++) {
@@ -363,6 +365,16 @@ async function main(): Promise<void> {
       }),
     );
     await stop(fullReference);
+    // The same without generations in the collector, as Sluice runs on SQLite (src/start-environment.ts) to keep the
+    // stream peak under its target: every check and the memory target together, in the simplest code.
+    const noGenerationsPort = freePort();
+    fullReference = await startFullReference(noGenerationsPort, { ...lifted, BUN_JSC_useGenerationalGC: "0" });
+    streamRounds.full_reference_no_generations.push(
+      await streamRound(fullReference.pid as number, `http://127.0.0.1:${noGenerationsPort}/v1/chat/completions`, sluiceStreamBody, {
+        Authorization: `Bearer ${fullReferenceSetup.key}`,
+      }),
+    );
+    await stop(fullReference);
     await stop(sluice.child);
     sluice = await startSluice(environment);
     streamRounds.sluice.push(
@@ -380,6 +392,7 @@ async function main(): Promise<void> {
   const sluiceStreams = streamSummary(streamRounds.sluice);
   const referenceStreams = streamSummary(streamRounds.durable_reference);
   const fullReferenceStreams = streamSummary(streamRounds.full_reference);
+  const noGenerationsStreams = streamSummary(streamRounds.full_reference_no_generations);
 
   log(`4/5 scale: ${settings.scaleRows} keys and ${settings.scaleRows} ledger rows`);
   let emptyRps = Number.NaN;
@@ -508,6 +521,10 @@ async function main(): Promise<void> {
       full_reference_peak_rss_mb: fullReferenceStreams.peakMb,
       full_reference_ttft_p50_ms: fullReferenceStreams.ttftP50,
       full_reference_ttft_p99_ms: fullReferenceStreams.ttftP99,
+      full_reference_no_generations_completed: noGenerationsStreams.completed,
+      full_reference_no_generations_peak_rss_mb: noGenerationsStreams.peakMb,
+      full_reference_no_generations_ttft_p50_ms: noGenerationsStreams.ttftP50,
+      full_reference_no_generations_ttft_p99_ms: noGenerationsStreams.ttftP99,
     },
     scale: {
       keys: settings.scaleRows,
@@ -548,8 +565,8 @@ Latency at ${l.rate} rps (open loop): p50 / p99 ms
   Sluice - bare: p50 +${fixed(l.sluice_p50_ms - l.bare_p50_ms)} ms (target <= 0.3), p99 +${fixed(l.sluice_p99_ms - l.bare_p99_ms)} ms (target <= 1)
   durable reference ${fixed(l.durable_reference_p50_ms)} / ${fixed(l.durable_reference_p99_ms)} | full reference ${fixed(l.full_reference_p50_ms)} / ${fixed(l.full_reference_p99_ms)}; Sluice - full reference: p99 ${fixed(l.sluice_p99_ms - l.full_reference_p99_ms)} ms
 Streams: ${s.concurrent} x ${s.tokens} tokens
-  completed: bare ${s.bare_completed}, durable reference ${s.durable_reference_completed}, full reference ${s.full_reference_completed}, Sluice ${s.completed} | peak RSS: bare ${fixed(s.bare_peak_rss_mb, 0)} MB, durable reference ${fixed(s.durable_reference_peak_rss_mb, 0)} MB, full reference ${fixed(s.full_reference_peak_rss_mb, 0)} MB, Sluice ${fixed(s.sluice_peak_rss_mb, 0)} MB (target < 200)
-  TTFT p50 / p99 ms: bare ${fixed(s.bare_ttft_p50_ms)} / ${fixed(s.bare_ttft_p99_ms)}, durable reference ${fixed(s.durable_reference_ttft_p50_ms)} / ${fixed(s.durable_reference_ttft_p99_ms)}, full reference ${fixed(s.full_reference_ttft_p50_ms)} / ${fixed(s.full_reference_ttft_p99_ms)}, Sluice ${fixed(s.sluice_ttft_p50_ms)} / ${fixed(s.sluice_ttft_p99_ms)} (target p99 <= 1.3 x bare: ${fixed(s.sluice_ttft_p99_ms / s.bare_ttft_p99_ms)})
+  completed: bare ${s.bare_completed}, durable reference ${s.durable_reference_completed}, full reference ${s.full_reference_completed} (without generations ${s.full_reference_no_generations_completed}), Sluice ${s.completed} | peak RSS: bare ${fixed(s.bare_peak_rss_mb, 0)} MB, durable reference ${fixed(s.durable_reference_peak_rss_mb, 0)} MB, full reference ${fixed(s.full_reference_peak_rss_mb, 0)} MB (without generations ${fixed(s.full_reference_no_generations_peak_rss_mb, 0)}), Sluice ${fixed(s.sluice_peak_rss_mb, 0)} MB (target < 200)
+  TTFT p50 / p99 ms: bare ${fixed(s.bare_ttft_p50_ms)} / ${fixed(s.bare_ttft_p99_ms)}, durable reference ${fixed(s.durable_reference_ttft_p50_ms)} / ${fixed(s.durable_reference_ttft_p99_ms)}, full reference ${fixed(s.full_reference_ttft_p50_ms)} / ${fixed(s.full_reference_ttft_p99_ms)} (without generations ${fixed(s.full_reference_no_generations_ttft_p50_ms)} / ${fixed(s.full_reference_no_generations_ttft_p99_ms)}), Sluice ${fixed(s.sluice_ttft_p50_ms)} / ${fixed(s.sluice_ttft_p99_ms)} (target p99 <= 1.3 x bare: ${fixed(s.sluice_ttft_p99_ms / s.bare_ttft_p99_ms)})
   connections dropped at a full accept queue, by round (each waits a 1 s retransmit): ${Object.entries(results.rounds_detail.streams)
     .map(([name, runs]) => `${name} ${runs.map((run) => run.listenOverflows).join("/")}`)
     .join(", ")}

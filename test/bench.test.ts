@@ -79,6 +79,8 @@ test("the benchmark runner completes every phase and writes every key (smoke run
       "durable_reference_ttft_p99_ms",
       "full_reference_peak_rss_mb",
       "full_reference_ttft_p99_ms",
+      "full_reference_no_generations_peak_rss_mb",
+      "full_reference_no_generations_ttft_p99_ms",
     ]),
   );
   expect(Object.keys(results.scale ?? {})).toEqual(expect.arrayContaining(["keys", "ledger_rows", "rps_full_vs_empty"]));
@@ -86,6 +88,7 @@ test("the benchmark runner completes every phase and writes every key (smoke run
   expect(results.streams?.completed).toBe(results.streams?.concurrent);
   expect(results.streams?.durable_reference_completed).toBe(results.streams?.concurrent);
   expect(results.streams?.full_reference_completed).toBe(results.streams?.concurrent);
+  expect(results.streams?.full_reference_no_generations_completed).toBe(results.streams?.concurrent);
   expect(Number(results.nonstream?.sluice_rps)).toBeGreaterThan(0);
 }, 120_000);
 
