@@ -356,25 +356,22 @@ async function main(): Promise<void> {
     );
     await stop(reference);
     // The whole of Sluice's work for a stream, every check on, in the simplest code: what the checks cost a stream.
+    // Then the same without generations in the collector, as Sluice runs on SQLite (src/start-environment.ts) to keep
+    // the stream peak under its target: every check and the memory target together.
     await stop(fullReference);
-    const streamReferencePort = freePort();
-    fullReference = await startFullReference(streamReferencePort);
-    streamRounds.full_reference.push(
-      await streamRound(fullReference.pid as number, `http://127.0.0.1:${streamReferencePort}/v1/chat/completions`, sluiceStreamBody, {
-        Authorization: `Bearer ${fullReferenceSetup.key}`,
-      }),
-    );
-    await stop(fullReference);
-    // The same without generations in the collector, as Sluice runs on SQLite (src/start-environment.ts) to keep the
-    // stream peak under its target: every check and the memory target together, in the simplest code.
-    const noGenerationsPort = freePort();
-    fullReference = await startFullReference(noGenerationsPort, { ...lifted, BUN_JSC_useGenerationalGC: "0" });
-    streamRounds.full_reference_no_generations.push(
-      await streamRound(fullReference.pid as number, `http://127.0.0.1:${noGenerationsPort}/v1/chat/completions`, sluiceStreamBody, {
-        Authorization: `Bearer ${fullReferenceSetup.key}`,
-      }),
-    );
-    await stop(fullReference);
+    for (const [side, referenceEnvironment] of [
+      ["full_reference", lifted],
+      ["full_reference_no_generations", { ...lifted, BUN_JSC_useGenerationalGC: "0" }],
+    ] as const) {
+      const streamReferencePort = freePort();
+      fullReference = await startFullReference(streamReferencePort, referenceEnvironment);
+      streamRounds[side].push(
+        await streamRound(fullReference.pid as number, `http://127.0.0.1:${streamReferencePort}/v1/chat/completions`, sluiceStreamBody, {
+          Authorization: `Bearer ${fullReferenceSetup.key}`,
+        }),
+      );
+      await stop(fullReference);
+    }
     await stop(sluice.child);
     sluice = await startSluice(environment);
     streamRounds.sluice.push(
