@@ -40,8 +40,11 @@ function lineOf(timeoutMs: number): Map<AbortController, number> {
   return line;
 }
 
-/** Aborts the controller with DeadlineExceeded once `timeoutMs` have passed (to within 25 ms); returns the cancel. */
-export function abortAfter(controller: AbortController, timeoutMs: number): () => void {
+/**
+ * Aborts the controller with DeadlineExceeded once `timeoutMs` have passed (to within 25 ms), unless clearDeadline
+ * is called first with the same time limit. Set again, a controller's deadline is replaced.
+ */
+export function setDeadline(controller: AbortController, timeoutMs: number): void {
   const line = lineOf(timeoutMs);
   // Set again, a controller goes to the end of its line, where its new deadline belongs.
   line.delete(controller);
@@ -50,7 +53,9 @@ export function abortAfter(controller: AbortController, timeoutMs: number): () =
     timer = setInterval(tick, tickMs);
     timer.unref();
   }
-  return () => {
-    line.delete(controller);
-  };
+}
+
+/** Cancels a deadline set with setDeadline; nothing happens if it has fired or was never set. */
+export function clearDeadline(controller: AbortController, timeoutMs: number): void {
+  lines.get(timeoutMs)?.delete(controller);
 }

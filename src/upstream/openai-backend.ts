@@ -1,43 +1,44 @@
-import type { ModelConfig } from "../config/schema";
 import { UpstreamError } from "../errors";
-import { abortAfter } from "./deadlines";
+import { clearDeadline, setDeadline } from "./deadlines";
 import { errorFromFailure, errorFromStatus } from "./errors";
 import { eventsOfChunk, reasoningOf, usageOf } from "./normalize";
 import { ServerSentEventDecoder } from "./sse";
 import type { Backend, BackendRequest, Completion, CompletionEvent, StreamEnding, ToolCallDelta } from "./types";
 
 /**
- * The signal of one upstream call. Without first-byte or idle limits it is the request's own; with them, a signal
- * of its own that also fires when the upstream is silent too long (`arm` restarts the clock).
+ * The signal of one upstream call with first-byte or idle limits: a signal of its own that also fires when the
+ * upstream is silent too long (`arm` restarts the clock). Without those limits a call uses the request's own signal
+ * and no object of this kind, which an open stream would keep for its whole life.
  */
-interface CallSignal {
-  signal: AbortSignal;
-  arm(timeoutMs: number | undefined): void;
-  done(): void;
+class TimedSignal {
+  private readonly controller = new AbortController();
+  private readonly forward = () => this.controller.abort(this.request.signal.reason);
+  private armedMs: number | undefined;
+
+  constructor(private readonly request: BackendRequest) {
+    if (request.signal.aborted) this.forward();
+    else request.signal.addEventListener("abort", this.forward, { once: true });
+  }
+
+  get signal(): AbortSignal {
+    return this.controller.signal;
+  }
+
+  arm(timeoutMs: number | undefined): void {
+    if (this.armedMs !== undefined) clearDeadline(this.controller, this.armedMs);
+    this.armedMs = timeoutMs;
+    if (timeoutMs !== undefined) setDeadline(this.controller, timeoutMs);
+  }
+
+  done(): void {
+    this.arm(undefined);
+    this.request.signal.removeEventListener("abort", this.forward);
+  }
 }
 
-const nothing = (): void => {};
-
-function callSignal(request: BackendRequest, model: ModelConfig): CallSignal {
-  if (model.firstByteTimeoutMs === undefined && model.idleTimeoutMs === undefined) {
-    return { signal: request.signal, arm: nothing, done: nothing };
-  }
-  const controller = new AbortController();
-  const forward = () => controller.abort(request.signal.reason);
-  if (request.signal.aborted) forward();
-  else request.signal.addEventListener("abort", forward, { once: true });
-  let cancel = () => {};
-  return {
-    signal: controller.signal,
-    arm(timeoutMs) {
-      cancel();
-      cancel = timeoutMs === undefined ? () => {} : abortAfter(controller, timeoutMs);
-    },
-    done() {
-      cancel();
-      request.signal.removeEventListener("abort", forward);
-    },
-  };
+function timedSignal(request: BackendRequest): TimedSignal | undefined {
+  const model = request.model;
+  return model.firstByteTimeoutMs === undefined && model.idleTimeoutMs === undefined ? undefined : new TimedSignal(request);
 }
 
 /** A client for one OpenAI-compatible server (vLLM, SGLang, llama.cpp, Ollama, hosted APIs). */
@@ -57,10 +58,11 @@ export class OpenAIBackend implements Backend {
 
   /** A whole answer. `onEnd`, when given, learns once how the call ended: the pool's circuit breaker passes one. */
   async complete(request: BackendRequest, onEnd?: (ending: StreamEnding) => void): Promise<Completion> {
-    const call = callSignal(request, request.model);
-    call.arm(request.model.firstByteTimeoutMs);
+    const timed = timedSignal(request);
+    const signal = timed ? timed.signal : request.signal;
+    timed?.arm(request.model.firstByteTimeoutMs);
     try {
-      const response = await this.send(request, call.signal);
+      const response = await this.send(request, signal);
       if (response.status !== 200) throw await this.statusError(response);
       let parsed: unknown;
       try {
@@ -73,11 +75,11 @@ export class OpenAIBackend implements Backend {
       return completion;
     } catch (error) {
       // A whole answer reached the upstream once it was sent: its status line only comes with the answer.
-      const failure = errorFromFailure(this.modelId, error, call.signal, true);
+      const failure = errorFromFailure(this.modelId, error, signal, true);
       onEnd?.({ failure });
       throw failure;
     } finally {
-      call.done();
+      timed?.done();
     }
   }
 
@@ -87,14 +89,15 @@ export class OpenAIBackend implements Backend {
     let ending: StreamEnding = "stopped";
     let finished = false;
     let answered = false;
-    const call = callSignal(request, request.model);
+    const timed = timedSignal(request);
+    const signal = timed ? timed.signal : request.signal;
     const idle = request.model.idleTimeoutMs;
-    call.arm(request.model.firstByteTimeoutMs);
+    timed?.arm(request.model.firstByteTimeoutMs);
     try {
-      const response = await this.send(request, call.signal);
+      const response = await this.send(request, signal);
       if (response.status !== 200) throw await this.statusError(response);
       answered = true;
-      call.arm(idle);
+      timed?.arm(idle);
       if (!response.body) throw new UpstreamError(`The upstream for model ${this.modelId} sent no body.`, { isRetryable: true });
       const decoder = new ServerSentEventDecoder();
       // The body's reader itself, not its async iterator, which wraps every read in a promise of its own.
@@ -103,7 +106,7 @@ export class OpenAIBackend implements Backend {
       try {
         for (;;) {
           const read = await reader.read();
-          if (idle !== undefined) call.arm(idle);
+          if (idle !== undefined) timed?.arm(idle);
           // Nothing of the read is used after the yield below, so this generator does not keep its bytes (and
           // with them the read) alive while it waits for the next one.
           const done = read.done;
@@ -139,11 +142,11 @@ export class OpenAIBackend implements Backend {
       ending = "finished";
     } catch (error) {
       // A stream reached the upstream once its status line arrived.
-      const failure = errorFromFailure(this.modelId, error, call.signal, answered);
+      const failure = errorFromFailure(this.modelId, error, signal, answered);
       ending = { failure };
       throw failure;
     } finally {
-      call.done();
+      timed?.done();
       onEnd?.(ending);
     }
   }

@@ -16,7 +16,7 @@ function producer(log: string[]) {
 test("a client that leaves before the first byte (cancel without any pull) still gets its request settled", async () => {
   const log: string[] = [];
   const ends: string[] = [];
-  const response = sseResponse(producer(log), { onCancel: () => log.push("upstream aborted"), headers: {}, onEnd: () => ends.push("end") });
+  const response = sseResponse(producer(log), { upstream: { abort: () => log.push("upstream aborted") }, headers: {}, onEnd: () => ends.push("end") });
   // What Bun does when the client is gone before the response starts: cancel() on a stream never pulled.
   await (response.body as ReadableStream<Uint8Array>).cancel();
   await Bun.sleep(0);
@@ -28,7 +28,7 @@ test("a stream read to its end: every batch in order; settled once, ended once",
   const log: string[] = [];
   const ends: string[] = [];
   const response = sseResponse(producer(log), {
-    onCancel: () => log.push("upstream aborted"),
+    upstream: { abort: () => log.push("upstream aborted") },
     headers: { "x-request-id": "req_1" },
     onEnd: () => ends.push("end"),
   });
@@ -45,7 +45,12 @@ test("a heartbeat frame goes out whenever the producer stays silent for its inte
     await Bun.sleep(130);
     yield ["data: last\n\n"];
   }
-  const response = sseResponse(silentThenDone(), { onCancel: () => {}, headers: {}, onEnd: () => {}, heartbeat: { frame: ": ping\n\n", intervalMs: 40 } });
+  const response = sseResponse(silentThenDone(), {
+    upstream: { abort: () => {} },
+    headers: {},
+    onEnd: () => {},
+    heartbeat: { frame: ": ping\n\n", intervalMs: 40 },
+  });
   const text = await response.text();
   expect(text.startsWith("data: first\n\n")).toBe(true);
   expect(text.endsWith("data: last\n\n")).toBe(true);
@@ -57,7 +62,7 @@ test("each batch is emptied once written, so that a settled promise in the old g
   async function* relay() {
     for (const batch of batches) yield batch;
   }
-  const response = sseResponse(relay(), { onCancel: () => {}, headers: {}, onEnd: () => {} });
+  const response = sseResponse(relay(), { upstream: { abort: () => {} }, headers: {}, onEnd: () => {} });
   expect(await response.text()).toBe('data: {"n":1}\n\ndata: {"n":2}\n\ndata: [DONE]\n\n');
   expect(batches).toEqual([[], []]);
 });

@@ -1,11 +1,17 @@
 import { describe, expect, test } from "bun:test";
-import { abortAfter, DeadlineExceeded } from "../../src/upstream/deadlines";
+import { clearDeadline, DeadlineExceeded, setDeadline } from "../../src/upstream/deadlines";
+
+/** Sets a deadline and returns its cancel. */
+function abortAfter(controller: AbortController, timeoutMs: number): () => void {
+  setDeadline(controller, timeoutMs);
+  return () => clearDeadline(controller, timeoutMs);
+}
 
 function reasonOf(controller: AbortController): unknown {
   return controller.signal.aborted ? controller.signal.reason : undefined;
 }
 
-describe("abortAfter", () => {
+describe("setDeadline and clearDeadline", () => {
   test("deadlines of several time limits each fire once due, with DeadlineExceeded; cancelled ones never", async () => {
     const limits = [40, 120, 40, 80, 120, 40];
     const controllers = limits.map(() => new AbortController());
@@ -62,5 +68,13 @@ describe("abortAfter", () => {
     first.signal.addEventListener("abort", cancelSecond);
     await Bun.sleep(300);
     expect([first.signal.aborted, second.signal.aborted, third.signal.aborted]).toEqual([true, false, true]);
+  });
+
+  test("clearing a deadline with another time limit than it was set with leaves it in place", async () => {
+    const controller = new AbortController();
+    setDeadline(controller, 40);
+    clearDeadline(controller, 80);
+    await Bun.sleep(200);
+    expect(controller.signal.reason).toBeInstanceOf(DeadlineExceeded);
   });
 });

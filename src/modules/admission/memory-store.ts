@@ -1,7 +1,7 @@
 import type { PlanConfig } from "../../config/schema";
 import { fiveHoursMs, monthOf, startOfNextMonth } from "../../usage-periods";
 import { OutputEstimate } from "./estimate";
-import { quotaRejection, rateLimitHeaders, usageSnapshot, type QuotaState } from "./quota-answers";
+import { quotaRejection, rateLimitFigures, usageSnapshot, type QuotaState, type RateLimitFigures } from "./quota-answers";
 import {
   hasQuota,
   type AdmissionRequest,
@@ -78,6 +78,33 @@ class SubjectState {
 }
 
 /**
+ * One admitted request's lease: an object of its own rather than a settle closure over admit's scope, which would keep
+ * that scope and the admission request for as long as a stream lasts (bench/README.md, "Fewer cells an open stream").
+ */
+class MemoryLease implements Lease {
+  private done = false;
+
+  constructor(
+    private readonly store: MemoryAdmissionStore,
+    readonly organization: SubjectState,
+    readonly key: SubjectState | undefined,
+    readonly reservedTokens: number,
+    readonly modelId: string,
+    private readonly figures: RateLimitFigures | undefined,
+  ) {}
+
+  get headers(): Record<string, string> {
+    return this.figures ? this.figures.headers() : {};
+  }
+
+  settle(spent: SpentTokens | null, at: number): void {
+    if (this.done) return;
+    this.done = true;
+    this.store.settled(this, spent, at);
+  }
+}
+
+/**
  * Admission in one process's memory. Every check-and-reserve runs synchronously, without an await, so it is
  * atomic in Bun's single-threaded event loop; the SQLite ledger is the durable record it is rebuilt from. A key with
  * caps of its own is a second subject, checked and reserved in the same step as its organization.
@@ -105,24 +132,20 @@ export class MemoryAdmissionStore implements AdmissionStore {
     key?.take(reservation);
     this.reservedTotal += reservation;
     this.inFlightTotal++;
-    const headers = rateLimitHeaders(
+    const figures = rateLimitFigures(
       { limits: plan, state: organization.quotaState(now, organizationWindow) },
       key && keyLimits ? { limits: keyLimits, state: key.quotaState(now, keyWindow) } : undefined,
     );
-    let settled = false;
-    return {
-      reservedTokens: reservation,
-      headers,
-      settle: (spent: SpentTokens | null, at: number) => {
-        if (settled) return;
-        settled = true;
-        organization.give(reservation, spent, at);
-        key?.give(reservation, spent, at);
-        this.reservedTotal -= reservation;
-        this.inFlightTotal--;
-        if (spent) this.estimate.observe(request.modelId, spent.completionTokens);
-      },
-    };
+    return new MemoryLease(this, organization, key, reservation, request.modelId, figures);
+  }
+
+  /** A lease's settle (MemoryLease calls it once): the places and reservations are given back, the spend recorded. */
+  settled(lease: MemoryLease, spent: SpentTokens | null, at: number): void {
+    lease.organization.give(lease.reservedTokens, spent, at);
+    lease.key?.give(lease.reservedTokens, spent, at);
+    this.reservedTotal -= lease.reservedTokens;
+    this.inFlightTotal--;
+    if (spent) this.estimate.observe(lease.modelId, spent.completionTokens);
   }
 
   snapshot(organizationId: string, plan: PlanConfig, now: number): UsageSnapshot {

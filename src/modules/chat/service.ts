@@ -4,7 +4,7 @@ import type { LedgerRow } from "../../ledger/ledger";
 import type { LedgerStore } from "../../storage/types";
 import { countChatTokens, countTextTokens, estimateChatTokens } from "../../tokens/count";
 import { AdmissionRejected, type Lease } from "../admission/store";
-import { abortAfter } from "../../upstream/deadlines";
+import { setDeadline } from "../../upstream/deadlines";
 import { ServerShutdown } from "../../upstream/errors";
 import type { Metrics } from "../observability/metrics";
 import { deferRecord, noteBilled, noteFailure, noteFirstToken, type RequestRecord } from "../observability/request-record";
@@ -32,8 +32,11 @@ export interface RequestContext {
   abort: AbortController;
   /** Facts for the request's log line and metrics, filled in as they become known. */
   record?: RequestRecord;
-  /** Called once a stream has ended and been settled (a whole answer is finished by the HTTP layer). */
-  finish?: () => void;
+  /**
+   * Called with `record` once a stream has ended and been settled (a whole answer is finished by the HTTP layer). One
+   * function for every request, not a closure per request.
+   */
+  finish?: (record: RequestRecord) => void;
 }
 
 export type ChatResult =
@@ -88,6 +91,10 @@ function outcomeOf(error: unknown): { outcome: Outcome; errorCode: string | null
   if (error instanceof SluiceError && error.cause instanceof ServerShutdown) return { outcome: "shutdown", errorCode: error.code };
   if (error instanceof SluiceError) return { outcome: "upstream_error", errorCode: error.code };
   return { outcome: "upstream_error", errorCode: "upstream_error" };
+}
+
+function finished(context: RequestContext): void {
+  if (context.finish && context.record) context.finish(context.record);
 }
 
 /** Internal failures are never shown raw: the caller gets a 502 naming the request. */
@@ -162,12 +169,10 @@ export class ChatService {
       const queue = queues.get(prepared.modelId) as Queue;
       const acquiring = queue.acquire(context.caller.organizationId, context.abort.signal);
       const slot = acquiring instanceof Promise ? await acquiring : acquiring;
-      const cancelDeadline = abortAfter(context.abort, prepared.entry.config.timeoutMs);
+      const timeoutMs = prepared.entry.config.timeoutMs;
+      setDeadline(context.abort, timeoutMs);
       this.active.add(context.abort);
-      permit = new Permit(lease, slot, () => {
-        cancelDeadline();
-        this.active.delete(context.abort);
-      });
+      permit = new Permit(lease, slot, context.abort, timeoutMs, this.active);
     } catch (error) {
       lease.settle(null, clock());
       throw error;
@@ -204,7 +209,7 @@ export class ChatService {
         encoder.end(usage, batch);
         yield batch;
       } finally {
-        context.finish?.();
+        finished(context);
       }
     }
     return { kind: "stream", frames: frames(), headers: lease.headers };
@@ -309,7 +314,7 @@ export class ChatService {
       }
       // Whatever happened, the upstream is let go and the request logged.
       await events.return(undefined);
-      run.context.finish?.();
+      finished(run.context);
     }
   }
 
