@@ -112,20 +112,27 @@ export class UpstreamPool implements Backend {
 
   /**
    * A pooled stream's first read: on the next server, or, when the connection failed before the upstream got the
-   * request, once more on another. Called by PooledStream only.
+   * request, once more on another. Called by PooledStream only. Not an async function: the server's generator keeps
+   * the promise of its first read for the stream's life, and an async function awaiting it would be kept with it, its
+   * promise and scope, for as long (bench/README.md, "Fewer cells an open stream").
    */
-  async firstRead(stream: PooledStream): Promise<IteratorResult<CompletionEvent[], void>> {
-    const first = this.pick(undefined);
-    stream.events = first.backend.stream(stream.request, first.ended);
+  firstRead(stream: PooledStream): Promise<IteratorResult<CompletionEvent[], void>> {
+    let first: Endpoint;
     try {
-      return await stream.events.next();
+      first = this.pick(undefined);
     } catch (error) {
+      return Promise.reject(error);
+    }
+    stream.events = first.backend.stream(stream.request, first.ended);
+    const reading = stream.events.next();
+    if (this.endpoints.length < 2) return reading;
+    return reading.catch((error: unknown) => {
       // The generator has told the breaker of the failure already (through `ended`).
       const second = this.retryTarget(error, first);
       if (!second) throw error;
       stream.events = second.backend.stream(stream.request, second.ended);
-      return await stream.events.next();
-    }
+      return stream.events.next();
+    });
   }
 
   /** The next server in turn whose breaker is closed, or whose cooldown is over and that no probe is testing. */
