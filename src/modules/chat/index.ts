@@ -133,7 +133,7 @@ export function answerHandler(chat: ChatService, auth: AuthService, options: Cha
       const heartbeat = translation.format.heartbeat;
       const headers: Record<string, string> = { ...result.headers, "x-request-id": requestId };
       if (dialect.requestIdHeader) headers[dialect.requestIdHeader] = requestId;
-      return sseResponse(result.frames, {
+      return sseResponse(result.answer, {
         headers,
         upstream: upstreamAbort,
         onEnd: streamEnded,

@@ -1,5 +1,6 @@
 import type { SafetyRuleConfig } from "../../config/schema";
-import { ClientGoneError, reachedUpstream, SluiceError, UpstreamError } from "../../errors";
+import { ClientGoneError, reachedUpstream, SluiceError } from "../../errors";
+import type { StreamedAnswer } from "../../http/sse-response";
 import type { LedgerRow } from "../../ledger/ledger";
 import type { LedgerStore } from "../../storage/types";
 import { countChatTokens, countTextTokens, estimateChatTokens } from "../../tokens/count";
@@ -7,7 +8,7 @@ import { AdmissionRejected, type Lease } from "../admission/store";
 import { setDeadline } from "../../upstream/deadlines";
 import { ServerShutdown } from "../../upstream/errors";
 import type { Metrics } from "../observability/metrics";
-import { deferRecord, noteBilled, noteFailure, noteFirstToken, type RequestRecord } from "../observability/request-record";
+import { deferRecord, noteBilled, type RequestRecord } from "../observability/request-record";
 import type { CompletionEvent, EventStream, Usage } from "../../upstream/types";
 import type { AdmissionStore } from "../admission/store";
 import type { Caller } from "../auth/service";
@@ -19,7 +20,9 @@ import { type MeasuredUsage, UsageMeter } from "./meter";
 import type { ChatRequest } from "./model";
 import { Permit } from "./permit";
 import { prepareRequest, type PreparedRequest } from "./prepare";
-import type { AnswerFormat, ResponseIdentity, StreamEncoder } from "./format";
+import type { AnswerFormat, ResponseIdentity } from "./format";
+import { FixedAnswer, StreamRelay } from "./relay";
+import { asCallerError, type Ending, type Outcome, type Run, type RunSettler } from "./run";
 import { chatFormat } from "./response";
 
 /**
@@ -41,11 +44,8 @@ export interface RequestContext {
 
 export type ChatResult =
   | { kind: "whole"; body: unknown; headers: Record<string, string> }
-  /**
-   * Batches of SSE text in the answer's format (see StreamEncoder), one per upstream read; the last ends the stream.
-   * Each is a new array that its consumer may empty once written.
-   */
-  | { kind: "stream"; frames: AsyncGenerator<string[]>; headers: Record<string, string> };
+  /** The answer's SSE text in its format (see StreamEncoder), written as the upstream's reads arrive. */
+  | { kind: "stream"; answer: StreamedAnswer; headers: Record<string, string> };
 
 export interface ChatServiceDependencies {
   models: ModelRegistry;
@@ -59,33 +59,6 @@ export interface ChatServiceDependencies {
   metrics?: Metrics;
 }
 
-/** How a request ended, for its ledger row. */
-interface Ending {
-  outcome: Outcome;
-  errorCode?: string | null;
-  ruleId?: string | null;
-  /** An upstream that failed before producing anything bills nothing. */
-  billNothing?: boolean;
-}
-
-type Outcome = LedgerRow["outcome"];
-
-/** Everything needed to finish one admitted request on any path. */
-interface Run {
-  prepared: PreparedRequest;
-  context: RequestContext;
-  format: AnswerFormat;
-  identity: ResponseIdentity;
-  promptEstimate: number;
-  permit: Permit;
-  meter: UsageMeter;
-  startedAt: number;
-  /** Set at the first streamed token: milliseconds since `startedAt`. */
-  firstTokenMs?: number;
-  /** What the request is billed: set when it is settled. */
-  billed?: Usage;
-}
-
 function outcomeOf(error: unknown): { outcome: Outcome; errorCode: string | null } {
   if (error instanceof ClientGoneError) return { outcome: "client_disconnected", errorCode: null };
   if (error instanceof SluiceError && error.cause instanceof ServerShutdown) return { outcome: "shutdown", errorCode: error.code };
@@ -93,25 +66,19 @@ function outcomeOf(error: unknown): { outcome: Outcome; errorCode: string | null
   return { outcome: "upstream_error", errorCode: "upstream_error" };
 }
 
-function finished(context: RequestContext): void {
-  if (context.finish && context.record) context.finish(context.record);
-}
-
-/** Internal failures are never shown raw: the caller gets a 502 naming the request. */
-function asCallerError(error: unknown): SluiceError {
-  if (error instanceof SluiceError) return error;
-  return new UpstreamError("The model's answer could not be completed.", { isRetryable: true, cause: error });
-}
-
 /**
  * Chat completions: prepare, admit (quotas and concurrency), wait for a model slot, call the backend, relay the
  * answer, and settle on every path: the permit is released and the ledger row written exactly once.
  */
-export class ChatService {
+export class ChatService implements RunSettler {
   /** Requests holding a permit, so that a shutdown can end them cleanly. */
   private readonly active = new Set<AbortController>();
 
   constructor(private readonly deps: ChatServiceDependencies) {}
+
+  clock(): number {
+    return this.deps.clock();
+  }
 
   /** Requests in flight upstream. */
   inFlight(): number {
@@ -200,19 +167,12 @@ export class ChatService {
     if (!prepared.stream) return { kind: "whole", body: format.whole(identity, completion, usage), headers: lease.headers };
     deferRecord(context.record);
     const encoder = format.stream(identity, { includeUsage: prepared.includeUsage, promptTokens: promptEstimate });
-    async function* frames() {
-      try {
-        const batch: string[] = [];
-        encoder.start(batch);
-        encoder.event({ type: "delta", content: text }, batch);
-        encoder.event({ type: "finish", reason: "content_filter" }, batch);
-        encoder.end(usage, batch);
-        yield batch;
-      } finally {
-        finished(context);
-      }
-    }
-    return { kind: "stream", frames: frames(), headers: lease.headers };
+    const batch: string[] = [];
+    encoder.start(batch);
+    encoder.event({ type: "delta", content: text }, batch);
+    encoder.event({ type: "finish", reason: "content_filter" }, batch);
+    encoder.end(usage, batch);
+    return { kind: "stream", answer: new FixedAnswer(batch, { context }), headers: lease.headers };
   }
 
   private async whole(run: Run): Promise<ChatResult> {
@@ -246,83 +206,15 @@ export class ChatService {
     }
     deferRecord(context.record);
     const encoder = run.format.stream(run.identity, { includeUsage: prepared.includeUsage, promptTokens: run.promptEstimate });
-    return { kind: "stream", frames: this.relay(run, encoder, events, first), headers: run.permit.lease.headers };
-  }
-
-  private async *relay(run: Run, encoder: StreamEncoder, events: EventStream, first: IteratorResult<CompletionEvent[]>): AsyncGenerator<string[]> {
-    let settled = false;
-    const monitor = this.deps.safety.outputMonitor();
-    const record = run.context.record;
-    try {
-      const opening: string[] = [];
-      encoder.start(opening);
-      yield opening;
-      for (let result = first; !result.done; result = await events.next()) {
-        const out: string[] = [];
-        const batch = result.value;
-        const breach = monitor?.observeBatch(batch);
-        for (let index = 0; index < batch.length; index++) {
-          const event = batch[index] as CompletionEvent;
-          run.meter.observe(event);
-          if (event.type === "delta" && run.firstTokenMs === undefined) {
-            run.firstTokenMs = this.deps.clock() - run.startedAt;
-            noteFirstToken(record);
-          }
-          if (breach?.index === index) {
-            const { rule } = breach;
-            // Stop the upstream at once; the piece that completed the match is never sent.
-            await events.return(undefined);
-            settled = true;
-            await this.settle(run, { outcome: "content_filter", ruleId: rule.id });
-            encoder.event({ type: "delta", content: refusalText(rule, "output") }, out);
-            encoder.event({ type: "finish", reason: "content_filter" }, out);
-            encoder.end(run.billed as Usage, out);
-            yield out;
-            return;
-          }
-          if (event.type !== "usage") encoder.event(event, out);
-        }
-        // Emptied once relayed, as sseResponse empties its frames: the settled promises of the layers below still
-        // hold this batch, often from the old generation.
-        batch.length = 0;
-        if (out.length > 0) yield out;
-      }
-      settled = true;
-      await this.settle(run, { outcome: "completed" });
-      const closing: string[] = [];
-      encoder.end(run.billed as Usage, closing);
-      yield closing;
-    } catch (error) {
-      if (!settled) {
-        settled = true;
-        await this.fail(run, error);
-      }
-      if (!(error instanceof ClientGoneError)) {
-        const callerError = asCallerError(error);
-        noteFailure(record, callerError.code);
-        const closing: string[] = [];
-        encoder.fail(callerError, closing);
-        yield closing;
-      }
-    } finally {
-      try {
-        // Reached without settling only when the consumer stopped early (the client left between chunks).
-        if (!settled) await this.settle(run, { outcome: "client_disconnected" });
-      } catch {
-        // The ledger could not take the row (the permit was released before): nobody is left to tell but the log.
-        noteFailure(record, "internal_error");
-      }
-      // Whatever happened, the upstream is let go and the request logged.
-      await events.return(undefined);
-      finished(run.context);
-    }
+    const answer = new StreamRelay(this, run, encoder, events, first, this.deps.safety.outputMonitor());
+    return { kind: "stream", answer, headers: run.permit.lease.headers };
   }
 
   /**
    * Settles a request that failed: recorded if the upstream did work, released in every case. An upstream that
    * failed before producing anything bills nothing; a caller who left is billed for the prompt and what was made.
    */
-  private async fail(run: Run, error: unknown): Promise<void> {
+  async fail(run: Run, error: unknown): Promise<void> {
     if (!reachedUpstream(error)) {
       run.permit.release(null, this.deps.clock());
       return;
@@ -337,7 +229,7 @@ export class ChatService {
    * committed. Not async: the ledger's own promise is returned, since a layer of our own would cost every answer a
    * promise and a turn (bench/README.md, "Three async layers fewer").
    */
-  private settle(run: Run, ending: Ending): Promise<void> {
+  settle(run: Run, ending: Ending): Promise<void> {
     let measuring: MeasuredUsage | Promise<MeasuredUsage>;
     try {
       measuring = ending.billNothing

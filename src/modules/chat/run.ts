@@ -1,0 +1,55 @@
+import { SluiceError, UpstreamError } from "../../errors";
+import type { LedgerRow } from "../../ledger/ledger";
+import type { Usage } from "../../upstream/types";
+import type { ResponseIdentity, AnswerFormat } from "./format";
+import type { UsageMeter } from "./meter";
+import type { Permit } from "./permit";
+import type { PreparedRequest } from "./prepare";
+import type { RequestContext } from "./service";
+
+export type Outcome = LedgerRow["outcome"];
+
+/** How a request ended, for its ledger row. */
+export interface Ending {
+  outcome: Outcome;
+  errorCode?: string | null;
+  ruleId?: string | null;
+  /** An upstream that failed before producing anything bills nothing. */
+  billNothing?: boolean;
+}
+
+/** Everything needed to finish one admitted request on any path. */
+export interface Run {
+  prepared: PreparedRequest;
+  context: RequestContext;
+  format: AnswerFormat;
+  identity: ResponseIdentity;
+  promptEstimate: number;
+  permit: Permit;
+  meter: UsageMeter;
+  startedAt: number;
+  /** Set at the first streamed token: milliseconds since `startedAt`. */
+  firstTokenMs?: number;
+  /** What the request is billed: set when it is settled. */
+  billed?: Usage;
+}
+
+/** How a run is settled: what the relay of a stream needs of the chat service. */
+export interface RunSettler {
+  /** Releases the permit with the real usage and writes the ledger row; resolves once it is committed. */
+  settle(run: Run, ending: Ending): Promise<void>;
+  /** Settles a run that failed (see ChatService). */
+  fail(run: Run, error: unknown): Promise<void>;
+  clock(): number;
+}
+
+/** Internal failures are never shown raw: the caller gets a 502 naming the request. */
+export function asCallerError(error: unknown): SluiceError {
+  if (error instanceof SluiceError) return error;
+  return new UpstreamError("The model's answer could not be completed.", { isRetryable: true, cause: error });
+}
+
+/** Logs and counts a streamed request once it has ended (a whole answer is finished by the HTTP layer). */
+export function finished(context: RequestContext): void {
+  if (context.finish && context.record) context.finish(context.record);
+}
