@@ -145,7 +145,10 @@ export class ChatService implements RunSettler {
       throw error;
     }
     const run: Run = { prepared, context, format, identity, promptEstimate, permit, meter: new UsageMeter(), startedAt: clock() };
-    return prepared.stream ? await this.stream(run) : await this.whole(run);
+    // Returned, not awaited: an async function that awaits a call stays reachable from it, and the route's handler
+    // stays reachable for as long as its stream lasts; an await here kept this function, its promise and its scope
+    // alive for every open stream (bench/README.md, "Fewer cells an open stream").
+    return prepared.stream ? this.stream(run) : this.whole(run);
   }
 
   /** Answers a request that breaks a red-line rule itself: a normal answer, never sent upstream. */
