@@ -70,7 +70,11 @@ class CollectingSink implements FrameSink {
   }
 }
 
-function relayOf(settler: RunSettler, events: EventStream, first: CompletionEvent[], monitor?: OutputMonitor) {
+/** A relay over scripted upstream reads, with the settler that counts its settles and the sink that keeps its text. */
+function relayOf(first: CompletionEvent[], monitor?: OutputMonitor) {
+  const settler = new CountingSettler();
+  const events = new ScriptedEvents();
+  const sink = new CollectingSink();
   const finished: RequestRecord[] = [];
   const record = { requestId: "req_1", method: "POST", route: "/v1/chat/completions", startedAt: 0 } as RequestRecord;
   const run = {
@@ -80,17 +84,14 @@ function relayOf(settler: RunSettler, events: EventStream, first: CompletionEven
   } as unknown as Run;
   const encoder = chatFormat.stream({ requestId: "req_1", created: 1, model: "m" }, { includeUsage: false, promptTokens: 5 });
   const relay = new StreamRelay(settler, run, encoder, events, { done: false, value: first }, monitor);
-  return { relay, finished };
+  return { relay, finished, settler, events, sink };
 }
 
 const delta = (content: string): CompletionEvent => ({ type: "delta", content });
 
 describe("StreamRelay", () => {
   test("an answer relayed to its end: every batch written, settled once as completed, released, logged once", async () => {
-    const settler = new CountingSettler();
-    const events = new ScriptedEvents();
-    const { relay, finished } = relayOf(settler, events, [delta("Hel")]);
-    const sink = new CollectingSink();
+    const { relay, finished, settler, events, sink } = relayOf([delta("Hel")]);
     const pumping = relay.pump(sink);
     await events.answer({ done: false, value: [delta("lo"), { type: "finish", reason: "stop" }] });
     await events.answer({ done: true, value: undefined });
@@ -110,9 +111,7 @@ describe("StreamRelay", () => {
   });
 
   test("a client that leaves before the response started (stop without pump) is settled, released and logged once", async () => {
-    const settler = new CountingSettler();
-    const events = new ScriptedEvents();
-    const { relay, finished } = relayOf(settler, events, [delta("Hel")]);
+    const { relay, finished, settler, events, sink } = relayOf([delta("Hel")]);
     relay.stop();
     relay.stop();
     await Bun.sleep(5);
@@ -120,16 +119,12 @@ describe("StreamRelay", () => {
     expect(events.released).toBe(1);
     expect(finished.length).toBe(1);
     // A pull that comes after all the same writes nothing.
-    const sink = new CollectingSink();
     await relay.pump(sink);
     expect(sink.text).toEqual([]);
   });
 
   test("a client that leaves while the relay waits for the upstream: settled once, nothing written after", async () => {
-    const settler = new CountingSettler();
-    const events = new ScriptedEvents();
-    const { relay, finished } = relayOf(settler, events, [delta("Hel")]);
-    const sink = new CollectingSink();
+    const { relay, finished, settler, events, sink } = relayOf([delta("Hel")]);
     const pumping = relay.pump(sink);
     await Bun.sleep(1);
     const written = sink.text.length;
@@ -145,10 +140,7 @@ describe("StreamRelay", () => {
   });
 
   test("a client that leaves while a flush waits for it (back-pressure that never ends) is settled all the same", async () => {
-    const settler = new CountingSettler();
-    const events = new ScriptedEvents();
-    const { relay, finished } = relayOf(settler, events, [delta("Hel")]);
-    const sink = new CollectingSink();
+    const { relay, finished, settler, events, sink } = relayOf([delta("Hel")]);
     sink.holdFlushes = true;
     void relay.pump(sink);
     await Bun.sleep(5);
@@ -160,11 +152,8 @@ describe("StreamRelay", () => {
   });
 
   test("a client that leaves while the completed answer is being settled: one settle, the completed one", async () => {
-    const settler = new CountingSettler();
+    const { relay, finished, settler, events, sink } = relayOf([delta("Hel"), { type: "finish", reason: "stop" }]);
     settler.settleDelayMs = 20;
-    const events = new ScriptedEvents();
-    const { relay, finished } = relayOf(settler, events, [delta("Hel"), { type: "finish", reason: "stop" }]);
-    const sink = new CollectingSink();
     const pumping = relay.pump(sink);
     await events.answer({ done: true, value: undefined });
     relay.stop();
@@ -176,10 +165,7 @@ describe("StreamRelay", () => {
   });
 
   test("an upstream that fails mid-stream: settled once as failed, the error written in the answer's format", async () => {
-    const settler = new CountingSettler();
-    const events = new ScriptedEvents();
-    const { relay, finished } = relayOf(settler, events, [delta("Hel")]);
-    const sink = new CollectingSink();
+    const { relay, finished, settler, events, sink } = relayOf([delta("Hel")]);
     const pumping = relay.pump(sink);
     await events.answer(new UpstreamError("The upstream for model m failed mid-stream: boom", { isRetryable: true }));
     await pumping;
@@ -190,13 +176,10 @@ describe("StreamRelay", () => {
   });
 
   test("a red line crossed mid-batch: the batch's events before it are sent, then the refusal; the upstream let go; settled once", async () => {
-    const settler = new CountingSettler();
-    const events = new ScriptedEvents();
     const rule = { id: "no-secrets", name: "No secrets" };
     // Breaks the rule at the second event of the first batch (the chat service's monitor finds where; here it is told).
     const monitor = { observeBatch: (batch: CompletionEvent[]) => (batch.length === 3 ? { rule, index: 1 } : undefined) } as unknown as OutputMonitor;
-    const { relay, finished } = relayOf(settler, events, [delta("safe "), delta("SECRET"), delta(" after")], monitor);
-    const sink = new CollectingSink();
+    const { relay, finished, settler, events, sink } = relayOf([delta("safe "), delta("SECRET"), delta(" after")], monitor);
     await relay.pump(sink);
     const text = sink.text.join("");
     expect(text).toContain('"content":"safe "');
