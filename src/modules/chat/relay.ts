@@ -5,6 +5,7 @@ import { noteFailure, noteFirstToken } from "../observability/request-record";
 import { type OutputMonitor, refusalText } from "../safety/rules";
 import type { StreamEncoder } from "./format";
 import { asCallerError, finished, type Run, type RunSettler } from "./run";
+import type { RequestContext } from "./service";
 
 /**
  * A streamed answer relayed from the upstream's events: metered, checked against the red-line rules, written in the
@@ -150,7 +151,7 @@ export class FixedAnswer implements StreamedAnswer {
 
   constructor(
     private readonly batch: string[],
-    private readonly run: Pick<Run, "context">,
+    private readonly context: RequestContext,
   ) {}
 
   async pump(sink: FrameSink): Promise<void> {
@@ -166,6 +167,6 @@ export class FixedAnswer implements StreamedAnswer {
   stop(): void {
     if (this.ended) return;
     this.ended = true;
-    finished(this.run.context);
+    finished(this.context);
   }
 }

@@ -175,7 +175,7 @@ export class ChatService implements RunSettler {
     encoder.event({ type: "delta", content: text }, batch);
     encoder.event({ type: "finish", reason: "content_filter" }, batch);
     encoder.end(usage, batch);
-    return { kind: "stream", answer: new FixedAnswer(batch, { context }), headers: lease.headers };
+    return { kind: "stream", answer: new FixedAnswer(batch, context), headers: lease.headers };
   }
 
   private async whole(run: Run): Promise<ChatResult> {

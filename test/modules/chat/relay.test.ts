@@ -89,6 +89,13 @@ function relayOf(first: CompletionEvent[], monitor?: OutputMonitor) {
 
 const delta = (content: string): CompletionEvent => ({ type: "delta", content });
 
+/** The request was settled once, with `outcome`; the upstream was let go once; the request was logged once. */
+function expectEndedOnce(settler: CountingSettler, events: ScriptedEvents, finished: RequestRecord[], outcome: Ending["outcome"]): void {
+  expect(settler.endings).toEqual([outcome]);
+  expect(events.released).toBe(1);
+  expect(finished.length).toBe(1);
+}
+
 describe("StreamRelay", () => {
   test("an answer relayed to its end: every batch written, settled once as completed, released, logged once", async () => {
     const { relay, finished, settler, events, sink } = relayOf([delta("Hel")]);
@@ -100,9 +107,7 @@ describe("StreamRelay", () => {
     expect(text).toContain('"content":"Hel"');
     expect(text).toContain('"content":"lo"');
     expect(text.endsWith("data: [DONE]\n\n")).toBe(true);
-    expect(settler.endings).toEqual(["completed"]);
-    expect(events.released).toBe(1);
-    expect(finished.length).toBe(1);
+    expectEndedOnce(settler, events, finished, "completed");
     // Stopped after the end (a late cancel): nothing more is settled or logged.
     relay.stop();
     await Bun.sleep(5);
@@ -115,9 +120,7 @@ describe("StreamRelay", () => {
     relay.stop();
     relay.stop();
     await Bun.sleep(5);
-    expect(settler.endings).toEqual(["client_disconnected"]);
-    expect(events.released).toBe(1);
-    expect(finished.length).toBe(1);
+    expectEndedOnce(settler, events, finished, "client_disconnected");
     // A pull that comes after all the same writes nothing.
     await relay.pump(sink);
     expect(sink.text).toEqual([]);
@@ -134,9 +137,7 @@ describe("StreamRelay", () => {
     await pumping;
     await Bun.sleep(5);
     expect(sink.text.length).toBe(written);
-    expect(settler.endings).toEqual(["client_disconnected"]);
-    expect(events.released).toBe(1);
-    expect(finished.length).toBe(1);
+    expectEndedOnce(settler, events, finished, "client_disconnected");
   });
 
   test("a client that leaves while a flush waits for it (back-pressure that never ends) is settled all the same", async () => {
@@ -146,9 +147,7 @@ describe("StreamRelay", () => {
     await Bun.sleep(5);
     relay.stop();
     await Bun.sleep(5);
-    expect(settler.endings).toEqual(["client_disconnected"]);
-    expect(events.released).toBe(1);
-    expect(finished.length).toBe(1);
+    expectEndedOnce(settler, events, finished, "client_disconnected");
   });
 
   test("a client that leaves while the completed answer is being settled: one settle, the completed one", async () => {
@@ -159,8 +158,7 @@ describe("StreamRelay", () => {
     relay.stop();
     await pumping;
     await Bun.sleep(30);
-    expect(settler.endings).toEqual(["completed"]);
-    expect(finished.length).toBe(1);
+    expectEndedOnce(settler, events, finished, "completed");
     expect(sink.text.join("")).not.toContain("[DONE]");
   });
 
@@ -169,10 +167,8 @@ describe("StreamRelay", () => {
     const pumping = relay.pump(sink);
     await events.answer(new UpstreamError("The upstream for model m failed mid-stream: boom", { isRetryable: true }));
     await pumping;
-    expect(settler.endings).toEqual(["upstream_error"]);
+    expectEndedOnce(settler, events, finished, "upstream_error");
     expect(sink.text.join("")).toContain("failed mid-stream: boom");
-    expect(events.released).toBe(1);
-    expect(finished.length).toBe(1);
   });
 
   test("a red line crossed mid-batch: the batch's events before it are sent, then the refusal; the upstream let go; settled once", async () => {
