@@ -13,7 +13,8 @@
 // durable reference server (bench/reference-proxy.ts) to every round as the yardstick of the unavoidable work.
 // A revision before c6bdb2b listens with Bun's accept queue of 512 (src/http/listen-backlog.ts): against a later B its
 // streams' TTFT p99 also counts the handshakes it loses, so compare streams with revisions from c6bdb2b on.
-//   bun bench/ab.ts REVISION [--rounds 4] [--seconds 6] [--latency 1000 | --streams 2000 [--tokens 200] [--reference]]
+// `--b-env NAME=VALUE` (repeatable) starts B's server with that variable set as well.
+//   bun bench/ab.ts REVISION [--rounds 4] [--seconds 6] [--latency 1000 | --streams 2000 [--tokens 200] [--reference]] [--b-env NAME=VALUE]
 import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -33,6 +34,7 @@ const { values, positionals } = parseArgs({
     streams: { type: "string" },
     reference: { type: "boolean", default: false },
     tokens: { type: "string", default: "200" },
+    "b-env": { type: "string", multiple: true, default: [] },
   },
   allowPositionals: true,
 });
@@ -48,6 +50,18 @@ const streamCount = values.streams === undefined ? undefined : Number(values.str
  */
 const streamTokens = Number(values.tokens);
 const streamPaceMs = 20;
+/**
+ * `--b-env NAME=VALUE` (repeatable): variables B's server starts with besides A's, as an operator would set them in
+ * the service's environment (Sluice keeps an operator's value over its own defaults). With REVISION HEAD and an
+ * unchanged tree, this prices a runtime setting alone.
+ */
+const sideBEnvironment: Record<string, string> = Object.fromEntries(
+  (values["b-env"] as string[]).map((pair) => {
+    const split = pair.indexOf("=");
+    if (split < 1) throw new Error(`--b-env takes NAME=VALUE, not ${pair}`);
+    return [pair.slice(0, split), pair.slice(split + 1)];
+  }),
+);
 const root = join(import.meta.dir, "..");
 const bun = process.execPath;
 const work = mkdtempSync(join(tmpdir(), "sluice-ab-"));
@@ -88,7 +102,8 @@ async function startSluice(binary: string, name: string, upstreamPort: number): 
   mkdirSync(directory);
   const { environment, key } = await prepareSluice(binary, directory, upstreamPort);
   const port = freePort();
-  const child = Bun.spawn([binary, "serve"], { env: { ...environment, SLUICE_PORT: String(port) }, stdout: "ignore", stderr: "ignore" });
+  const extra = binary.endsWith("sluice-b") ? sideBEnvironment : {};
+  const child = Bun.spawn([binary, "serve"], { env: { ...environment, ...extra, SLUICE_PORT: String(port) }, stdout: "ignore", stderr: "ignore" });
   children.push(child);
   await waitForPort(port);
   return { port, key, pid: child.pid };
@@ -137,6 +152,7 @@ async function throughputRounds(a: Server, b: Server) {
   }
   return {
     revision,
+    b_env: sideBEnvironment,
     rounds,
     seconds,
     a_rps: samples.a,
@@ -173,6 +189,7 @@ async function latencyRounds(a: Server, b: Server, rate: number) {
     Math.round(median(samples.b.map((value, index) => value - (samples.a[index] as number))) * 1000) / 1000;
   return {
     revision,
+    b_env: sideBEnvironment,
     rounds,
     seconds,
     rate,
@@ -242,7 +259,7 @@ async function streamRounds(count: number, upstreamPort: number) {
     }
     log(`round ${round + 1}: ${sides.map((side) => `${side} ${results[side].peak_mb.at(-1)} MB, TTFT p99 ${results[side].ttft_p99_ms.at(-1)} ms`).join("; ")}`);
   }
-  const summary: Record<string, unknown> = { revision, rounds, streams: count, tokens: streamTokens };
+  const summary: Record<string, unknown> = { revision, b_env: sideBEnvironment, rounds, streams: count, tokens: streamTokens };
   for (const side of sides) {
     const entry = results[side];
     summary[side] = { ...entry, peak_mb_median: median(entry.peak_mb), ttft_p99_ms_median: median(entry.ttft_p99_ms) };
