@@ -11,6 +11,7 @@ import { cpuPerRequest, cpuSnapshot, medianByThread } from "./process-cpu";
 import { prepareSluice, waitForFirstAnswer } from "./sluice-setup";
 import { hashKeySecret } from "../src/modules/keys/secret";
 import { addToAggregates, UsageFold } from "../src/ledger/usage-fold";
+import { sqliteDefaults } from "../src/start-environment";
 import { measureStreamRound, memoryOf, type StreamRound } from "./stream-client";
 import { median, pairedRatio } from "./statistics";
 
@@ -356,12 +357,12 @@ async function main(): Promise<void> {
     );
     await stop(reference);
     // The whole of Sluice's work for a stream, every check on, in the simplest code: what the checks cost a stream.
-    // Then the same without generations in the collector, as Sluice runs on SQLite (src/start-environment.ts) to keep
-    // the stream peak under its target: every check and the memory target together.
+    // Then the same with the collector's settings Sluice runs with on SQLite (src/start-environment.ts: no generations,
+    // which keeps the stream peak under its target, and the heap floor): every check and the memory target together.
     await stop(fullReference);
     for (const [side, referenceEnvironment] of [
       ["full_reference", lifted],
-      ["full_reference_no_generations", { ...lifted, BUN_JSC_useGenerationalGC: "0" }],
+      ["full_reference_no_generations", { ...lifted, ...sqliteDefaults }],
     ] as const) {
       const streamReferencePort = freePort();
       fullReference = await startFullReference(streamReferencePort, referenceEnvironment);

@@ -22,6 +22,7 @@ function unsetEnvironment(name: string): Record<string, string | undefined> {
     BUN_CONFIG_MAX_HTTP_REQUESTS: undefined,
     MIMALLOC_PURGE_HOLES_MIN_INTERVAL: undefined,
     BUN_JSC_useGenerationalGC: undefined,
+    BUN_JSC_largeHeapSize: undefined,
   };
 }
 
@@ -54,20 +55,29 @@ function environmentOf(pid: number): Record<string, string> {
   return Object.fromEntries(entries.map((entry) => [entry.slice(0, entry.indexOf("=")), entry.slice(entry.indexOf("=") + 1)]));
 }
 
-test("`sluice serve` on SQLite restarts with the allocator's hole purge at most once a second and without generations in the collector, unless the operator chose a value", async () => {
+test("`sluice serve` on SQLite restarts with the allocator's hole purge at most once a second, without generations in the collector and with a 128 MB heap floor, unless the operator chose a value", async () => {
   const base = unsetEnvironment("environment");
   await Bun.write(base.SLUICE_CONFIG as string, `[[models]]\nid = "demo"\nbackend = "demo"\n`);
   // What the operator set, and what the running server has after its restart (or without one).
-  const cases: { set: Record<string, string>; fetchLimit: string; interval: string | undefined; generational: string | undefined }[] = [
-    { set: {}, fetchLimit: "65535", interval: "1000", generational: "0" },
-    { set: { MIMALLOC_PURGE_HOLES_MIN_INTERVAL: "250" }, fetchLimit: "65535", interval: "250", generational: "0" },
-    { set: { BUN_JSC_useGenerationalGC: "1" }, fetchLimit: "65535", interval: "1000", generational: "1" },
+  const floor = String(128 * 1024 * 1024);
+  const cases: {
+    set: Record<string, string>;
+    fetchLimit: string;
+    interval: string | undefined;
+    generational: string | undefined;
+    heapFloor: string | undefined;
+  }[] = [
+    { set: {}, fetchLimit: "65535", interval: "1000", generational: "0", heapFloor: floor },
+    { set: { MIMALLOC_PURGE_HOLES_MIN_INTERVAL: "250" }, fetchLimit: "65535", interval: "250", generational: "0", heapFloor: floor },
+    { set: { BUN_JSC_useGenerationalGC: "1" }, fetchLimit: "65535", interval: "1000", generational: "1", heapFloor: floor },
+    // JavaScriptCore's own floor, set by the operator, is kept like any other value.
+    { set: { BUN_JSC_largeHeapSize: "8388608" }, fetchLimit: "65535", interval: "1000", generational: "0", heapFloor: "8388608" },
     // An empty fetch limit is no limit set: the restart replaces it (kept, it would restart the server for ever).
-    { set: { BUN_CONFIG_MAX_HTTP_REQUESTS: "" }, fetchLimit: "65535", interval: "1000", generational: "0" },
+    { set: { BUN_CONFIG_MAX_HTTP_REQUESTS: "" }, fetchLimit: "65535", interval: "1000", generational: "0", heapFloor: floor },
     // An operator who sets the fetch limit starts the server without the restart, as the README says.
-    { set: { BUN_CONFIG_MAX_HTTP_REQUESTS: "4096" }, fetchLimit: "4096", interval: undefined, generational: undefined },
+    { set: { BUN_CONFIG_MAX_HTTP_REQUESTS: "4096" }, fetchLimit: "4096", interval: undefined, generational: undefined, heapFloor: undefined },
   ];
-  for (const { set, fetchLimit, interval, generational } of cases) {
+  for (const { set, fetchLimit, interval, generational, heapFloor } of cases) {
     let timer: Timer | undefined;
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(() => reject(new Error(`no "listening" line within 10 s with ${JSON.stringify(set)}`)), 10_000);
@@ -78,6 +88,7 @@ test("`sluice serve` on SQLite restarts with the allocator's hole purge at most 
       expect(environment.BUN_CONFIG_MAX_HTTP_REQUESTS).toBe(fetchLimit);
       expect(environment.MIMALLOC_PURGE_HOLES_MIN_INTERVAL).toBe(interval as string);
       expect(environment.BUN_JSC_useGenerationalGC).toBe(generational as string);
+      expect(environment.BUN_JSC_largeHeapSize).toBe(heapFloor as string);
     } finally {
       server.kill();
       await server.exited;
@@ -85,12 +96,14 @@ test("`sluice serve` on SQLite restarts with the allocator's hole purge at most 
   }
 }, 60_000);
 
-test("in shared mode (SLUICE_DB a PostgreSQL address) the restart keeps the collector's generations", () => {
+test("in shared mode (SLUICE_DB a PostgreSQL address) the restart keeps the collector's generations and its heap floor", () => {
   const shared = startEnvironment({ SLUICE_DB: "postgres://sluice@db.internal/sluice", SLUICE_REDIS_URL: "redis://cache.internal:6379" });
   expect(shared.BUN_JSC_useGenerationalGC).toBeUndefined();
+  expect(shared.BUN_JSC_largeHeapSize).toBeUndefined();
   expect(shared.MIMALLOC_PURGE_HOLES_MIN_INTERVAL).toBe("1000");
   expect(shared.BUN_CONFIG_MAX_HTTP_REQUESTS).toBe("65535");
   expect(startEnvironment({ SLUICE_DB: "postgresql://db.internal/sluice", BUN_JSC_useGenerationalGC: "0" }).BUN_JSC_useGenerationalGC).toBe("0");
   expect(startEnvironment({ SLUICE_DB: "data/sluice.db" }).BUN_JSC_useGenerationalGC).toBe("0");
+  expect(startEnvironment({ SLUICE_DB: "data/sluice.db" }).BUN_JSC_largeHeapSize).toBe(String(128 * 1024 * 1024));
   expect(startEnvironment({}).BUN_JSC_useGenerationalGC).toBe("0");
 });
