@@ -97,12 +97,17 @@ function build(tree: string, outfile: string): void {
   if (result.exitCode !== 0) throw new Error(`build of ${tree} failed`);
 }
 
-async function startSluice(binary: string, name: string, upstreamPort: number): Promise<{ port: number; key: string; pid: number }> {
+/** A freshly started Sluice server from `binary`; `extra` is the environment a side adds (`--b-env` for B). */
+async function startSluice(
+  binary: string,
+  name: string,
+  upstreamPort: number,
+  extra: Record<string, string> = {},
+): Promise<{ port: number; key: string; pid: number }> {
   const directory = join(work, name);
   mkdirSync(directory);
   const { environment, key } = await prepareSluice(binary, directory, upstreamPort);
   const port = freePort();
-  const extra = binary.endsWith("sluice-b") ? sideBEnvironment : {};
   const child = Bun.spawn([binary, "serve"], { env: { ...environment, ...extra, SLUICE_PORT: String(port) }, stdout: "ignore", stderr: "ignore" });
   children.push(child);
   await waitForPort(port);
@@ -243,7 +248,10 @@ async function streamRounds(count: number, upstreamPort: number) {
   for (let round = 0; round < rounds; round++) {
     for (const side of round % 2 === 0 ? sides : [...sides].reverse()) {
       const name = `streams-${side}-${round}`;
-      const server = side === "reference" ? await startReference(name, upstreamPort) : await startSluice(join(work, `sluice-${side}`), name, upstreamPort);
+      const server =
+        side === "reference"
+          ? await startReference(name, upstreamPort)
+          : await startSluice(join(work, `sluice-${side}`), name, upstreamPort, side === "b" ? sideBEnvironment : {});
       const url = `http://127.0.0.1:${server.port}/v1/chat/completions`;
       const headers: Record<string, string> = side === "reference" ? {} : { authorization: `Bearer ${server.key}` };
       const environment = { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" };
@@ -291,7 +299,7 @@ try {
     console.log(JSON.stringify(await streamRounds(streamCount, upstreamPort)));
   } else {
     const a = await startSluice(join(work, "sluice-a"), "data-a", upstreamPort);
-    const b = await startSluice(join(work, "sluice-b"), "data-b", upstreamPort);
+    const b = await startSluice(join(work, "sluice-b"), "data-b", upstreamPort, sideBEnvironment);
     await wrk(a.port, a.key, 3);
     await wrk(b.port, b.key, 3);
     console.log(JSON.stringify(latencyRate === undefined ? await throughputRounds(a, b) : await latencyRounds(a, b, latencyRate)));
