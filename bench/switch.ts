@@ -11,12 +11,15 @@
 // difference under about 4% (bench/README.md).
 // The phases' lengths are random, and 237 ms on average rather than a divisor of a second: Sluice's 1 s timers (the
 // allocator's purge, the writer's checkpoint pass) would otherwise fall in the same state every time.
-//   bun bench/switch.ts [--source DIR] [--seconds 60] [--warmup 12] [--phase-ms 237] [--smoke]
+// With `--rate N` the measured load is an open loop at N requests a second (bench/load.ts, as `make bench`'s latency
+// phase) instead of wrk: there each request is a turn of the event loop of its own, and pays what a saturated
+// server shares between many (the staged commit, the change poll, timers, wake-ups).
+//   bun bench/switch.ts [--source DIR] [--seconds 60] [--warmup 12] [--phase-ms 237] [--rate N] [--smoke]
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
-import { runWrk, writeWrkScript } from "./load-driver";
+import { runLoad, runWrk, writeWrkScript } from "./load-driver";
 import { freePort } from "./ports";
 import { prepareSourceBench, waitForFirstAnswer } from "./sluice-setup";
 import { median, round1, round3 } from "./statistics";
@@ -29,6 +32,7 @@ const { values } = parseArgs({
     seconds: { type: "string", default: "60" },
     warmup: { type: "string", default: "12" },
     "phase-ms": { type: "string", default: "237" },
+    rate: { type: "string" },
     smoke: { type: "boolean", default: false },
   },
 });
@@ -37,6 +41,8 @@ const smoke = values.smoke;
 const seconds = smoke ? 2 : Number(values.seconds);
 const warmupSeconds = smoke ? 1 : Number(values.warmup);
 const phaseMs = Number(values["phase-ms"]);
+/** Requests a second of the measured open loop (`--rate`); undefined for wrk's closed loop. */
+const rate = values.rate === undefined ? undefined : Number(values.rate);
 const bun = process.execPath;
 
 /** Adjacent phases of opposite states, as on ÷ off of a per-request figure. */
@@ -111,8 +117,15 @@ try {
   // The file is written every 1,013 ms: each read waits for one written after the load before it.
   await Bun.sleep(1100);
   const skipped = (JSON.parse(readFileSync(out, "utf8")) as SwitchPhase[]).length;
-  const result = await runWrk(url, script, { threads: 2, connections: 64, seconds });
-  if (result.non2xx > 0) throw new Error(`${result.non2xx} answers were not 200`);
+  if (rate === undefined) {
+    const result = await runWrk(url, script, { threads: 2, connections: 64, seconds });
+    if (result.non2xx > 0) throw new Error(`${result.non2xx} answers were not 200`);
+  } else {
+    const bodyFile = join(work, "body.json");
+    await Bun.write(bodyFile, body);
+    const result = await runLoad("open", url, bodyFile, { Authorization: `Bearer ${key}` }, rate, seconds);
+    if (result.errors > 0) throw new Error(`${result.errors} answers were not 200`);
+  }
   await Bun.sleep(1100);
   // The phases the load started and ended in were loaded only in part.
   const phases = (JSON.parse(readFileSync(out, "utf8")) as SwitchPhase[])
@@ -124,6 +137,7 @@ try {
     source,
     seconds,
     phase_ms: phaseMs,
+    load: rate === undefined ? "wrk -t2 -c64" : `open loop at ${rate} requests a second`,
     pairs: pairRatios(phases, "requests").length,
     // on ÷ off, per request.
     process_cpu: {
