@@ -164,29 +164,39 @@ test("the same-process runner: Sluice, the full reference and a copy of it with 
   for (const ratio of [...Object.values(report.paired), ...Object.values(copy.paired)]) expect(Number.isFinite(ratio) && ratio > 0).toBe(true);
 }, 60_000);
 
-test("the switch runner: phases of both states under load, each with its CPU and requests, compared in pairs (smoke run)", () => {
-  const run = runBench("switch.ts", "--smoke");
-  expect(run.exitCode).toBe(0);
-  const report = JSON.parse(run.stdout.toString()) as {
-    pairs: number;
-    process_cpu: Record<string, number | number[]>;
-    event_loop_cpu: Record<string, number | number[]>;
-    requests: Record<string, number>;
-    microseconds_per_request: Record<"on" | "off", { process: number; event_loop: number }>;
-  };
-  expect(report.pairs).toBeGreaterThanOrEqual(3);
-  for (const figures of [report.process_cpu, report.event_loop_cpu]) {
-    for (const ratio of [figures.median, figures.standard_error, figures.totals]) expect(Number.isFinite(ratio) && (ratio as number) >= 0).toBe(true);
-    // Blocks of about 10 s: a 2 s smoke run fills none.
-    expect(figures.totals_by_block).toEqual([]);
-  }
-  for (const ratio of [report.requests.median, report.requests.standard_error]) expect(Number.isFinite(ratio) && (ratio as number) >= 0).toBe(true);
-  for (const state of ["on", "off"] as const) {
-    const spent = report.microseconds_per_request[state];
-    expect(spent.event_loop).toBeGreaterThan(0);
-    expect(spent.process).toBeGreaterThanOrEqual(spent.event_loop);
-  }
-}, 60_000);
+// wrk's closed loop, and an open loop at a fixed rate (--rate), where each request is a turn of its own.
+test.each([
+  [[], "wrk -t2 -c64"],
+  [["--rate", "400"], "open loop at 400 requests a second"],
+])(
+  "the switch runner: phases of both states under load (%p), each with its CPU and requests, compared in pairs (smoke run)",
+  (extra, load) => {
+    const run = runBench("switch.ts", "--smoke", ...extra);
+    expect(run.exitCode).toBe(0);
+    const report = JSON.parse(run.stdout.toString()) as {
+      load: string;
+      pairs: number;
+      process_cpu: Record<string, number | number[]>;
+      event_loop_cpu: Record<string, number | number[]>;
+      requests: Record<string, number>;
+      microseconds_per_request: Record<"on" | "off", { process: number; event_loop: number }>;
+    };
+    expect(report.load).toBe(load);
+    expect(report.pairs).toBeGreaterThanOrEqual(3);
+    for (const figures of [report.process_cpu, report.event_loop_cpu]) {
+      for (const ratio of [figures.median, figures.standard_error, figures.totals]) expect(Number.isFinite(ratio) && (ratio as number) >= 0).toBe(true);
+      // Blocks of about 10 s: a 2 s smoke run fills none.
+      expect(figures.totals_by_block).toEqual([]);
+    }
+    for (const ratio of [report.requests.median, report.requests.standard_error]) expect(Number.isFinite(ratio) && (ratio as number) >= 0).toBe(true);
+    for (const state of ["on", "off"] as const) {
+      const spent = report.microseconds_per_request[state];
+      expect(spent.event_loop).toBeGreaterThan(0);
+      expect(spent.process).toBeGreaterThanOrEqual(spent.event_loop);
+    }
+  },
+  60_000,
+);
 
 // The second run does the same work through Sluice's own ledger, upstream client, log line and metrics, and idle
 // timeout (REFERENCE_SLUICE, which bench/same-process.ts --with sets).
