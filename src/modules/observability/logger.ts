@@ -61,6 +61,10 @@ export class Logger {
     this.flushedAt = this.clock();
     const text = `${this.buffer.join("\n")}\n`;
     this.buffer = [];
-    this.write(text);
+    try {
+      this.write(text);
+    } catch {
+      // Lines are written in the turn of a request (see above): stdout gone must not fail the request that logs.
+    }
   }
 }

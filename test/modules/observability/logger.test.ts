@@ -57,6 +57,25 @@ describe("Logger", () => {
     expect(writes).toHaveLength(2);
   });
 
+  test("a write that fails (stdout gone) drops its lines and does not fail the caller that logs", () => {
+    const clock = { now: 1_000 };
+    const written: string[] = [];
+    let failing = true;
+    const logger = new Logger(
+      "info",
+      (text) => {
+        if (failing) throw new Error("EPIPE");
+        written.push(text);
+      },
+      () => clock.now,
+    );
+    expect(() => logger.log("info", { message: "lost" })).not.toThrow();
+    failing = false;
+    clock.now += 10;
+    logger.log("info", { message: "kept" });
+    expect(written.map((text) => (JSON.parse(text) as { message: string }).message)).toEqual(["kept"]);
+  });
+
   test("each line is one JSON object with time and level first; lines below the level are dropped", () => {
     const { clock, logger, writes } = loggerOnClock("warn");
     expect(logger.enabled("info")).toBe(false);
