@@ -2,13 +2,19 @@ import { describe, expect, test } from "bun:test";
 import { Logger } from "../../../src/modules/observability/logger";
 import { eventually } from "../../helpers";
 
-/** A logger on a clock the test moves, and the writes it made (each write's lines). */
-function loggerOnClock(level = "info") {
+/**
+ * A logger on a clock the test moves, and the writes it made (each write's lines). While `failing()` is true, a write
+ * throws, as a write to a stdout that is gone does.
+ */
+function loggerOnClock(level = "info", failing: () => boolean = () => false) {
   const clock = { now: 1_000 };
   const writes: string[][] = [];
   const logger = new Logger(
     level,
-    (text) => writes.push(text.trimEnd().split("\n")),
+    (text) => {
+      if (failing()) throw new Error("EPIPE");
+      writes.push(text.trimEnd().split("\n"));
+    },
     () => clock.now,
   );
   const messages = () => writes.map((lines) => lines.map((line) => (JSON.parse(line) as { message: string }).message));
@@ -58,22 +64,13 @@ describe("Logger", () => {
   });
 
   test("a write that fails (stdout gone) drops its lines and does not fail the caller that logs", () => {
-    const clock = { now: 1_000 };
-    const written: string[] = [];
     let failing = true;
-    const logger = new Logger(
-      "info",
-      (text) => {
-        if (failing) throw new Error("EPIPE");
-        written.push(text);
-      },
-      () => clock.now,
-    );
+    const { clock, logger, messages } = loggerOnClock("info", () => failing);
     expect(() => logger.log("info", { message: "lost" })).not.toThrow();
     failing = false;
     clock.now += 10;
     logger.log("info", { message: "kept" });
-    expect(written.map((text) => (JSON.parse(text) as { message: string }).message)).toEqual(["kept"]);
+    expect(messages()).toEqual([["kept"]]);
   });
 
   test("each line is one JSON object with time and level first; lines below the level are dropped", () => {
