@@ -19,7 +19,7 @@ describe("setDeadline and clearDeadline", () => {
     const setAt = performance.now();
     (cancels[2] as () => void)();
     (cancels[4] as () => void)();
-    // Past the first tick of the 25 ms timer, before the first deadline is due.
+    // Before the first deadline is due.
     await Bun.sleep(30);
     // None is due yet (all six, when this test wakes on time; a loaded machine may wake it late, and then only those
     // still not due are held to it).
@@ -76,5 +76,35 @@ describe("setDeadline and clearDeadline", () => {
     clearDeadline(controller, 80);
     await Bun.sleep(200);
     expect(controller.signal.reason).toBeInstanceOf(DeadlineExceeded);
+  });
+
+  test("a shorter limit set after a longer one fires on its own time, not the longer one's", async () => {
+    const long = new AbortController();
+    const short = new AbortController();
+    abortAfter(long, 5_000);
+    abortAfter(short, 30);
+    await Bun.sleep(400);
+    expect([short.signal.aborted, long.signal.aborted]).toEqual([true, false]);
+    clearDeadline(long, 5_000);
+  });
+
+  test("after every deadline is cleared, the next one set still fires; one past setTimeout's 32-bit limit does not", async () => {
+    // Such a delay would be cut to 1 ms, with a warning, and the timer would fire every millisecond.
+    const warnings: string[] = [];
+    const onWarning = (warning: Error) => warnings.push(warning.name);
+    process.on("warning", onWarning);
+    const cleared = new AbortController();
+    abortAfter(cleared, 30)();
+    // The timer set for the cleared deadline fires with nothing due.
+    await Bun.sleep(60);
+    const next = new AbortController();
+    const far = new AbortController();
+    abortAfter(far, 3_000_000_000);
+    abortAfter(next, 40);
+    await Bun.sleep(300);
+    process.off("warning", onWarning);
+    expect([cleared.signal.aborted, next.signal.aborted, far.signal.aborted]).toEqual([false, true, false]);
+    expect(warnings).toEqual([]);
+    clearDeadline(far, 3_000_000_000);
   });
 });
