@@ -164,11 +164,8 @@ function commit(): void {
   }
   Atomics.store(progress, 0, upTo);
   Atomics.notify(progress, 0);
-  // No reply to moves asked with empty batches, unless they failed: the server reads `progress` instead (ledger.ts).
-  if (error !== undefined || batches.some((values) => values.length > 0)) {
-    const reply: LedgerWorkerReply = { upTo, failures: Atomics.load(progress, 1), error };
-    self.postMessage(reply);
-  }
+  const reply: LedgerWorkerReply = { upTo, failures: Atomics.load(progress, 1), error };
+  self.postMessage(reply);
   if (moveFirst) return;
   // After the reply: the answers of this batch do not wait for the move.
   if (performance.now() - lastMove >= moveIntervalMs) move();

@@ -47,12 +47,8 @@ const commitsBetweenMoves = 200;
  * Staged rows wait about this long to be moved. Rows staged meanwhile go to the writer until the move is done, so a
  * short move keeps the tail short: at 1,000 requests a second, the p99 fell by a paired 0.79 ms with 25 ms rather
  * than 100 (lower in all 8 rounds), and whole answers a second did not move (bench/README.md).
- * The move is asked in the turn of the first commit past this delay, which is awake anyway: a timer would wake an
- * idle event loop for it, about 60 µs a wake on this machine (bench/README.md, "The request log line's wake-ups").
  */
 const moveDelayMs = 25;
-/** When no commit follows (the end of a burst), a timer asks for the move this long after the first staged row. */
-const quietMoveDelayMs = 50;
 /** How soon a move put off by the writer's checkpoint pass is asked again. */
 const passRecheckMs = 5;
 /** At most this many keys' last-used times are written on this thread (one UPDATE each). */
@@ -91,7 +87,6 @@ export class Ledger {
   private readonly inMemory: boolean;
   private rowsStagedHere = 0;
   private commitsStagedHere = 0;
-  private firstStagedAt = 0;
   private moveTimer: Timer | undefined;
   private workerStartedAt = 0;
   /** This connection's `busy_timeout`, put back after each write here (which must not wait: see `withoutWaiting`). */
@@ -153,7 +148,6 @@ export class Ledger {
       return;
     }
     if (!this.worker) return;
-    this.settleCommitted();
     if (this.sent.length === 0 && entries.length <= touchesHere && this.touchHere(entries)) return;
     const message: LedgerWorkerMessage = { type: "touch", entries };
     this.worker.postMessage(message);
@@ -231,38 +225,17 @@ export class Ledger {
 
   /** Whether this batch is committed here (see `rowsBetweenMoves`) rather than by the writer thread. */
   private stagesHere(urgent: boolean): boolean {
-    if (urgent) return false;
-    this.settleCommitted();
     // Nothing in flight at the writer: its connection holds no write lock this commit could wait behind.
-    return this.sent.length === 0;
-  }
-
-  /**
-   * Settles the sent batches the writer has committed, without waiting for its replies. The writer does not reply
-   * to a move asked with an empty batch (see ledger-worker.ts): its reply would wake this thread for nothing. A
-   * failure is counted before its batch's sequence is stored, so when the count has not changed, every batch up to
-   * that sequence is committed; when it has, the replies (which name the error) settle them.
-   */
-  private settleCommitted(): void {
-    if (this.sent.length === 0) return;
-    const done = Atomics.load(this.progress, 0);
-    if (Atomics.load(this.progress, 1) === this.failuresSeen) this.acknowledge(done, undefined);
+    return !urgent && this.sent.length === 0;
   }
 
   /** After a commit here: its rows are moved, and the WAL checkpointed, by the writer thread soon (see above). */
   private noteStagedRows(rows: number): void {
-    const now = performance.now();
-    if (this.commitsStagedHere === 0) this.firstStagedAt = now;
     this.rowsStagedHere += rows;
     this.commitsStagedHere++;
-    if (
-      this.rowsStagedHere >= rowsBetweenMoves ||
-      this.commitsStagedHere >= commitsBetweenMoves ||
-      now - this.firstStagedAt >= moveDelayMs
-    ) {
-      this.askToMove();
-    } else if (!this.moveTimer) {
-      this.moveTimer = setTimeout(() => this.askToMove(), quietMoveDelayMs);
+    if (this.rowsStagedHere >= rowsBetweenMoves || this.commitsStagedHere >= commitsBetweenMoves) this.askToMove();
+    else if (!this.moveTimer) {
+      this.moveTimer = setTimeout(() => this.askToMove(), moveDelayMs);
       this.moveTimer.unref();
     }
   }

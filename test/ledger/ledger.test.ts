@@ -275,31 +275,6 @@ test("no move is asked while the writer runs a checkpoint pass: staged rows wait
   expect(count(reader, "SELECT sum(tokens) AS value FROM usage_minutes")).toBe(6 * 15);
 });
 
-test("a move asked with an empty batch gets no reply (the writer's reply would wake the event loop); the rows after it are staged here again", async () => {
-  const { database, ledger, reader } = setup();
-  const moved = () => count(reader, "SELECT count(*) AS value FROM usage_ledger");
-  const version = () => (database.sqlite.query("PRAGMA data_version").get() as { data_version: number }).data_version;
-  let replies = 0;
-  (ledger as unknown as { worker: Worker }).worker.addEventListener("message", () => replies++);
-  await ledger.record(row());
-  // With no row after it, the quiet timer asks for the move.
-  await eventually(() => moved() === 1, 2000);
-  await Bun.sleep(50);
-  expect(replies).toBe(0);
-  // Settled from the memory both threads share: the next rows are staged on this connection, which does not move
-  // data_version (the writer's commits, on another connection, would).
-  const before = version();
-  for (let index = 0; index < 5; index++) await ledger.record(row());
-  expect(version()).toBe(before);
-  expect(committedRows(reader)).toBe(6);
-  // A batch of rows sent to the writer (a flush sends the turn's) still gets its reply.
-  const flushed = ledger.record(row());
-  ledger.flush();
-  await flushed;
-  await Bun.sleep(20);
-  expect(replies).toBeGreaterThan(0);
-});
-
 test("opening the database moves the rows a crash left staged, each counted once", async () => {
   const directory = temporaryDirectory();
   cleanups.push(() => directory.remove());
