@@ -49,6 +49,12 @@ function row(overrides: Partial<LedgerRow> = {}): LedgerRow {
   };
 }
 
+/** data_version of the ledger's own staging connection: it moves when any other connection commits. */
+function stagingVersion(ledger: Ledger): number {
+  const staging = (ledger as unknown as { staging: Database }).staging;
+  return (staging.query("PRAGMA data_version").get() as { data_version: number }).data_version;
+}
+
 const count = (reader: Database, sql: string) => (reader.query(sql).get() as { value: number }).value;
 /** Rows committed, whether still staged in the inbox or already moved (src/ledger/inbox.ts). */
 const committedRows = (reader: Database) => count(reader, "SELECT (SELECT count(*) FROM usage_ledger) + (SELECT count(*) FROM usage_ledger_inbox) AS value");
@@ -100,9 +106,9 @@ test("a failing commit on the writer thread refuses its whole batch too; the nex
 });
 
 test("rows are staged on this thread, one commit a turn, single rows and batches alike; the writer thread moves them", async () => {
-  const { database, ledger, reader } = setup();
-  // data_version moves only when another connection commits.
-  const version = () => (database.sqlite.query("PRAGMA data_version").get() as { data_version: number }).data_version;
+  const { ledger, reader } = setup();
+  // data_version moves only when another connection commits: the writer thread's, not the staging one.
+  const version = () => stagingVersion(ledger);
   const before = version();
   for (let index = 0; index < 5; index++) await ledger.record(row());
   await Promise.all(Array.from({ length: 50 }, () => ledger.record(row())));
@@ -116,8 +122,8 @@ test("rows are staged on this thread, one commit a turn, single rows and batches
 });
 
 test("a thousand rows staged here make the writer move them at once; rows recorded meanwhile are committed too", async () => {
-  const { database, ledger, reader } = setup();
-  const version = () => (database.sqlite.query("PRAGMA data_version").get() as { data_version: number }).data_version;
+  const { ledger, reader } = setup();
+  const version = () => stagingVersion(ledger);
   const before = version();
   await Promise.all(Array.from({ length: 1000 }, () => ledger.record(row())));
   expect(version()).toBe(before);
@@ -186,7 +192,7 @@ test("keys' last-used times: a few on this thread, many on the writer thread", a
   for (const id of keys) {
     database.sqlite.run("INSERT INTO api_keys (id, organization_id, name, prefix, hash, created_at) VALUES (?, 'org_a', 'k', 'sk-sluice-ab', ?, 0)", [id, id]);
   }
-  const version = () => (database.sqlite.query("PRAGMA data_version").get() as { data_version: number }).data_version;
+  const version = () => stagingVersion(ledger);
   const before = version();
   ledger.touchKeys([["key_0", 1234]]);
   expect(count(reader, "SELECT last_used_at AS value FROM api_keys WHERE id = 'key_0'")).toBe(1234);
