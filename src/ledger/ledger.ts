@@ -100,9 +100,9 @@ export class Ledger {
       return;
     }
     // A connection of its own rather than the server's with busy_timeout lowered and put back around each write:
-    // those two statements cannot be cached (the PRAGMA takes effect when prepared) and cost 3 % of the event loop at
-    // 1,000 requests a second (bench/README.md). Its writes must not wait for the lock, and it never checkpoints:
-    // the writer thread does (see ledger-worker.ts).
+    // those two statements cannot be cached (the PRAGMA takes effect when prepared), and they cost about 2 % of the
+    // process's CPU at 1,000 requests a second (bench/README.md, thirty-eighth session). Its writes must not wait for
+    // the lock, and it never checkpoints: the writer thread does (see ledger-worker.ts).
     const staging = new Database(path, { strict: true });
     staging.run("PRAGMA busy_timeout = 0");
     staging.run("PRAGMA synchronous = NORMAL");
@@ -177,6 +177,9 @@ export class Ledger {
     clearTimeout(this.moveTimer);
     this.moveTimer = undefined;
     this.flush();
+    // Nothing stages after this (rows are refused once the writer is gone), and closed first, the staging
+    // connection cannot hold up the checkpoint below.
+    this.staging?.close();
     const worker = this.worker;
     if (worker) {
       // The writer closes its connection first, then this one empties and truncates the WAL, so that the next start
@@ -186,7 +189,6 @@ export class Ledger {
       Atomics.wait(this.progress, 2, 0, flushTimeoutMs);
       worker.terminate();
       this.worker = undefined;
-      this.staging?.close();
       try {
         this.sqlite.run("PRAGMA wal_checkpoint(TRUNCATE)");
       } catch {
