@@ -135,7 +135,7 @@ test("a thousand rows staged here make the writer move them at once; rows record
 });
 
 test("a row never stalls the event loop behind another process's lock: the writer thread waits for it instead", async () => {
-  const { ledger, path, reader } = setup();
+  const { database, ledger, path, reader } = setup();
   // Another process (the CLI, say) in the middle of a write transaction.
   const holder = new Database(path);
   holder.run("BEGIN IMMEDIATE");
@@ -155,6 +155,8 @@ test("a row never stalls the event loop behind another process's lock: the write
   holder.close();
   await pending;
   expect(committedRows(reader)).toBe(1);
+  // The server's own connection still waits for a lock (its reads and the console's writes), as it was opened to.
+  expect(database.sqlite.query<{ timeout: number }, []>("PRAGMA busy_timeout").get()?.timeout).toBe(5000);
 });
 
 test("rows staged here still reach the database file: the writer thread moves them and checkpoints", async () => {
