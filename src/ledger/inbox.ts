@@ -14,8 +14,8 @@ export const stagedColumns = `request_id, organization_id, key_id, model, prompt
 /** Appends one staged row: the 14 fields in the order of `encodeRow`. */
 export const stageRowSql = `INSERT INTO usage_ledger_inbox (${stagedColumns}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`;
 
-interface StagedUsage {
-  requestId: string;
+/** What the move adds to the aggregates for each row it adds to usage_ledger. */
+interface AddedUsage {
   organizationId: string;
   keyId: string;
   model: string;
@@ -30,33 +30,29 @@ interface StagedUsage {
 export function moveStagedRows(sqlite: Database): number {
   return sqlite
     .transaction(() => {
-      const last = sqlite.query<{ last: number | null }, []>("SELECT max(rowid) AS last FROM usage_ledger_inbox").get()?.last;
-      if (last === null || last === undefined) return 0;
-      const staged = sqlite
-        .query<StagedUsage, [number]>(
-          `SELECT request_id AS requestId, organization_id AS organizationId, key_id AS keyId, model, prompt_tokens + completion_tokens AS tokens, ended_at AS endedAt
-           FROM usage_ledger_inbox AS staged WHERE rowid <= ?
-             AND NOT EXISTS (SELECT 1 FROM usage_ledger WHERE usage_ledger.request_id = staged.request_id)`,
-        )
-        .all(last);
       // A request id is unique by construction (a UUIDv7); OR IGNORE keeps a replayed row from stopping every move.
-      sqlite
-        .query(`INSERT OR IGNORE INTO usage_ledger (${stagedColumns}) SELECT ${stagedColumns} FROM usage_ledger_inbox WHERE rowid <= ? ORDER BY rowid`)
-        .run(last);
-      // Only what the INSERT adds counts: a row replayed, or staged twice, is in the ledger once and in the aggregates once.
+      // RETURNING gives only the rows the INSERT adds: a row replayed, or staged twice, is in the ledger once and in
+      // the aggregates once. (One statement where a SELECT that looked each row up first came before: about 3 % less
+      // of the writer's CPU a row moved, bench/README.md.)
+      const added = sqlite
+        .query<AddedUsage, []>(
+          `INSERT OR IGNORE INTO usage_ledger (${stagedColumns}) SELECT ${stagedColumns} FROM usage_ledger_inbox ORDER BY rowid
+           RETURNING organization_id AS organizationId, key_id AS keyId, model, prompt_tokens + completion_tokens AS tokens, ended_at AS endedAt`,
+        )
+        .all();
+      // An empty inbox is left alone: clearing even an empty table writes a page.
+      if (added.length === 0 && !sqlite.query("SELECT 1 FROM usage_ledger_inbox LIMIT 1").get()) return 0;
       const fold = new UsageFold();
-      const counted = new Set<string>();
-      for (const row of staged) {
-        if (counted.has(row.requestId)) continue;
-        counted.add(row.requestId);
+      for (const row of added) {
         fold.add(row.organizationId, row.tokens, row.endedAt);
         fold.addToHours(row.organizationId, row.keyId, row.model, row.tokens, row.endedAt);
       }
       // The aggregates are summed first: a hundred rows of one organization are one upsert per minute, month and
       // key and model of the hour.
       addToAggregates(sqlite, fold);
-      sqlite.query("DELETE FROM usage_ledger_inbox WHERE rowid <= ?").run(last);
-      return counted.size;
+      // Every staged row: none can be staged inside this (immediate) transaction.
+      sqlite.query("DELETE FROM usage_ledger_inbox").run();
+      return added.length;
     })
     .immediate();
 }

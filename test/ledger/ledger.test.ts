@@ -2,6 +2,7 @@ import { Database } from "bun:sqlite";
 import { afterEach, expect, test } from "bun:test";
 import { join } from "node:path";
 import { openDatabase, type DatabaseHandle } from "../../src/db/client";
+import { moveStagedRows } from "../../src/ledger/inbox";
 import { Ledger, type LedgerRow } from "../../src/ledger/ledger";
 import { sqliteStorage } from "../../src/storage/sqlite";
 import { committedRowSql, eventually, rowInDatabaseFile, stageRows, temporaryDirectory } from "../helpers";
@@ -317,7 +318,21 @@ test("opening the database moves the rows a crash left staged, each counted once
   const again = openDatabase(path);
   expect((again.sqlite.query("SELECT count(*) AS value FROM usage_ledger").get() as { value: number }).value).toBe(7);
   expect((again.sqlite.query("SELECT sum(tokens) AS value FROM usage_months").get() as { value: number }).value).toBe(7 * 15);
+  // A move of nothing but a replay still empties the inbox.
+  expect((again.sqlite.query("SELECT count(*) AS value FROM usage_ledger_inbox").get() as { value: number }).value).toBe(0);
   again.close();
+});
+
+test("a move with nothing staged writes nothing: not a page of the WAL", () => {
+  const directory = temporaryDirectory();
+  cleanups.push(() => directory.remove());
+  const path = join(directory.path, "sluice.db");
+  const handle = openDatabase(path);
+  handle.sqlite.run("PRAGMA wal_checkpoint(TRUNCATE)");
+  expect(Bun.file(`${path}-wal`).size).toBe(0);
+  expect(moveStagedRows(handle.sqlite)).toBe(0);
+  expect(Bun.file(`${path}-wal`).size).toBe(0);
+  handle.close();
 });
 
 test("a usage reset counts staged rows once: moved before the aggregates are rebuilt, never added again after", async () => {
