@@ -4,7 +4,7 @@
 // each round's own B ÷ A. Besides requests a second it reports each side's CPU time per request (the event loop's thread, and the whole process with its
 // writer and HTTP client threads), read from /proc: steadier than requests a second when this VM's speed moves
 // between rounds, since a slower machine slows both the work and the clock alike.
-// With `--latency RATE` each round is instead a 4 s `wrk -c64` burst and then an open loop at RATE requests a second
+// With `--latency RATE` each round is instead a 4 s `wrk -c64` burst (`--burst S`; 0 for none) and then an open loop at RATE requests a second
 // for `--seconds` (bench/load.ts, as `make bench`'s latency phase): p50 and p99 of each side, and the median of each
 // round's own B - A.
 // With `--streams N` each round is instead N concurrent streams of 200 tokens (bench/streams.ts, as `make bench`'s
@@ -14,7 +14,7 @@
 // A revision before c6bdb2b listens with Bun's accept queue of 512 (src/http/listen-backlog.ts): against a later B its
 // streams' TTFT p99 also counts the handshakes it loses, so compare streams with revisions from c6bdb2b on.
 // `--b-env NAME=VALUE` (repeatable) starts B's server with that variable set as well.
-//   bun bench/ab.ts REVISION [--rounds 4] [--seconds 6] [--latency 1000 | --streams 2000 [--tokens 200] [--reference]] [--b-env NAME=VALUE]
+//   bun bench/ab.ts REVISION [--rounds 4] [--seconds 6] [--latency 1000 [--burst 4] | --streams 2000 [--tokens 200] [--reference]] [--b-env NAME=VALUE]
 import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -31,6 +31,7 @@ const { values, positionals } = parseArgs({
     rounds: { type: "string", default: "4" },
     seconds: { type: "string", default: "6" },
     latency: { type: "string" },
+    burst: { type: "string", default: "4" },
     streams: { type: "string" },
     reference: { type: "boolean", default: false },
     tokens: { type: "string", default: "200" },
@@ -39,10 +40,15 @@ const { values, positionals } = parseArgs({
   allowPositionals: true,
 });
 const revision = positionals[0];
-if (!revision) throw new Error("usage: bun bench/ab.ts REVISION [--rounds 4] [--seconds 6] [--latency RATE | --streams N [--tokens 200] [--reference]]");
+if (!revision) throw new Error("usage: bun bench/ab.ts REVISION [--rounds 4] [--seconds 6] [--latency RATE [--burst S] | --streams N [--tokens 200] [--reference]]");
 const rounds = Number(values.rounds);
 const seconds = Number(values.seconds);
 const latencyRate = values.latency === undefined ? undefined : Number(values.latency);
+/**
+ * `--burst SECONDS` (with `--latency`): the closed-loop burst before each round, 4 s by default; 0 measures the open
+ * loop alone, at a steady rate, as `make bench`'s latency rounds do (they follow a warm-up at the rate, not a burst).
+ */
+const burstSeconds = Number(values.burst);
 const streamCount = values.streams === undefined ? undefined : Number(values.streams);
 /**
  * Tokens of each stream (`--tokens`; 200 as in `make bench`, more for the long streams of reasoning models), and
@@ -183,7 +189,7 @@ async function latencyRounds(a: Server, b: Server, rate: number) {
   for (let round = 0; round < rounds; round++) {
     for (const side of round % 2 === 0 ? (["a", "b"] as const) : (["b", "a"] as const)) {
       const server = side === "a" ? a : b;
-      await wrk(server.port, server.key, 4);
+      if (burstSeconds > 0) await wrk(server.port, server.key, burstSeconds);
       const result = await openLoop(server.port, server.key, rate, seconds);
       latency[side].p50.push(Math.round(result.p50 * 1000) / 1000);
       latency[side].p99.push(Math.round(result.p99 * 100) / 100);
@@ -198,6 +204,7 @@ async function latencyRounds(a: Server, b: Server, rate: number) {
     rounds,
     seconds,
     rate,
+    burst_seconds: burstSeconds,
     a_p50_ms: latency.a.p50,
     b_p50_ms: latency.b.p50,
     a_p99_ms: latency.a.p99,
