@@ -32,7 +32,7 @@ export function moveStagedRows(sqlite: Database): number {
     .transaction(() => {
       // A request id is unique by construction (a UUIDv7); OR IGNORE keeps a replayed row from stopping every move.
       // RETURNING gives only the rows the INSERT adds: a row replayed, or staged twice, is in the ledger once and in
-      // the aggregates once. (One statement where a SELECT that looked each row up first came before: about 3 % less
+      // the aggregates once. (One statement where a SELECT that looked each row up first came before: 2-3 % less
       // of the writer's CPU a row moved, bench/README.md.)
       const added = sqlite
         .query<AddedUsage, []>(
