@@ -40,7 +40,8 @@ const { values, positionals } = parseArgs({
   allowPositionals: true,
 });
 const revision = positionals[0];
-if (!revision) throw new Error("usage: bun bench/ab.ts REVISION [--rounds 4] [--seconds 6] [--latency RATE [--burst S] | --streams N [--tokens 200] [--reference]]");
+if (!revision)
+  throw new Error("usage: bun bench/ab.ts REVISION [--rounds 4] [--seconds 6] [--latency RATE [--burst S] | --streams N [--tokens 200] [--reference]]");
 const rounds = Number(values.rounds);
 const seconds = Number(values.seconds);
 const latencyRate = values.latency === undefined ? undefined : Number(values.latency);
