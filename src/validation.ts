@@ -56,6 +56,21 @@ function describe(error: ValueError, param: string): string {
   }
 }
 
+/**
+ * A union's error names the whole union ("expected a string or an array of content blocks, but got an array"), even
+ * when the value is of the one variant of its kind and only something inside it is wrong. That variant's own first
+ * error names the field at fault, as OpenAI does ("Missing required parameter: 'messages[0].content[0].type'").
+ */
+function innermost(error: ValueError): ValueError {
+  if (error.type !== ValueErrorType.Union) return error;
+  const kind = Array.isArray(error.value) ? "array" : typeof error.value === "object" && error.value !== null ? "object" : typeof error.value;
+  const variants = (error.schema as { anyOf?: { type?: string }[] }).anyOf ?? [];
+  const ofKind = variants.flatMap((variant, index) => (variant.type === kind ? [index] : []));
+  if (ofKind.length !== 1) return error;
+  const inner = error.errors?.[ofKind[0] as number]?.First();
+  return inner ? innermost(inner) : error;
+}
+
 /** Deeper than this, a body is refused: it would only serve to exhaust the stack of whoever walks it next. */
 const maxNestingDepth = 64;
 
@@ -111,7 +126,7 @@ export function validateBody<T extends TSchema>(schema: T, body: unknown, nullab
   for (const field of nullable) if (record[field] === null) delete record[field];
   const model = compiledModel(schema);
   if (model.Check(record)) return record as Static<T>;
-  const error = model.Errors(record).First() as ValueError;
+  const error = innermost(model.Errors(record).First() as ValueError);
   const param = paramOf(error.path);
   return invalidRequest(describe(error, param), param || null);
 }

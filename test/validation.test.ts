@@ -1,6 +1,8 @@
 import { expect, test } from "bun:test";
 import { SluiceError } from "../src/errors";
 import { validateChatRequest } from "../src/modules/chat/model";
+import { translateMessagesRequest } from "../src/modules/messages/model";
+import { translateResponsesRequest } from "../src/modules/responses/model";
 
 /** A chat body `levels` levels deep, itself included: its response_format is `levels - 1` objects (or arrays) one in another. */
 function bodyNested(levels: number, inArrays = false): unknown {
@@ -19,4 +21,22 @@ test("a body may nest 64 levels deep, objects or arrays, and not one more", () =
   }
   const deep = validateChatRequest(bodyNested(100_000));
   expect(deep).toBeInstanceOf(SluiceError);
+});
+
+test("a wrong field inside a union's array is named, not the union: content parts and blocks without a type", () => {
+  const chat = validateChatRequest({ model: "m", messages: [{ role: "user", content: [{ type: "text", text: "a" }, {}] }] });
+  expect(chat).toBeInstanceOf(SluiceError);
+  expect((chat as SluiceError).message).toBe("Missing required parameter: 'messages[0].content[1].type'.");
+  expect((chat as SluiceError).param).toBe("messages[0].content[1].type");
+  const messages = translateMessagesRequest({ model: "m", max_tokens: 5, messages: [{ role: "user", content: [{}] }] });
+  expect((messages as SluiceError).message).toBe("Missing required parameter: 'messages[0].content[0].type'.");
+  const responses = translateResponsesRequest({ model: "m", input: [{ role: "user", content: [{ type: "" }] }] });
+  expect((responses as SluiceError).message).toBe(
+    "Invalid 'input[0].content[0].type': string too short. Expected a string with minimum length 1, but got an empty string instead.",
+  );
+  // A value of no variant's kind still gets the union's own words.
+  const wrongKind = validateChatRequest({ model: "m", messages: [{ role: "user", content: 5 }] });
+  expect((wrongKind as SluiceError).message).toBe(
+    "Invalid type for 'messages[0].content': expected a string, an array of content parts, or null, but got an integer instead.",
+  );
 });

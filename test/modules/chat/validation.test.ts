@@ -50,7 +50,7 @@ describe("request validation (spec 2.3 and 8): 400 invalid_request naming the fi
     ["message without role", { model: "echo", messages: [{ content: "x" }] }, "messages[0].role"],
     ["empty role", { model: "echo", messages: [user[0], { role: "", content: "x" }] }, "messages[1].role"],
     ["content a number", { model: "echo", messages: [{ role: "user", content: 3 }] }, "messages[0].content"],
-    ["content part without type", { model: "echo", messages: [{ role: "user", content: [{ text: "x" }] }] }, "messages[0].content"],
+    ["content part without type", { model: "echo", messages: [{ role: "user", content: [{ text: "x" }] }] }, "messages[0].content[0].type"],
     ["temperature above 2", { model: "echo", messages: user, temperature: 2.5 }, "temperature"],
     ["temperature below 0", { model: "echo", messages: user, temperature: -0.1 }, "temperature"],
     ["temperature a string", { model: "echo", messages: user, temperature: "hot" }, "temperature"],
