@@ -65,7 +65,7 @@ function innermost(error: ValueError): ValueError {
   if (error.type !== ValueErrorType.Union) return error;
   const kind = Array.isArray(error.value) ? "array" : typeof error.value === "object" && error.value !== null ? "object" : typeof error.value;
   const variants = (error.schema as { anyOf?: { type?: string }[] }).anyOf ?? [];
-  const ofKind = variants.flatMap((variant, index) => (variant.type === kind ? [index] : []));
+  const ofKind = variants.flatMap((variant, index) => (variant.type === kind || (kind === "number" && variant.type === "integer") ? [index] : []));
   if (ofKind.length !== 1) return error;
   const inner = error.errors?.[ofKind[0] as number]?.First();
   return inner ? innermost(inner) : error;

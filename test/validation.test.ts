@@ -1,8 +1,10 @@
+import { Type } from "@sinclair/typebox";
 import { expect, test } from "bun:test";
 import { SluiceError } from "../src/errors";
 import { validateChatRequest } from "../src/modules/chat/model";
 import { translateMessagesRequest } from "../src/modules/messages/model";
 import { translateResponsesRequest } from "../src/modules/responses/model";
+import { validateBody } from "../src/validation";
 
 /** A chat body `levels` levels deep, itself included: its response_format is `levels - 1` objects (or arrays) one in another. */
 function bodyNested(levels: number, inArrays = false): unknown {
@@ -38,5 +40,14 @@ test("a wrong field inside a union's array is named, not the union: content part
   const wrongKind = validateChatRequest({ model: "m", messages: [{ role: "user", content: 5 }] });
   expect((wrongKind as SluiceError).message).toBe(
     "Invalid type for 'messages[0].content': expected a string, an array of content parts, or null, but got an integer instead.",
+  );
+});
+
+test("a number outside the one numeric variant of a union is told by its bound", () => {
+  const model = Type.Object({ cap: Type.Union([Type.Integer({ minimum: 1 }), Type.Null()], { expected: "a whole number of at least 1, or null for none" }) });
+  expect((validateBody(model, { cap: 0 }, []) as SluiceError).message).toBe("Invalid 'cap': expected a value >= 1, but got 0 instead.");
+  expect((validateBody(model, { cap: 1.5 }, []) as SluiceError).message).toBe("Invalid type for 'cap': expected an integer, but got a number instead.");
+  expect((validateBody(model, { cap: "x" }, []) as SluiceError).message).toBe(
+    "Invalid type for 'cap': expected a whole number of at least 1, or null for none, but got a string instead.",
   );
 });
