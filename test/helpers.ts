@@ -7,6 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Ajv2020 from "ajv/dist/2020";
 import addFormats from "ajv-formats";
+import fc from "fast-check";
 import OpenAI from "openai";
 import { resolveConfig } from "../src/config/load";
 import type { ConfigFile } from "../src/config/schema";
@@ -317,4 +318,22 @@ export async function expectFiveHourQuotaAnswers(responses: Response[], quota: n
     expect(response.headers.get("x-ratelimit-reset-tokens")).toMatch(/^(\d+h)?(\d+m)?\d+s$/);
   }
   return succeeded;
+}
+
+/** Any value a wrong field may hold (strings, numbers, booleans, null, small arrays and objects), for properties of bad input. */
+export const anyFieldValue = fc.oneof(
+  fc.string(),
+  fc.integer(),
+  fc.double(),
+  fc.boolean(),
+  fc.constant(null),
+  fc.array(fc.anything(), { maxLength: 3 }),
+  fc.object({ maxDepth: 2 }),
+);
+
+/** Fails unless a plain chat request to `model` still gets its answer: the server outlived what came before. */
+export async function expectStillServes(sluice: TestSluice, model = "m"): Promise<void> {
+  const response = await sluice.post("/v1/chat/completions", { model, messages: [{ role: "user", content: "hi" }] });
+  expect(response.status).toBe(200);
+  await response.arrayBuffer();
 }

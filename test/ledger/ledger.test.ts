@@ -328,11 +328,11 @@ test("a move with nothing staged writes nothing: not a page of the WAL", () => {
   cleanups.push(() => directory.remove());
   const path = join(directory.path, "sluice.db");
   const handle = openDatabase(path);
+  cleanups.unshift(() => handle.close());
   handle.sqlite.run("PRAGMA wal_checkpoint(TRUNCATE)");
   expect(Bun.file(`${path}-wal`).size).toBe(0);
   expect(moveStagedRows(handle.sqlite)).toBe(0);
   expect(Bun.file(`${path}-wal`).size).toBe(0);
-  handle.close();
 });
 
 test("a usage reset counts staged rows once: moved before the aggregates are rebuilt, never added again after", async () => {

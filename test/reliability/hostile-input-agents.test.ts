@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import fc from "fast-check";
 import { startFakeUpstream, type FakeUpstream } from "../fake-upstream";
-import { fakeModel, startSluice, type TestSluice } from "../helpers";
+import { anyFieldValue, expectStillServes, fakeModel, startSluice, type TestSluice } from "../helpers";
 
 let upstream: FakeUpstream;
 let sluice: TestSluice;
@@ -18,18 +18,9 @@ afterAll(async () => {
   await upstream.stop();
 });
 
-const anything = fc.oneof(
-  fc.string(),
-  fc.integer(),
-  fc.double(),
-  fc.boolean(),
-  fc.constant(null),
-  fc.array(fc.anything(), { maxLength: 3 }),
-  fc.object({ maxDepth: 2 }),
-);
 /** A content block, part or input item of any known type (or none), its fields of any type. */
 const block = fc.oneof(
-  anything,
+  anyFieldValue,
   fc.record(
     {
       type: fc.constantFrom(
@@ -46,21 +37,21 @@ const block = fc.oneof(
         "message",
         "image_url",
       ),
-      text: anything,
-      content: anything,
-      id: anything,
-      input: anything,
-      tool_use_id: anything,
-      call_id: anything,
-      output: anything,
-      name: anything,
-      arguments: anything,
-      image_url: anything,
+      text: anyFieldValue,
+      content: anyFieldValue,
+      id: anyFieldValue,
+      input: anyFieldValue,
+      tool_use_id: anyFieldValue,
+      call_id: anyFieldValue,
+      output: anyFieldValue,
+      name: anyFieldValue,
+      arguments: anyFieldValue,
+      image_url: anyFieldValue,
     },
     { requiredKeys: ["type"] },
   ),
 );
-const blocks = fc.oneof(anything, fc.array(block, { maxLength: 3 }));
+const blocks = fc.oneof(anyFieldValue, fc.array(block, { maxLength: 3 }));
 const statuses = new Map<number, number>();
 
 /** Posts `body`, stream on or off, and fails on a 5xx; the body is consumed, streamed or not. */
@@ -69,12 +60,6 @@ async function expectNo5xx(path: string, body: unknown): Promise<void> {
   const text = await response.text();
   statuses.set(response.status, (statuses.get(response.status) ?? 0) + 1);
   if (response.status >= 500) throw new Error(`${response.status} for ${JSON.stringify(body).slice(0, 300)}: ${text.slice(0, 300)}`);
-}
-
-async function stillServes(): Promise<void> {
-  const response = await sluice.post("/v1/chat/completions", { model: "m", messages: [{ role: "user", content: "hi" }] });
-  expect(response.status).toBe(200);
-  await response.arrayBuffer();
 }
 
 test("Responses: wrong types in every field, and input items of every kind with wrong fields", async () => {
@@ -95,7 +80,7 @@ test("Responses: wrong types in every field, and input items of every kind with 
     "user",
   ];
   await fc.assert(
-    fc.asyncProperty(fc.constantFrom(...fields), anything, fc.boolean(), (field, value, stream) =>
+    fc.asyncProperty(fc.constantFrom(...fields), anyFieldValue, fc.boolean(), (field, value, stream) =>
       expectNo5xx("/v1/responses", { model: "m", input: "hi", stream, [field]: value }),
     ),
     { numRuns: 400 },
@@ -115,7 +100,7 @@ test("Responses: wrong types in every field, and input items of every kind with 
     fc.asyncProperty(fc.array(item, { maxLength: 4 }), fc.boolean(), (input, stream) => expectNo5xx("/v1/responses", { model: "m", input, stream })),
     { numRuns: 400 },
   );
-  await stillServes();
+  await expectStillServes(sluice);
 }, 60_000);
 
 test("Messages: wrong types in every field, and turns and system blocks of every kind with wrong fields", async () => {
@@ -137,54 +122,61 @@ test("Messages: wrong types in every field, and turns and system blocks of every
   await fc.assert(
     fc.asyncProperty(
       fc.constantFrom(...fields),
-      anything,
+      anyFieldValue,
       fc.constantFrom("role", "content", "0"),
-      anything,
+      anyFieldValue,
       fc.boolean(),
       (field, value, turnField, turnValue, stream) =>
         expectNo5xx("/v1/messages", { ...good, stream, messages: [{ role: "user", content: "hi", [turnField]: turnValue }], [field]: value }),
     ),
     { numRuns: 400 },
   );
-  const turn = fc.record({ role: fc.oneof(fc.constantFrom("user", "assistant"), anything), content: blocks }, { requiredKeys: [] });
+  const turn = fc.record({ role: fc.oneof(fc.constantFrom("user", "assistant"), anyFieldValue), content: blocks }, { requiredKeys: [] });
   await fc.assert(
     fc.asyncProperty(fc.array(turn, { maxLength: 4 }), fc.boolean(), blocks, (messages, stream, system) =>
       expectNo5xx("/v1/messages", { ...good, stream, messages, system }),
     ),
     { numRuns: 400 },
   );
-  await stillServes();
+  await expectStillServes(sluice);
 }, 60_000);
 
 test("chat: messages with parts and tool calls of every kind, and tools, with wrong fields", async () => {
   const toolCall = fc.record(
-    { id: anything, type: fc.constantFrom("function", "x"), function: fc.oneof(anything, fc.record({ name: anything, arguments: anything })) },
+    {
+      id: anyFieldValue,
+      type: fc.constantFrom("function", "x"),
+      function: fc.oneof(anyFieldValue, fc.record({ name: anyFieldValue, arguments: anyFieldValue })),
+    },
     { requiredKeys: [] },
   );
   const message = fc.record(
     {
-      role: fc.oneof(fc.constantFrom("user", "assistant", "system", "developer", "tool"), anything),
+      role: fc.oneof(fc.constantFrom("user", "assistant", "system", "developer", "tool"), anyFieldValue),
       content: blocks,
-      tool_calls: fc.oneof(anything, fc.array(toolCall, { maxLength: 2 })),
-      tool_call_id: anything,
-      name: anything,
+      tool_calls: fc.oneof(anyFieldValue, fc.array(toolCall, { maxLength: 2 })),
+      tool_call_id: anyFieldValue,
+      name: anyFieldValue,
     },
     { requiredKeys: ["role"] },
   );
   const tool = fc.oneof(
-    anything,
-    fc.record({ type: fc.constant("function"), function: fc.oneof(anything, fc.record({ name: anything, parameters: anything, description: anything })) }),
+    anyFieldValue,
+    fc.record({
+      type: fc.constant("function"),
+      function: fc.oneof(anyFieldValue, fc.record({ name: anyFieldValue, parameters: anyFieldValue, description: anyFieldValue })),
+    }),
   );
   await fc.assert(
     fc.asyncProperty(
       fc.array(message, { minLength: 1, maxLength: 4 }),
       fc.boolean(),
-      fc.oneof(anything, fc.array(tool, { maxLength: 2 })),
+      fc.oneof(anyFieldValue, fc.array(tool, { maxLength: 2 })),
       (messages, stream, tools) => expectNo5xx("/v1/chat/completions", { model: "m", stream, messages, tools }),
     ),
     { numRuns: 500 },
   );
-  await stillServes();
+  await expectStillServes(sluice);
   // Some of the bodies were valid and answered: the properties reached past validation, not only into it.
   expect(statuses.get(200) ?? 0).toBeGreaterThan(50);
   expect(statuses.get(400) ?? 0).toBeGreaterThan(500);
