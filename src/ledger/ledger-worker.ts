@@ -1,5 +1,5 @@
 // The writer thread of the request path: it moves staged ledger rows into usage_ledger and the aggregates, and
-// checkpoints. The server stages each turn's rows itself (usage_ledger_inbox, inbox.ts: a page or two an answer
+// checkpoints. The server starts it when first needed (a server with few requests moves their rows itself: ledger.ts). The server stages each turn's rows itself (usage_ledger_inbox, inbox.ts: a page or two an answer
 // waits for) and asks this thread, about every 100 ms, to move them (ledger.ts). Until that reply, and whenever
 // another connection holds the lock, the server sends its rows here instead: every batch that arrived while a commit
 // ran shares the next transaction, and after replying this thread moves what it staged, at most every

@@ -34,7 +34,8 @@ interface Waiter {
  * bench/README.md). Moving staged rows and checkpoints, whose fsyncs can take hundreds of milliseconds on a slow
  * disk, stay on the writer thread: after this many rows here, or `commitsBetweenMoves` commits, or `moveDelayMs`
  * after the first, the writer is asked to move them (it checkpoints afterwards, while this thread goes on staging).
- * While it moves, and whenever another connection holds the lock, batches go to the writer instead.
+ * While it moves, and whenever another connection holds the lock, batches go to the writer instead. The writer
+ * thread starts only when first needed: until then small moves run here (see `rowsMovedHere`).
  */
 const rowsBetweenMoves = 1000;
 /**
@@ -53,6 +54,19 @@ const moveDelayMs = 25;
 const passRecheckMs = 5;
 /** At most this many keys' last-used times are written on this thread (one UPDATE each). */
 const touchesHere = 16;
+/**
+ * Until the writer thread has started, a move of at most this many rows runs on this thread (a one-row move writes
+ * about nine pages, well under a millisecond). A server that answers a few requests never starts the thread: it
+ * holds about 3 MB that an idle server does not need, and starting it costs the start-up about 6 ms
+ * (bench/README.md, fortieth session). A larger move means load, and load keeps the writer running.
+ */
+const rowsMovedHere = 16;
+/**
+ * Commits on this thread (staged, moved, last-used times) after which the writer thread starts anyway: this thread
+ * never checkpoints (a pass's fsyncs must not stop the event loop), so this bounds the WAL a server with few
+ * requests builds up before the writer's passes copy it back, to a few megabytes.
+ */
+const commitsBeforeWriter = 200;
 
 /** How long `flush` waits for the writer thread before giving up on what it has not committed. */
 const flushTimeoutMs = 10_000;
@@ -67,8 +81,8 @@ function isBusy(error: unknown): boolean {
 }
 
 /**
- * The usage ledger: a group commit a turn, staged on this thread, moved by a writer thread of its own (see above
- * and ledger-worker.ts), which also takes batches when this thread cannot write. `record` resolves only once its
+ * The usage ledger: a group commit a turn, staged on this thread, moved by a writer thread of its own once there is
+ * load (see above and ledger-worker.ts), which also takes batches when this thread cannot write. `record` resolves only once its
  * row is committed, so a caller that waits for it before finishing an answer never answers a request the ledger
  * could lose. The rows of one turn of the event loop travel together; an in-memory database (no file the thread
  * could open) is always written on this thread.
@@ -81,6 +95,9 @@ export class Ledger {
   private scheduled = false;
   private failuresSeen = 0;
   private worker: Worker | undefined;
+  /** Set once the writer thread will not run again (closed, or it died at start): rows are refused. */
+  private stopped = false;
+  private commitsWithoutWriter = 0;
   private progress = new Int32Array(new SharedArrayBuffer(16));
   /** This thread's own writes: every row of an in-memory database, the staged rows of a file (see `rowsBetweenMoves`). */
   private readonly local: LedgerWriter;
@@ -92,8 +109,11 @@ export class Ledger {
   private moveTimer: Timer | undefined;
   private workerStartedAt = 0;
 
+  private readonly path: string;
+
   constructor(private readonly sqlite: Database) {
     const path = sqlite.filename;
+    this.path = path;
     this.inMemory = !path || path === ":memory:";
     if (this.inMemory) {
       this.local = new LedgerWriter(sqlite);
@@ -111,7 +131,7 @@ export class Ledger {
     this.local = new LedgerWriter(staging);
     // Nor does the server's own connection, on the event loop.
     sqlite.run("PRAGMA wal_autocheckpoint = 0");
-    this.startWorker(path);
+    // The writer thread starts when it is first needed (see `rowsMovedHere`).
   }
 
   /** Queues a row for the next group commit; resolves when it is committed. */
@@ -130,6 +150,12 @@ export class Ledger {
    * before usage is read back from the database, and at shutdown.
    */
   flush(): void {
+    if (!this.worker && !this.stopped && !this.inMemory) {
+      // No writer thread yet: what is unsent is staged, and every staged row moved, here (a busy lock hands both to
+      // the writer below).
+      this.send(false);
+      if (this.unsentWaiters.length === 0 && this.sent.length === 0 && this.moveHere()) return;
+    }
     // Posted even when nothing is waiting: the writer handles messages in order, so this also waits for the
     // last-used times sent before it.
     this.send(true, true);
@@ -156,16 +182,18 @@ export class Ledger {
       this.local.touchKeys(entries);
       return;
     }
-    if (!this.worker) return;
+    if (this.stopped) return;
     if (this.sent.length === 0 && entries.length <= touchesHere && this.touchHere(entries)) return;
     const message: LedgerWorkerMessage = { type: "touch", entries };
-    this.worker.postMessage(message);
+    this.writerThread()?.postMessage(message);
   }
 
   /** Writes last-used times on this thread; false when the lock is taken (the writer thread then does it). */
   private touchHere(entries: [string, number][]): boolean {
     try {
-      return this.withoutWaiting(() => this.local.touchKeys(entries));
+      const written = this.withoutWaiting(() => this.local.touchKeys(entries));
+      if (written && !this.worker) this.commitsWithoutWriter++;
+      return written;
     } catch {
       // last_used_at is informational; the next second's update carries a newer time anyway
       return true;
@@ -177,18 +205,21 @@ export class Ledger {
     clearTimeout(this.moveTimer);
     this.moveTimer = undefined;
     this.flush();
-    // Nothing stages after this (rows are refused once the writer is gone), and closed first, the staging
-    // connection cannot hold up the checkpoint below.
+    // Nothing stages after this (rows are refused once stopped), and closed first, the staging connection cannot
+    // hold up the checkpoint below.
+    this.stopped = true;
     this.staging?.close();
     const worker = this.worker;
     if (worker) {
-      // The writer closes its connection first, then this one empties and truncates the WAL, so that the next start
-      // does not read it back (start-up 150-170 ms with an 86 MB WAL left behind, instead of ~100).
       const message: LedgerWorkerMessage = { type: "close" };
       worker.postMessage(message);
       Atomics.wait(this.progress, 2, 0, flushTimeoutMs);
       worker.terminate();
       this.worker = undefined;
+    }
+    if (!this.inMemory) {
+      // The writer (if it ran) has closed its connection; this one empties and truncates the WAL, so that the next
+      // start does not read it back (start-up 150-170 ms with an 86 MB WAL left behind, instead of ~100).
       try {
         this.sqlite.run("PRAGMA wal_checkpoint(TRUNCATE)");
       } catch {
@@ -209,15 +240,16 @@ export class Ledger {
       this.commitHere(values, waiters, false);
       return;
     }
-    if (this.worker && this.stagesHere(urgent) && this.withoutWaiting(() => this.commitHere(values, waiters, true))) {
+    if (!this.stopped && this.stagesHere(urgent) && this.withoutWaiting(() => this.commitHere(values, waiters, true))) {
       this.noteStagedRows(waiters.length);
       return;
     }
-    if (!this.worker) {
+    const worker = this.writerThread();
+    if (!worker) {
       for (const waiter of waiters) waiter.reject(new LedgerWriteError("the ledger is closed"));
       return;
     }
-    this.sendToWriter(this.worker, values, waiters, urgent);
+    this.sendToWriter(worker, values, waiters, urgent);
   }
 
   /**
@@ -245,6 +277,7 @@ export class Ledger {
   private noteStagedRows(rows: number): void {
     this.rowsStagedHere += rows;
     this.commitsStagedHere++;
+    if (!this.worker) this.commitsWithoutWriter++;
     if (this.rowsStagedHere >= rowsBetweenMoves || this.commitsStagedHere >= commitsBetweenMoves) this.askToMove();
     else if (!this.moveTimer) {
       this.moveTimer = setTimeout(() => this.askToMove(), moveDelayMs);
@@ -259,14 +292,41 @@ export class Ledger {
   private askToMove(): void {
     clearTimeout(this.moveTimer);
     this.moveTimer = undefined;
-    if (!this.worker || this.commitsStagedHere === 0) return;
+    if (this.stopped || this.commitsStagedHere === 0) return;
+    if (!this.worker && this.rowsStagedHere <= rowsMovedHere && this.commitsWithoutWriter < commitsBeforeWriter && this.moveHere()) return;
+    const worker = this.writerThread();
+    if (!worker) return;
     // A move asked during a pass would wait for its fsyncs (114 ms seen), and every row staged meanwhile with it.
     if (Atomics.load(this.progress, 3) === 1) {
       this.moveTimer = setTimeout(() => this.askToMove(), passRecheckMs);
       this.moveTimer.unref();
       return;
     }
-    this.sendToWriter(this.worker, [], [], true);
+    this.sendToWriter(worker, [], [], true);
+  }
+
+  /**
+   * Moves the staged rows on this thread, before the writer thread has started (see `rowsMovedHere`). False, with
+   * nothing moved, when the lock is taken or the move fails: the writer thread then takes the move.
+   */
+  private moveHere(): boolean {
+    clearTimeout(this.moveTimer);
+    this.moveTimer = undefined;
+    try {
+      if (!this.withoutWaiting(() => this.local.move())) return false;
+    } catch {
+      return false;
+    }
+    this.rowsStagedHere = 0;
+    this.commitsStagedHere = 0;
+    this.commitsWithoutWriter++;
+    return true;
+  }
+
+  /** The writer thread, started at its first use; undefined once stopped. */
+  private writerThread(): Worker | undefined {
+    if (!this.worker && !this.stopped) this.startWorker(this.path);
+    return this.worker;
   }
 
   /** Commits on this thread and settles the waiters; with `handOffWhenBusy`, a busy lock is thrown, not refused. */
@@ -323,7 +383,10 @@ export class Ledger {
       if (this.worker !== worker) return;
       // A thread that dies at once (the file cannot be opened) is not restarted in a loop: rows are refused instead.
       if (performance.now() - this.workerStartedAt > 1000) this.startWorker(path);
-      else this.worker = undefined;
+      else {
+        this.worker = undefined;
+        this.stopped = true;
+      }
     };
     this.progress = new Int32Array(new SharedArrayBuffer(16));
     this.sequence = 0;

@@ -56,6 +56,11 @@ function stagingVersion(ledger: Ledger): number {
   return (staging.query("PRAGMA data_version").get() as { data_version: number }).data_version;
 }
 
+/** Whether the ledger's writer thread is running (it starts when first needed). */
+function writerStarted(ledger: Ledger): boolean {
+  return (ledger as unknown as { worker: Worker | undefined }).worker !== undefined;
+}
+
 const count = (reader: Database, sql: string) => (reader.query(sql).get() as { value: number }).value;
 /** Rows committed, whether still staged in the inbox or already moved (src/ledger/inbox.ts). */
 const committedRows = (reader: Database) => count(reader, "SELECT (SELECT count(*) FROM usage_ledger) + (SELECT count(*) FROM usage_ledger_inbox) AS value");
@@ -104,6 +109,79 @@ test("a failing commit on the writer thread refuses its whole batch too; the nex
   expect(settled.every((result) => result.status === "rejected")).toBe(true);
   await ledger.record(row());
   expect(committedRows(reader)).toBe(1);
+});
+
+test("a server with few requests holds no writer thread: their rows are moved, flushed and last-used times written on this thread", async () => {
+  const { ledger, reader } = setup();
+  const before = stagingVersion(ledger);
+  const moved = () => count(reader, "SELECT count(*) AS value FROM usage_ledger");
+  for (let index = 0; index < 3; index++) await ledger.record(row());
+  await eventually(() => moved() === 3, 2000);
+  expect(count(reader, "SELECT count(*) AS value FROM usage_ledger_inbox")).toBe(0);
+  expect(count(reader, "SELECT sum(tokens) AS value FROM usage_minutes")).toBe(3 * 15);
+  // A flush moves what is staged at once, on this thread too.
+  for (let index = 0; index < 2; index++) await ledger.record(row());
+  ledger.flush();
+  expect(moved()).toBe(5);
+  ledger.touchKeys([["key_a", 1]]);
+  expect(writerStarted(ledger)).toBe(false);
+  // No other connection committed anything: every write was the staging connection's own.
+  expect(stagingVersion(ledger)).toBe(before);
+});
+
+test("load starts the writer thread: a move of more rows than this thread takes, or many commits at a light pace", async () => {
+  const busy = setup();
+  await Promise.all(Array.from({ length: 30 }, () => busy.ledger.record(row())));
+  await eventually(() => count(busy.reader, "SELECT count(*) AS value FROM usage_ledger") === 30, 2000);
+  expect(writerStarted(busy.ledger)).toBe(true);
+
+  // One row every few milliseconds: each move here takes a few rows, but this thread never checkpoints, so after
+  // 200 commits the writer starts and its passes copy the WAL back into the database file.
+  const light = setup();
+  const first = row();
+  await light.ledger.record(first);
+  for (let index = 0; index < 220 && !writerStarted(light.ledger); index++) {
+    await light.ledger.record(row());
+    await Bun.sleep(2);
+  }
+  expect(writerStarted(light.ledger)).toBe(true);
+  await eventually(() => rowInDatabaseFile(light.path, first.requestId), 5000);
+});
+
+test("with no writer thread yet, a move that finds another process's lock goes to the writer, which waits for it", async () => {
+  const { ledger, path, reader } = setup();
+  await ledger.record(row());
+  await ledger.record(row());
+  const holder = new Database(path);
+  holder.run("BEGIN IMMEDIATE");
+  holder.run("UPDATE change_counter SET version = version");
+  // The move is due 25 ms after the first row: it cannot run here, and the event loop does not wait.
+  const started = performance.now();
+  await Bun.sleep(100);
+  expect(performance.now() - started).toBeLessThan(2000);
+  expect(writerStarted(ledger)).toBe(true);
+  holder.run("COMMIT");
+  holder.close();
+  await eventually(() => count(reader, "SELECT count(*) AS value FROM usage_ledger") === 2, 5000);
+});
+
+test("a stop with no writer thread also moves every row and leaves no WAL", async () => {
+  const directory = temporaryDirectory();
+  cleanups.push(() => directory.remove());
+  const path = join(directory.path, "sluice.db");
+  const database = openDatabase(path);
+  const ledger = new Ledger(database.sqlite);
+  for (let index = 0; index < 3; index++) await ledger.record(row());
+  expect(Bun.file(`${path}-wal`).size).toBeGreaterThan(0);
+  expect(writerStarted(ledger)).toBe(false);
+  ledger.close();
+  database.close();
+  const wal = Bun.file(`${path}-wal`);
+  expect((await wal.exists()) ? wal.size : 0).toBe(0);
+  const reader = new Database(path, { readonly: true });
+  expect(count(reader, "SELECT count(*) AS value FROM usage_ledger")).toBe(3);
+  expect(count(reader, "SELECT count(*) AS value FROM usage_ledger_inbox")).toBe(0);
+  reader.close();
 });
 
 test("rows are staged on this thread, one commit a turn, single rows and batches alike; the writer thread moves them", async () => {
@@ -266,9 +344,11 @@ test("no move is asked while the writer runs a checkpoint pass: staged rows wait
     const deadline = performance.now() + 2000;
     while (!done() && performance.now() < deadline) await Bun.sleep(5);
   };
-  // A quiet writer first: one row moved, and the pass after its move over.
-  await ledger.record(row());
-  await until(() => moved() === 1);
+  // A quiet writer first: twenty rows moved (more than a move on this thread takes, so the writer thread starts),
+  // and the pass after its move over.
+  await Promise.all(Array.from({ length: 20 }, () => ledger.record(row())));
+  await until(() => moved() === 20);
+  expect(writerStarted(ledger)).toBe(true);
   await Bun.sleep(50);
   // The flag the writer raises in the array both threads share while its pass runs (ledger-worker.ts), held here
   // as a pass of 150 ms would hold it.
@@ -277,11 +357,11 @@ test("no move is asked while the writer runs a checkpoint pass: staged rows wait
   for (let index = 0; index < 5; index++) await ledger.record(row());
   await Bun.sleep(150);
   expect(staged()).toBe(5);
-  expect(moved()).toBe(1);
+  expect(moved()).toBe(20);
   Atomics.store(progress, 3, 0);
   await until(() => staged() === 0);
-  expect(moved()).toBe(6);
-  expect(count(reader, "SELECT sum(tokens) AS value FROM usage_minutes")).toBe(6 * 15);
+  expect(moved()).toBe(25);
+  expect(count(reader, "SELECT sum(tokens) AS value FROM usage_minutes")).toBe(25 * 15);
 });
 
 test("opening the database moves the rows a crash left staged, each counted once", async () => {
