@@ -57,8 +57,8 @@ const touchesHere = 16;
 /**
  * Until the writer thread has started, a move of at most this many rows runs on this thread (a one-row move writes
  * about nine pages, well under a millisecond). A server that answers a few requests never starts the thread: it
- * holds about 3 MB that an idle server does not need, and starting it costs the start-up about 6 ms
- * (bench/README.md, fortieth session). A larger move means load, and load keeps the writer running.
+ * holds about 3 MB that an idle server does not need (bench/README.md, fortieth session). A larger move means
+ * load, and load keeps the writer running.
  */
 const rowsMovedHere = 16;
 /**
