@@ -1,15 +1,16 @@
 // The writer thread of the request path: it moves staged ledger rows into usage_ledger and the aggregates, and
-// checkpoints. The server starts it when first needed (a server with few requests moves their rows itself: ledger.ts). The server stages each turn's rows itself (usage_ledger_inbox, inbox.ts: a page or two an answer
-// waits for) and asks this thread, about every 100 ms, to move them (ledger.ts). Until that reply, and whenever
-// another connection holds the lock, the server sends its rows here instead: every batch that arrived while a commit
-// ran shares the next transaction, and after replying this thread moves what it staged, at most every
+// checkpoints. The server starts it when first needed (a server with few requests moves their rows itself: ledger.ts).
+// The server stages each turn's rows itself (usage_ledger_inbox, inbox.ts: a page or two an answer waits for) and asks
+// this thread, every 25 ms or so, to move them (ledger.ts); until that reply it holds the rows that come meanwhile.
+// Whenever another connection holds the lock, the server sends its rows here instead: every batch that arrived while
+// a commit ran shares the next transaction, and after replying this thread moves what it staged, at most every
 // `moveIntervalMs`, so that each move carries many rows. It also writes keys' last-used times in bulk.
 // A checkpoint follows a move (at most once a second, see `checkpointIntervalMs`) once no rows wait here, while the
 // server goes on staging its own: no answer waits behind its fsyncs (p99 at 1,000 requests a second: 3.0 ms, against
 // 3.7 with each pass before the reply to the server's move, when the rows of those milliseconds waited for it;
 // bench/README.md). A pass that runs while rows are appended never leaves the WAL fully copied when the next write
 // comes, and only then does SQLite start the WAL again from its beginning; so once it holds `restartPages`, the next
-// pass runs before a reply, while the server sends its rows here and nothing appends, and the WAL starts again. (A
+// pass runs before a reply, while the server holds its rows and nothing appends, and the WAL starts again. (A
 // separate checkpoint thread that never did this chased a WAL that grew under its feet, and stalled commits behind
 // fsyncs of tens of megabytes: p99 40-260 ms.)
 import { Database, type Statement } from "bun:sqlite";
@@ -157,8 +158,8 @@ function commit(): void {
   }
   if (moveFirst) move();
   if (walPages >= restartPages) {
-    // The server sends its rows here until this reply: nothing appends during this pass, and the next write starts
-    // the WAL again from its beginning.
+    // The server holds its rows (or sends them here) until this reply: nothing appends during this pass, and the
+    // next write starts the WAL again from its beginning.
     checkpoint();
     walPages = 0;
   }

@@ -34,7 +34,8 @@ interface Waiter {
  * bench/README.md). Moving staged rows and checkpoints, whose fsyncs can take hundreds of milliseconds on a slow
  * disk, stay on the writer thread: after this many rows here, or `commitsBetweenMoves` commits, or `moveDelayMs`
  * after the first, the writer is asked to move them (it checkpoints afterwards, while this thread goes on staging).
- * While it moves, and whenever another connection holds the lock, batches go to the writer instead. The writer
+ * While it moves, rows wait for its reply (see `onlyMovesInFlight`); whenever another connection holds the lock,
+ * batches go to the writer instead. The writer
  * thread starts only when first needed: until then small moves run here (see `rowsMovedHere`).
  */
 const rowsBetweenMoves = 1000;
@@ -45,8 +46,8 @@ const rowsBetweenMoves = 1000;
  */
 const commitsBetweenMoves = 200;
 /**
- * Staged rows wait about this long to be moved. Rows staged meanwhile go to the writer until the move is done, so a
- * short move keeps the tail short: at 1,000 requests a second, the p99 fell by a paired 0.79 ms with 25 ms rather
+ * Staged rows wait about this long to be moved. Rows that come while the move is in flight wait for it, so a short
+ * move keeps the tail short: at 1,000 requests a second, the p99 fell by a paired 0.79 ms with 25 ms rather
  * than 100 (lower in all 8 rounds), and whole answers a second did not move (bench/README.md).
  */
 const moveDelayMs = 25;
@@ -97,6 +98,8 @@ export class Ledger {
   private worker: Worker | undefined;
   /** Set once the writer thread will not run again (closed, or it died at start): rows are refused. */
   private stopped = false;
+  /** Rows wait in `unsent` for the reply to a move in flight (see `send`). */
+  private heldForMove = false;
   private commitsWithoutWriter = 0;
   private progress = new Int32Array(new SharedArrayBuffer(16));
   /** This thread's own writes: every row of an in-memory database, the staged rows of a file (see `rowsBetweenMoves`). */
@@ -232,6 +235,10 @@ export class Ledger {
   private send(urgent: boolean, evenIfEmpty = false): void {
     this.scheduled = false;
     if (this.unsentWaiters.length === 0 && !evenIfEmpty) return;
+    if (!urgent && this.onlyMovesInFlight()) {
+      this.heldForMove = true;
+      return;
+    }
     const values = this.unsent;
     const waiters = this.unsentWaiters;
     this.unsent = [];
@@ -267,6 +274,25 @@ export class Ledger {
     worker.postMessage(message);
   }
 
+  /**
+   * Whether everything sent to the writer is a move (or a flush), no rows: rows recorded meanwhile wait for its reply
+   * and are staged here then (`releaseHeld`). Posted to the writer, they would wait behind the same move anyway, and
+   * cost this thread a copy and the writer a commit of its own: whole answers a second rose by a paired 2-6 % in
+   * three runs (bench/README.md, fortieth session).
+   */
+  private onlyMovesInFlight(): boolean {
+    if (this.sent.length === 0) return false;
+    for (const batch of this.sent) if (batch.waiters.length > 0) return false;
+    return true;
+  }
+
+  /** After a reply: rows held for a move are staged (or sent) once nothing is in flight. */
+  private releaseHeld(): void {
+    if (!this.heldForMove || this.sent.length > 0) return;
+    this.heldForMove = false;
+    this.send(false);
+  }
+
   /** Whether this batch is committed here (see `rowsBetweenMoves`) rather than by the writer thread. */
   private stagesHere(urgent: boolean): boolean {
     // Nothing in flight at the writer: its connection holds no write lock this commit could wait behind.
@@ -287,7 +313,7 @@ export class Ledger {
 
   /**
    * An empty batch that asks the writer to move the staged rows. No request waits for it; until its reply arrives,
-   * rows go to the writer (the batch is in flight) rather than wait here for the move's lock.
+   * rows recorded meanwhile wait for it (see `onlyMovesInFlight`) rather than for the move's lock here.
    */
   private askToMove(): void {
     clearTimeout(this.moveTimer);
@@ -376,6 +402,7 @@ export class Ledger {
       const reply = event.data;
       this.failuresSeen = Math.max(this.failuresSeen, reply.failures);
       this.acknowledge(reply.upTo, reply.error);
+      this.releaseHeld();
     };
     worker.onerror = (event) => {
       // The thread died: what it had not committed is refused, and a new thread takes the next rows.
@@ -387,6 +414,7 @@ export class Ledger {
         this.worker = undefined;
         this.stopped = true;
       }
+      this.releaseHeld();
     };
     this.progress = new Int32Array(new SharedArrayBuffer(16));
     this.sequence = 0;

@@ -213,6 +213,35 @@ test("a thousand rows staged here make the writer move them at once; rows record
   expect(committedRows(reader)).toBe(1010);
 });
 
+test("rows recorded while a move is in flight wait for its reply and are staged here, never posted to the writer", async () => {
+  const { ledger, path, reader } = setup();
+  await Promise.all(Array.from({ length: 20 }, () => ledger.record(row())));
+  await eventually(() => count(reader, "SELECT count(*) AS value FROM usage_ledger") === 20, 2000);
+  const worker = (ledger as unknown as { worker: Worker }).worker;
+  let postedRows = 0;
+  const post = worker.postMessage.bind(worker);
+  worker.postMessage = (message: { type: string; values?: unknown[] }) => {
+    if (message.type === "rows" && (message.values?.length ?? 0) > 0) postedRows++;
+    post(message);
+  };
+  for (let index = 0; index < 3; index++) await ledger.record(row());
+  // Another process takes the lock before the move is asked (25 ms later): the writer's move waits for it.
+  const holder = new Database(path);
+  holder.run("BEGIN IMMEDIATE");
+  holder.run("UPDATE change_counter SET version = version");
+  await Bun.sleep(60);
+  let committed = 0;
+  const pending = Array.from({ length: 5 }, () => ledger.record(row()).then(() => committed++));
+  await Bun.sleep(60);
+  expect(committed).toBe(0);
+  holder.run("COMMIT");
+  holder.close();
+  await Promise.all(pending);
+  expect(postedRows).toBe(0);
+  expect(committedRows(reader)).toBe(28);
+  await eventually(() => count(reader, "SELECT count(*) AS value FROM usage_ledger") === 28, 2000);
+});
+
 test("a row never stalls the event loop behind another process's lock: the writer thread waits for it instead", async () => {
   const { database, ledger, path, reader } = setup();
   // Another process (the CLI, say) in the middle of a write transaction.
