@@ -157,9 +157,8 @@ test("with no writer thread yet, a move that finds another process's lock goes t
   holder.run("UPDATE change_counter SET version = version");
   // The move is due 25 ms after the first row: it cannot run here, and the event loop does not wait.
   const started = performance.now();
-  await Bun.sleep(100);
+  await eventually(() => writerStarted(ledger), 2000);
   expect(performance.now() - started).toBeLessThan(2000);
-  expect(writerStarted(ledger)).toBe(true);
   holder.run("COMMIT");
   holder.close();
   await eventually(() => count(reader, "SELECT count(*) AS value FROM usage_ledger") === 2, 5000);
@@ -229,7 +228,7 @@ test("rows recorded while a move is in flight wait for its reply and are staged 
   const holder = new Database(path);
   holder.run("BEGIN IMMEDIATE");
   holder.run("UPDATE change_counter SET version = version");
-  await Bun.sleep(60);
+  await eventually(() => (ledger as unknown as { sent: unknown[] }).sent.length > 0, 2000);
   let committed = 0;
   const pending = Array.from({ length: 5 }, () => ledger.record(row()).then(() => committed++));
   await Bun.sleep(60);
