@@ -35,8 +35,8 @@ interface Waiter {
  * disk, stay on the writer thread: after this many rows here, or `commitsBetweenMoves` commits, or `moveDelayMs`
  * after the first, the writer is asked to move them (it checkpoints afterwards, while this thread goes on staging).
  * While it moves, rows wait for its reply (see `onlyMovesInFlight`); whenever another connection holds the lock,
- * batches go to the writer instead. The writer
- * thread starts only when first needed: until then small moves run here (see `rowsMovedHere`).
+ * batches go to the writer instead. The writer thread starts only when first needed: until then small moves run here
+ * (see `rowsMovedHere`).
  */
 const rowsBetweenMoves = 1000;
 /**
@@ -83,9 +83,9 @@ function isBusy(error: unknown): boolean {
 
 /**
  * The usage ledger: a group commit a turn, staged on this thread, moved by a writer thread of its own once there is
- * load (see above and ledger-worker.ts), which also takes batches when this thread cannot write. `record` resolves only once its
- * row is committed, so a caller that waits for it before finishing an answer never answers a request the ledger
- * could lose. The rows of one turn of the event loop travel together; an in-memory database (no file the thread
+ * load (see above and ledger-worker.ts), which also takes batches when this thread cannot write. `record` resolves
+ * only once its row is committed, so a caller that waits for it before finishing an answer never answers a request
+ * the ledger could lose. The rows of one turn of the event loop travel together; an in-memory database (no file the thread
  * could open) is always written on this thread.
  */
 export class Ledger {
@@ -98,8 +98,6 @@ export class Ledger {
   private worker: Worker | undefined;
   /** Set once the writer thread will not run again (closed, or it died at start): rows are refused. */
   private stopped = false;
-  /** Rows wait in `unsent` for the reply to a move in flight (see `send`). */
-  private heldForMove = false;
   private commitsWithoutWriter = 0;
   private progress = new Int32Array(new SharedArrayBuffer(16));
   /** This thread's own writes: every row of an in-memory database, the staged rows of a file (see `rowsBetweenMoves`). */
@@ -111,7 +109,7 @@ export class Ledger {
   private commitsStagedHere = 0;
   private moveTimer: Timer | undefined;
   private workerStartedAt = 0;
-
+  /** The database file, which the writer thread opens for itself. */
   private readonly path: string;
 
   constructor(private readonly sqlite: Database) {
@@ -235,10 +233,8 @@ export class Ledger {
   private send(urgent: boolean, evenIfEmpty = false): void {
     this.scheduled = false;
     if (this.unsentWaiters.length === 0 && !evenIfEmpty) return;
-    if (!urgent && this.onlyMovesInFlight()) {
-      this.heldForMove = true;
-      return;
-    }
+    // Rows wait in `unsent` for the move's reply (`releaseHeld`).
+    if (!urgent && this.onlyMovesInFlight()) return;
     const values = this.unsent;
     const waiters = this.unsentWaiters;
     this.unsent = [];
@@ -288,9 +284,7 @@ export class Ledger {
 
   /** After a reply: rows held for a move are staged (or sent) once nothing is in flight. */
   private releaseHeld(): void {
-    if (!this.heldForMove || this.sent.length > 0) return;
-    this.heldForMove = false;
-    this.send(false);
+    if (this.sent.length === 0 && this.unsentWaiters.length > 0) this.send(false);
   }
 
   /** Whether this batch is committed here (see `rowsBetweenMoves`) rather than by the writer thread. */
@@ -351,7 +345,7 @@ export class Ledger {
 
   /** The writer thread, started at its first use; undefined once stopped. */
   private writerThread(): Worker | undefined {
-    if (!this.worker && !this.stopped) this.startWorker(this.path);
+    if (!this.worker && !this.stopped) this.startWorker();
     return this.worker;
   }
 
@@ -395,7 +389,7 @@ export class Ledger {
     }
   }
 
-  private startWorker(path: string): void {
+  private startWorker(): void {
     const worker = new Worker(entryPointModule("ledger/ledger-worker.ts"));
     worker.unref();
     worker.onmessage = (event: MessageEvent<LedgerWorkerReply>) => {
@@ -409,7 +403,7 @@ export class Ledger {
       this.acknowledge(Number.POSITIVE_INFINITY, `the ledger's writer stopped: ${event.message}`);
       if (this.worker !== worker) return;
       // A thread that dies at once (the file cannot be opened) is not restarted in a loop: rows are refused instead.
-      if (performance.now() - this.workerStartedAt > 1000) this.startWorker(path);
+      if (performance.now() - this.workerStartedAt > 1000) this.startWorker();
       else {
         this.worker = undefined;
         this.stopped = true;
@@ -421,7 +415,7 @@ export class Ledger {
     this.failuresSeen = 0;
     this.worker = worker;
     this.workerStartedAt = performance.now();
-    const open: LedgerWorkerMessage = { type: "open", path, progress: this.progress.buffer as SharedArrayBuffer };
+    const open: LedgerWorkerMessage = { type: "open", path: this.path, progress: this.progress.buffer as SharedArrayBuffer };
     worker.postMessage(open);
   }
 }
