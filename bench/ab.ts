@@ -2,7 +2,7 @@
 // run: the same fake upstream, the same configuration as `make bench` (every product check on), wrk rounds
 // interleaved A, B, B, A so that drift in the machine affects both alike; medians and B ÷ A, and the median of
 // each round's own B ÷ A. Besides requests a second it reports each side's CPU time per request (the event loop's thread, and the whole process with its
-// writer and HTTP client threads), read from /proc: steadier than requests a second when this VM's speed moves
+// writer and HTTP client threads; and each thread by name), read from /proc: steadier than requests a second when this VM's speed moves
 // between rounds, since a slower machine slows both the work and the clock alike.
 // With `--latency RATE` each round is instead a 4 s `wrk -c64` burst (`--burst S`; 0 for none) and then an open loop at RATE requests a second
 // for `--seconds` (bench/load.ts, as `make bench`'s latency phase): p50 and p99 of each side, and the median of each
@@ -20,7 +20,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { freePort, waitForPort } from "./ports";
-import { cpuMicroseconds } from "./process-cpu";
+import { cpuMicroseconds, cpuPerRequest, cpuSnapshot, medianByThread } from "./process-cpu";
 import { prepareSluice } from "./sluice-setup";
 import { measureStreamRound } from "./stream-client";
 import { median, pairedRatio } from "./statistics";
@@ -149,10 +149,13 @@ interface Server {
 async function throughputRounds(a: Server, b: Server) {
   const samples = { a: [] as number[], b: [] as number[] };
   const cpu = { a: { main: [] as number[], process: [] as number[] }, b: { main: [] as number[], process: [] as number[] } };
+  const threads = { a: [] as Record<string, number>[], b: [] as Record<string, number>[] };
   const measure = async (side: "a" | "b", server: Server) => {
     const before = cpuMicroseconds(server.pid);
+    const threadsBefore = cpuSnapshot(server.pid);
     const rps = await wrk(server.port, server.key, seconds);
     const after = cpuMicroseconds(server.pid);
+    threads[side].push(cpuPerRequest(threadsBefore, cpuSnapshot(server.pid), rps * seconds).threads);
     samples[side].push(rps);
     cpu[side].main.push(Math.round((after.main - before.main) / (rps * seconds)));
     cpu[side].process.push(Math.round((after.process - before.process) / (rps * seconds)));
@@ -177,6 +180,9 @@ async function throughputRounds(a: Server, b: Server) {
     a_process_us_per_request: cpu.a.process,
     b_process_us_per_request: cpu.b.process,
     b_vs_a_event_loop_us: median(cpu.b.main) / median(cpu.a.main),
+    // Where each side's CPU a request went, by thread (the writer's is "Worker"), medians over the rounds.
+    a_threads_us_per_request: medianByThread(threads.a),
+    b_threads_us_per_request: medianByThread(threads.b),
     // The median of each round's own ratio: steadier than the ratio of medians when the machine's speed drifts.
     paired_b_vs_a_rps: pairedRatio(samples.b, samples.a),
     paired_b_vs_a_event_loop_us: pairedRatio(cpu.b.main, cpu.a.main),
