@@ -32,7 +32,7 @@ interface StagedGroup {
   model: string;
   rows: number;
   tokens: number;
-  /** The latest ended_at among the group's rows with tokens (the aggregates ignore rows of none). */
+  /** The latest ended_at among the group's rows with tokens (the aggregates skip rows of none, as UsageFold does). */
   lastTime: number | null;
 }
 
@@ -62,7 +62,7 @@ function moveAll(sqlite: Database): number {
   const groups = sqlite
     .query<StagedGroup, []>(
       `SELECT organization_id AS organizationId, ended_at / ${bucketMs} AS minute, key_id AS keyId, model, count(*) AS rows,
-         sum(prompt_tokens + completion_tokens) AS tokens, max(CASE WHEN prompt_tokens + completion_tokens > 0 THEN ended_at END) AS lastTime
+         sum(prompt_tokens + completion_tokens) AS tokens, max(CASE WHEN prompt_tokens + completion_tokens <> 0 THEN ended_at END) AS lastTime
        FROM usage_ledger_inbox GROUP BY 1, 2, 3, 4`,
     )
     .all();
