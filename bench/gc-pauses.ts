@@ -3,6 +3,9 @@
 // a 4 s closed-loop burst (wrk -c64, or bench/load.ts without wrk), then an open loop at RATE requests a second.
 // From the log of the open loop only: how many eden and full collections the event loop's heap ran, their pauses
 // (median, p90, max), and how much each eden collection visited (the log's `v=`), beside each side's p50 and p99.
+// From each request's send time (bench/load.ts's samples): how many answers came back later than 2 ms, and how many
+// of those were sent in the busiest 20 ms phase of the second. Spread evenly, a phase holds about a fiftieth of them;
+// a stall that comes once a second (a timer's collection) puts many more in one phase, at the same place each round.
 // Targets alternate in each round, so drift in the machine affects them alike; medians of the rounds.
 // Usage: make build && bun bench/gc-pauses.ts [--rounds 2] [--rate 1000] [--seconds 10]   (writes results/gc-pauses.json)
 //        --smoke: one round with tiny numbers, into results/gc-pauses-smoke.json (a test does, to keep it working)
@@ -49,6 +52,33 @@ interface Side {
   eden_pause_total_ms: number;
   full_collections: number;
   full_pause_max_ms: number;
+  late_answers: number;
+  /** Of the late answers, the share sent in the busiest 20 ms phase of the second (about 0.02 when spread evenly). */
+  busiest_phase_share: number;
+  /** Where in the second that phase began, each round (a once-a-second stall stays in place). */
+  busiest_phase_ms_by_round: number[];
+}
+
+/** Answers later than this are late, for `latePhases`. */
+const lateMs = 2;
+/** The second is cut into phases this long. */
+const phaseMs = 20;
+
+/**
+ * How the late answers of a run fall in the second: how many there were, and the busiest phase. The first second is
+ * left out: the load generator's own start makes its first answers late.
+ */
+function latePhases(samples: [number, number][]): { late: number; busiestPhaseMs: number; share: number } {
+  const phases = new Array<number>(1000 / phaseMs).fill(0);
+  let late = 0;
+  for (const [sentAt, latency] of samples) {
+    if (sentAt < 1000 || latency <= lateMs) continue;
+    late++;
+    const phase = Math.floor((sentAt % 1000) / phaseMs);
+    phases[phase] = (phases[phase] ?? 0) + 1;
+  }
+  const most = Math.max(...phases);
+  return { late, busiestPhaseMs: phases.indexOf(most) * phaseMs, share: late === 0 ? 0 : most / late };
 }
 
 interface Target {
@@ -133,19 +163,21 @@ try {
     { name: "durable_reference", url: `http://127.0.0.1:${durablePort}${path}`, headers: {}, log: durableLog },
     { name: "full_reference", url: `http://127.0.0.1:${fullPort}${path}`, headers: { Authorization: `Bearer ${fullSetup.key}` }, log: fullLog },
   ];
-  const results: Record<string, { p50: number[]; p99: number[]; collections: Collection[][] }> = {};
+  const results: Record<string, { p50: number[]; p99: number[]; collections: Collection[][]; phases: ReturnType<typeof latePhases>[] }> = {};
   for (let round = 0; round < rounds; round++) {
     for (const target of targets) {
       await burst(target, bodyFile);
       const offset = statSync(target.log).size;
-      const measured = await runLoad("open", target.url, bodyFile, target.headers, rate, seconds);
+      const samplesFile = join(work, `${target.name}-samples.json`);
+      const measured = await runLoad("open", target.url, bodyFile, target.headers, rate, seconds, samplesFile);
       if (measured.errors > 0) throw new Error(`${target.name}: ${measured.errors} failed requests`);
       const text = readFileSync(target.log, "utf8").slice(offset);
-      const entry = results[target.name] ?? { p50: [], p99: [], collections: [] };
+      const entry = results[target.name] ?? { p50: [], p99: [], collections: [], phases: [] };
       results[target.name] = entry;
       entry.p50.push(measured.p50_ms);
       entry.p99.push(measured.p99_ms);
       entry.collections.push(eventLoopHeap(collectionsIn(text)));
+      entry.phases.push(latePhases(JSON.parse(readFileSync(samplesFile, "utf8")) as [number, number][]));
       process.stderr.write(`[gc-pauses] round ${round + 1} ${target.name}: p99 ${measured.p99_ms.toFixed(2)} ms\n`);
     }
   }
@@ -175,6 +207,9 @@ try {
       eden_pause_total_ms: round2(median(eden.map((list) => list.reduce((total, collection) => total + collection.pauseMs, 0)))),
       full_collections: median(full.map((list) => list.length)),
       full_pause_max_ms: round2(Math.max(0, ...full.flat().map((collection) => collection.pauseMs))),
+      late_answers: median(entry.phases.map((phases) => phases.late)),
+      busiest_phase_share: round2(median(entry.phases.map((phases) => phases.share))),
+      busiest_phase_ms_by_round: entry.phases.map((phases) => phases.busiestPhaseMs),
     };
   }
   const sluice = sides.sluice as Side;

@@ -18,7 +18,10 @@ export interface WrkResult {
   non2xx: number;
 }
 
-/** bench/load.ts against `url`: `amount` is the rate (open) or the connections (closed). */
+/**
+ * bench/load.ts against `url`: `amount` is the rate (open) or the connections (closed). With `samplesFile`, each
+ * answered request's [scheduled send time, latency] in ms is written there as JSON.
+ */
 export async function runLoad(
   mode: "open" | "closed",
   url: string,
@@ -26,6 +29,7 @@ export async function runLoad(
   headers: Record<string, string>,
   amount: number,
   seconds: number,
+  samplesFile?: string,
 ): Promise<LoadResult> {
   const child = Bun.spawn(
     [
@@ -39,7 +43,7 @@ export async function runLoad(
       String(seconds),
     ],
     // Its own fetch pool, without Bun's default limit of 256 requests at once.
-    { env: { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" }, stdout: "pipe" },
+    { env: { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: "65535", LOAD_SAMPLES_FILE: samplesFile }, stdout: "pipe" },
   );
   const output = await new Response(child.stdout).text();
   await child.exited;

@@ -100,7 +100,16 @@ test("the GC pause runner: every server answers, and each side reports its colle
   const report = JSON.parse(run.stdout.toString()) as Record<string, Record<string, number>>;
   for (const side of ["sluice", "durable_reference", "full_reference"]) {
     expect(report[side]?.p99_ms).toBeGreaterThan(0);
-    expect(Object.keys(report[side] ?? {})).toEqual(expect.arrayContaining(["eden_collections", "eden_pause_median_ms", "eden_visited_median_kb"]));
+    expect(Object.keys(report[side] ?? {})).toEqual(
+      expect.arrayContaining([
+        "eden_collections",
+        "eden_pause_median_ms",
+        "eden_visited_median_kb",
+        "late_answers",
+        "busiest_phase_share",
+        "busiest_phase_ms_by_round",
+      ]),
+    );
   }
 }, 60_000);
 
