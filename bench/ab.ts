@@ -1,9 +1,10 @@
 // A/B of whole chat answers between the executable built from a git revision (A) and the working tree (B), in one
 // run: the same fake upstream, the same configuration as `make bench` (every product check on), wrk rounds
 // interleaved A, B, B, A so that drift in the machine affects both alike; medians and B ÷ A, and the median of
-// each round's own B ÷ A. Besides requests a second it reports each side's CPU time per request (the event loop's thread, and the whole process with its
-// writer and HTTP client threads; and each thread by name), read from /proc: steadier than requests a second when this VM's speed moves
-// between rounds, since a slower machine slows both the work and the clock alike.
+// each round's own B ÷ A. Besides requests a second it reports each side's CPU time per request (the event loop's
+// thread, the whole process with its writer and HTTP client threads, and each thread by name), read from /proc:
+// steadier than requests a second when this VM's speed moves between rounds, since a slower machine slows both the
+// work and the clock alike.
 // With `--latency RATE` each round is instead a 4 s `wrk -c64` burst (`--burst S`; 0 for none) and then an open loop at RATE requests a second
 // for `--seconds` (bench/load.ts, as `make bench`'s latency phase): p50 and p99 of each side, and the median of each
 // round's own B - A.
@@ -20,7 +21,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { freePort, waitForPort } from "./ports";
-import { cpuMicroseconds, cpuPerRequest, cpuSnapshot, medianByThread } from "./process-cpu";
+import { cpuPerRequest, cpuSnapshot, medianByThread } from "./process-cpu";
 import { prepareSluice } from "./sluice-setup";
 import { measureStreamRound } from "./stream-client";
 import { median, pairedRatio } from "./statistics";
@@ -151,14 +152,13 @@ async function throughputRounds(a: Server, b: Server) {
   const cpu = { a: { main: [] as number[], process: [] as number[] }, b: { main: [] as number[], process: [] as number[] } };
   const threads = { a: [] as Record<string, number>[], b: [] as Record<string, number>[] };
   const measure = async (side: "a" | "b", server: Server) => {
-    const before = cpuMicroseconds(server.pid);
-    const threadsBefore = cpuSnapshot(server.pid);
+    const before = cpuSnapshot(server.pid);
     const rps = await wrk(server.port, server.key, seconds);
-    const after = cpuMicroseconds(server.pid);
-    threads[side].push(cpuPerRequest(threadsBefore, cpuSnapshot(server.pid), rps * seconds).threads);
+    const spent = cpuPerRequest(before, cpuSnapshot(server.pid), rps * seconds);
+    threads[side].push(spent.threads);
     samples[side].push(rps);
-    cpu[side].main.push(Math.round((after.main - before.main) / (rps * seconds)));
-    cpu[side].process.push(Math.round((after.process - before.process) / (rps * seconds)));
+    cpu[side].main.push(Math.round(spent.threads["event loop"] ?? 0));
+    cpu[side].process.push(Math.round(spent.process));
   };
   for (let round = 0; round < rounds; round++) {
     // A, B then B, A: a machine that speeds up or slows down within a pair of rounds favours neither side.

@@ -15,6 +15,12 @@ export const stagedColumns = `request_id, organization_id, key_id, model, prompt
 /** Appends one staged row: the 14 fields in the order of `encodeRow`. */
 export const stageRowSql = `INSERT INTO usage_ledger_inbox (${stagedColumns}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`;
 
+/**
+ * Every staged row into usage_ledger, oldest first. A request id is unique by construction (a UUIDv7); OR IGNORE
+ * keeps a replayed row from stopping every move.
+ */
+const moveRowsSql = `INSERT OR IGNORE INTO usage_ledger (${stagedColumns}) SELECT ${stagedColumns} FROM usage_ledger_inbox ORDER BY rowid`;
+
 /** What the move adds to the aggregates for each row it adds to usage_ledger (the slow path, see below). */
 interface AddedUsage {
   organizationId: string;
@@ -70,10 +76,7 @@ function moveAll(sqlite: Database): number {
   if (groups.length === 0) return 0;
   let staged = 0;
   for (const group of groups) staged += group.rows;
-  // A request id is unique by construction (a UUIDv7); OR IGNORE keeps a replayed row from stopping every move.
-  const added = sqlite
-    .query(`INSERT OR IGNORE INTO usage_ledger (${stagedColumns}) SELECT ${stagedColumns} FROM usage_ledger_inbox ORDER BY rowid`)
-    .run().changes;
+  const added = sqlite.query(moveRowsSql).run().changes;
   if (added !== staged) throw new RowAlreadyMoved();
   const fold = new UsageFold();
   for (const group of groups) {
@@ -82,9 +85,7 @@ function moveAll(sqlite: Database): number {
     fold.add(group.organizationId, group.tokens, group.lastTime);
     fold.addToHours(group.organizationId, group.keyId, group.model, group.tokens, group.lastTime);
   }
-  addToAggregates(sqlite, fold);
-  // Every staged row: none can be staged inside this (immediate) transaction.
-  sqlite.query("DELETE FROM usage_ledger_inbox").run();
+  finishMove(sqlite, fold);
   return added;
 }
 
@@ -94,8 +95,7 @@ function moveAdded(sqlite: Database): number {
   // aggregates once.
   const added = sqlite
     .query<AddedUsage, []>(
-      `INSERT OR IGNORE INTO usage_ledger (${stagedColumns}) SELECT ${stagedColumns} FROM usage_ledger_inbox ORDER BY rowid
-       RETURNING organization_id AS organizationId, key_id AS keyId, model, prompt_tokens + completion_tokens AS tokens, ended_at AS endedAt`,
+      `${moveRowsSql} RETURNING organization_id AS organizationId, key_id AS keyId, model, prompt_tokens + completion_tokens AS tokens, ended_at AS endedAt`,
     )
     .all();
   const fold = new UsageFold();
@@ -103,9 +103,16 @@ function moveAdded(sqlite: Database): number {
     fold.add(row.organizationId, row.tokens, row.endedAt);
     fold.addToHours(row.organizationId, row.keyId, row.model, row.tokens, row.endedAt);
   }
-  // The aggregates are summed first: a hundred rows of one organization are one upsert per minute, month and key and
-  // model of the hour.
+  finishMove(sqlite, fold);
+  return added.length;
+}
+
+/**
+ * Adds a move's summed rows to the aggregates (a hundred rows of one organization are one upsert per minute, month,
+ * and key and model of the hour), then empties the inbox: none can be staged inside the move's (immediate)
+ * transaction.
+ */
+function finishMove(sqlite: Database, fold: UsageFold): void {
   addToAggregates(sqlite, fold);
   sqlite.query("DELETE FROM usage_ledger_inbox").run();
-  return added.length;
 }

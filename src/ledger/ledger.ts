@@ -85,8 +85,8 @@ function isBusy(error: unknown): boolean {
  * The usage ledger: a group commit a turn, staged on this thread, moved by a writer thread of its own once there is
  * load (see above and ledger-worker.ts), which also takes batches when this thread cannot write. `record` resolves
  * only once its row is committed, so a caller that waits for it before finishing an answer never answers a request
- * the ledger could lose. The rows of one turn of the event loop travel together; an in-memory database (no file the thread
- * could open) is always written on this thread.
+ * the ledger could lose. The rows of one turn of the event loop travel together; an in-memory database (no file the
+ * thread could open) is always written on this thread.
  */
 export class Ledger {
   private unsent: LedgerValue[] = [];

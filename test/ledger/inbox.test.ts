@@ -111,7 +111,8 @@ test("a move adds each new row to the ledger and the aggregates once, whatever t
     {
       numRuns: 60,
       examples: [
-        // A row of no tokens last in its minute leaves the minute's last time alone; a replay in the next move counts nothing.
+        // A row of no tokens last in its minute leaves the minute's last time alone; a replay in the next move counts
+        // nothing.
         [
           [
             [
