@@ -1,5 +1,6 @@
 import { Database } from "bun:sqlite";
 import type { Outcome } from "../modules/requests/row";
+import { isBusy } from "../db/busy";
 import { encodeRow, LedgerWriter, type LedgerValue } from "./ledger-writer";
 import { entryPointModule } from "../entry-points";
 import type { LedgerWorkerMessage, LedgerWorkerReply } from "./ledger-worker";
@@ -76,11 +77,6 @@ class LedgerWriteError extends Error {
   override name = "LedgerWriteError";
 }
 
-/** SQLITE_BUSY and its extended codes: another connection holds the lock. */
-function isBusy(error: unknown): boolean {
-  return typeof (error as { code?: unknown })?.code === "string" && (error as { code: string }).code.startsWith("SQLITE_BUSY");
-}
-
 /**
  * The usage ledger: a group commit a turn, staged on this thread, moved by a writer thread of its own once there is
  * load (see above and ledger-worker.ts), which also takes batches when this thread cannot write. `record` resolves
@@ -103,7 +99,7 @@ export class Ledger {
   /** This thread's own writes: every row of an in-memory database, the staged rows of a file (see `rowsBetweenMoves`). */
   private readonly local: LedgerWriter;
   /** The connection of those writes to a file: its own, so that it never waits for the lock (see `withoutWaiting`). */
-  private readonly staging: Database | undefined;
+  readonly staging: Database | undefined;
   private readonly inMemory: boolean;
   private rowsStagedHere = 0;
   private commitsStagedHere = 0;

@@ -362,7 +362,9 @@ export function sqliteStorage(database: DatabaseHandle): SqliteStorage {
     audit: auditRepository(database),
     changes,
     openLedger() {
-      return ledgerStore(new Ledger(database.sqlite));
+      const ledger = new Ledger(database.sqlite);
+      if (ledger.staging) database.readChangesOn(ledger.staging);
+      return ledgerStore(ledger);
     },
     available: () => true,
     async problems() {
