@@ -25,13 +25,14 @@ import { defaultSafetyRules } from "../src/config/default-rules";
 import { compilePattern } from "../src/config/load";
 import type { ModelConfig } from "../src/config/schema";
 import { Ledger, type LedgerRow } from "../src/ledger/ledger";
-import { completionBody } from "../src/modules/chat/response";
+import { completionText } from "../src/modules/chat/response";
 import { finishRecord } from "../src/modules/observability/index";
 import { Logger } from "../src/modules/observability/logger";
 import { Metrics } from "../src/modules/observability/metrics";
 import { OutputMonitor, RuleMatcher } from "../src/modules/safety/rules";
 import { encodeRow, LedgerWriter, type LedgerValue } from "../src/ledger/ledger-writer";
 import { OpenAIBackend } from "../src/upstream/openai-backend";
+import type { Completion, Usage } from "../src/upstream/types";
 import { raiseListenBacklog } from "../src/http/listen-backlog";
 
 const port = Number(process.argv[2] ?? 9400);
@@ -454,20 +455,21 @@ async function answer(request: Request, requestId: string, facts: Facts): Promis
       streaming = true;
       return response;
     }
-    let upstreamAnswer: {
-      id: string;
-      model: string;
-      choices: { message: { content: string | null } }[];
-      usage?: { prompt_tokens?: number; completion_tokens?: number };
-    };
+    let upstreamAnswer:
+      | {
+          id: string;
+          model: string;
+          choices: { message: { content: string | null } }[];
+          usage?: { prompt_tokens?: number; completion_tokens?: number };
+        }
+      | undefined;
+    /** REFERENCE_SLUICE=backend: what Sluice's client answered, written below as Sluice writes an answer's body. */
+    let sluiceAnswer: { completion: Completion; usage: Usage } | undefined;
     try {
       const upstreamBody = { model: "bench-upstream", messages: body.messages, max_tokens: maxTokens };
       if (sluiceBackend) {
-        // Sluice's client and Sluice's answer body, whose fields the lines below read as they read the upstream's.
         const completion = await sluiceBackend.complete({ model: sluiceModel, body: upstreamBody, signal: controller.signal });
-        const usage = completion.usage ?? { promptTokens: 0, completionTokens: 0, reasoningTokens: 0 };
-        const answered = completionBody({ requestId, created: Math.floor(Date.now() / 1000), model: body.model }, completion, usage);
-        upstreamAnswer = answered as unknown as typeof upstreamAnswer;
+        sluiceAnswer = { completion, usage: completion.usage ?? { promptTokens: 0, completionTokens: 0, reasoningTokens: 0 } };
       } else {
         const upstreamResponse = await fetch(upstreamChat, {
           method: "POST",
@@ -480,18 +482,25 @@ async function answer(request: Request, requestId: string, facts: Facts): Promis
     } finally {
       deadlines.delete(controller);
     }
-    const content = upstreamAnswer.choices[0]?.message.content ?? "";
+    const content = (sluiceAnswer ? sluiceAnswer.completion.content : upstreamAnswer?.choices[0]?.message.content) ?? "";
     if (!skipped.has("safety") && breaksRedLine(content)) throw new Refusal(400, "content_filter", "Stopped by a red-line rule.");
-    const promptTokens = upstreamAnswer.usage?.prompt_tokens ?? 0;
-    const completionTokens = upstreamAnswer.usage?.completion_tokens ?? 0;
+    const promptTokens = (sluiceAnswer ? sluiceAnswer.usage.promptTokens : upstreamAnswer?.usage?.prompt_tokens) ?? 0;
+    const completionTokens = (sluiceAnswer ? sluiceAnswer.usage.completionTokens : upstreamAnswer?.usage?.completion_tokens) ?? 0;
     used = promptTokens + completionTokens;
     facts.outcome = "completed";
     facts.promptTokens = promptTokens;
     facts.completionTokens = completionTokens;
     await recordAnswer(requestId, key, body.model, promptTokens, completionTokens, "completed", startedAt, null);
-    upstreamAnswer.id = `chatcmpl-${requestId.slice(4)}`;
-    upstreamAnswer.model = body.model;
-    return new Response(JSON.stringify(upstreamAnswer), {
+    let text: string;
+    if (sluiceAnswer) {
+      text = completionText({ requestId, created: Math.floor(Date.now() / 1000), model: body.model }, sluiceAnswer.completion, sluiceAnswer.usage);
+    } else {
+      const answer = upstreamAnswer as NonNullable<typeof upstreamAnswer>;
+      answer.id = `chatcmpl-${requestId.slice(4)}`;
+      answer.model = body.model;
+      text = JSON.stringify(answer);
+    }
+    return new Response(text, {
       headers: { ...admitted?.headers, "content-type": "application/json", "x-request-id": requestId },
     });
   } finally {

@@ -3,9 +3,22 @@
 import { fiveHoursMs, startOfNextMonth } from "../../usage-periods";
 import { AdmissionRejected, type Limits, type RejectionKind, type Subject, type UsageSnapshot } from "./store";
 
+// The last reset written: the requests of one second mostly share it.
+let lastResetSeconds = -1;
+let lastResetText = "";
+
 /** Go-style duration as OpenAI writes `x-ratelimit-reset-tokens`: `1h2m3s`, `45s`, `0s`. */
 export function formatReset(milliseconds: number): string {
-  let seconds = Math.max(0, Math.ceil(milliseconds / 1000));
+  const total = Math.max(0, Math.ceil(milliseconds / 1000));
+  if (total !== lastResetSeconds) {
+    lastResetSeconds = total;
+    lastResetText = goDuration(total);
+  }
+  return lastResetText;
+}
+
+function goDuration(total: number): string {
+  let seconds = total;
   const hours = Math.floor(seconds / 3600);
   seconds -= hours * 3600;
   const minutes = Math.floor(seconds / 60);

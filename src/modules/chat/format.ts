@@ -63,7 +63,8 @@ export interface StreamEncoder {
  * and the ledger never depend on the format.
  */
 export interface AnswerFormat {
-  whole(identity: ResponseIdentity, completion: Completion, usage: Usage): unknown;
+  /** A whole answer's body, as JSON text. */
+  whole(identity: ResponseIdentity, completion: Completion, usage: Usage): string;
   stream(identity: ResponseIdentity, start: StreamStart): StreamEncoder;
   /** A frame sent while the upstream is silent, for APIs whose clients expect one. */
   heartbeat?: string;

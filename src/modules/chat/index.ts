@@ -125,7 +125,7 @@ export function answerHandler(chat: ChatService, auth: AuthService, options: Cha
       if (result.kind === "whole") {
         const headers: Record<string, string> = { ...result.headers, "content-type": "application/json", "x-request-id": requestId };
         if (dialect.requestIdHeader) headers[dialect.requestIdHeader] = requestId;
-        const response = new Response(JSON.stringify(result.body), { headers });
+        const response = new Response(result.body, { headers });
         options.finish(record);
         return response;
       }

@@ -3,36 +3,30 @@ import { doneEvent, serverSentData } from "../../upstream/sse";
 import type { Completion, Usage } from "../../upstream/types";
 import type { AnswerEvent, AnswerFormat, ResponseIdentity, StreamEncoder, StreamStart } from "./format";
 
-function usageBody(usage: Usage) {
-  return {
-    prompt_tokens: usage.promptTokens,
-    completion_tokens: usage.completionTokens,
-    total_tokens: usage.promptTokens + usage.completionTokens,
-    completion_tokens_details: { reasoning_tokens: usage.reasoningTokens },
-  };
-}
-
 function completionId(identity: ResponseIdentity): string {
   return `chatcmpl-${identity.requestId.slice(4)}`;
 }
 
-/** The OpenAI `chat.completion` object. */
-export function completionBody(identity: ResponseIdentity, completion: Completion, usage: Usage) {
-  const message: Record<string, unknown> = {
-    role: "assistant",
-    content: completion.content,
-    reasoning_content: completion.reasoning,
-    refusal: null,
-  };
-  if (completion.toolCalls) message.tool_calls = completion.toolCalls;
-  return {
-    id: completionId(identity),
-    object: "chat.completion" as const,
-    created: identity.created,
-    model: identity.model,
-    choices: [{ index: 0, message, logprobs: null, finish_reason: completion.finishReason }],
-    usage: usageBody(usage),
-  };
+/**
+ * The OpenAI `chat.completion` object as JSON text. Written as text, as the stream's chunks are, rather than built
+ * as an object and serialized: the object, its message, choices and usage were five objects an answer, and the
+ * whole answer's path took 1.5 % less CPU without them (bench/README.md, forty-second session). Only the strings
+ * from outside (model, content, reasoning, tool calls, finish reason) go through JSON.stringify.
+ */
+export function completionText(identity: ResponseIdentity, completion: Completion, usage: Usage): string {
+  const toolCalls = completion.toolCalls ? `,"tool_calls":${JSON.stringify(completion.toolCalls)}` : "";
+  return (
+    `{"id":${JSON.stringify(completionId(identity))},"object":"chat.completion","created":${identity.created},"model":${JSON.stringify(identity.model)},` +
+    `"choices":[{"index":0,"message":{"role":"assistant","content":${JSON.stringify(completion.content)},"reasoning_content":${JSON.stringify(completion.reasoning)},"refusal":null${toolCalls}},` +
+    `"logprobs":null,"finish_reason":${JSON.stringify(completion.finishReason)}}],"usage":${usageText(usage)}}`
+  );
+}
+
+function usageText(usage: Usage): string {
+  return (
+    `{"prompt_tokens":${usage.promptTokens},"completion_tokens":${usage.completionTokens},"total_tokens":${usage.promptTokens + usage.completionTokens},` +
+    `"completion_tokens_details":{"reasoning_tokens":${usage.reasoningTokens}}}`
+  );
 }
 
 /** What follows a delta's fields in every delta frame. */
@@ -82,7 +76,7 @@ export class ChunkEncoder implements StreamEncoder {
 
   /** The usage chunk (no choices) when `stream_options.include_usage` is true, then `[DONE]`. */
   end(usage: Usage, out: string[]): void {
-    if (this.includeUsage) out.push(serverSentData(`${this.head}[],"usage":${JSON.stringify(usageBody(usage))}}`));
+    if (this.includeUsage) out.push(serverSentData(`${this.head}[],"usage":${usageText(usage)}}`));
     out.push(doneEvent);
   }
 
@@ -94,6 +88,6 @@ export class ChunkEncoder implements StreamEncoder {
 
 /** Chat Completions, the API every other one is translated onto. */
 export const chatFormat: AnswerFormat = {
-  whole: completionBody,
+  whole: completionText,
   stream: (identity, start) => new ChunkEncoder(identity, start),
 };

@@ -43,7 +43,8 @@ export interface RequestContext {
 }
 
 export type ChatResult =
-  | { kind: "whole"; body: unknown; headers: Record<string, string> }
+  /** The answer's body in its format, as JSON text. */
+  | { kind: "whole"; body: string; headers: Record<string, string> }
   /** The answer's SSE text in its format (see StreamEncoder), written as the upstream's reads arrive. */
   | { kind: "stream"; answer: StreamedAnswer; headers: Record<string, string> };
 
@@ -285,30 +286,7 @@ export class ChatService implements RunSettler {
     if (places instanceof Permit) places.release(usage, endedAt);
     else places.settle(usage, endedAt);
     this.note(context, prepared.modelId, usage, ending);
-    const times = { startedAt: timing.startedAt ?? endedAt, endedAt, firstTokenMs: timing.firstTokenMs };
-    return this.deps.ledger.record(this.ledgerRow(prepared, context, usage, source, times, ending));
-  }
-
-  /** Puts what was billed into the request's record and the token and refusal metrics. */
-  private note(context: RequestContext, modelId: string, usage: Usage, ending: Ending): void {
-    noteBilled(context.record, ending, usage);
-    const metrics = this.deps.metrics;
-    if (!metrics) return;
-    if (usage.promptTokens) metrics.tokens.inc({ model: modelId, kind: "prompt" }, usage.promptTokens);
-    if (usage.completionTokens) metrics.tokens.inc({ model: modelId, kind: "completion" }, usage.completionTokens);
-    if (usage.reasoningTokens) metrics.tokens.inc({ model: modelId, kind: "reasoning" }, usage.reasoningTokens);
-    if (ending.ruleId) metrics.refusals.inc({ rule: ending.ruleId });
-  }
-
-  private ledgerRow(
-    prepared: PreparedRequest,
-    context: RequestContext,
-    usage: Usage,
-    source: LedgerRow["usageSource"],
-    timing: Pick<LedgerRow, "startedAt" | "endedAt" | "firstTokenMs">,
-    ending: Ending,
-  ): LedgerRow {
-    return {
+    return this.deps.ledger.record({
       requestId: context.requestId,
       organizationId: context.caller.organizationId,
       keyId: context.caller.keyId,
@@ -320,7 +298,21 @@ export class ChatService implements RunSettler {
       errorCode: ending.errorCode ?? null,
       ruleId: ending.ruleId ?? null,
       usageSource: source,
-      ...timing,
-    };
+      startedAt: timing.startedAt ?? endedAt,
+      endedAt,
+      firstTokenMs: timing.firstTokenMs,
+    });
+  }
+
+  /** Puts what was billed into the request's record and the token and refusal metrics. */
+  private note(context: RequestContext, modelId: string, usage: Usage, ending: Ending): void {
+    noteBilled(context.record, ending, usage);
+    const metrics = this.deps.metrics;
+    if (!metrics) return;
+    const tokens = metrics.tokensOf(modelId);
+    tokens.prompt.inc(usage.promptTokens);
+    tokens.completion.inc(usage.completionTokens);
+    tokens.reasoning.inc(usage.reasoningTokens);
+    if (ending.ruleId) metrics.refusals.inc({ rule: ending.ruleId });
   }
 }

@@ -182,7 +182,7 @@ class MessagesStreamEncoder implements StreamEncoder {
 
 /** The Anthropic Messages API's answers. */
 export const messagesFormat: AnswerFormat = {
-  whole: wholeMessage,
+  whole: (identity, completion, usage) => JSON.stringify(wholeMessage(identity, completion, usage)),
   stream: (identity, start) => new MessagesStreamEncoder(identity, start),
   heartbeat: pingEvent,
 };

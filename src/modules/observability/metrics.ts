@@ -1,5 +1,12 @@
 import type { Queue } from "../queue/model-queue";
-import { Counter, Gauge, Histogram, Registry } from "./prometheus";
+import { Counter, Gauge, Histogram, Registry, type Series } from "./prometheus";
+
+/** A model's token counters, by kind. */
+export interface TokenSeries {
+  prompt: Series;
+  completion: Series;
+  reasoning: Series;
+}
 
 const latencyBuckets = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
 
@@ -35,6 +42,21 @@ export class Metrics {
   );
   readonly upstreamErrors = new Counter(this.registry, "sluice_upstream_errors_total", "Upstream failures by model and error code", ["model", "code"]);
   readonly refusals = new Counter(this.registry, "sluice_safety_refusals_total", "Red-line refusals by rule", ["rule"]);
+  private readonly tokenSeries = new Map<string, TokenSeries>();
+
+  /** The token counters of a model, looked up once rather than by label on every answer. */
+  tokensOf(model: string): TokenSeries {
+    let series = this.tokenSeries.get(model);
+    if (!series) {
+      series = {
+        prompt: this.tokens.series({ model, kind: "prompt" }),
+        completion: this.tokens.series({ model, kind: "completion" }),
+        reasoning: this.tokens.series({ model, kind: "reasoning" }),
+      };
+      this.tokenSeries.set(model, series);
+    }
+    return series;
+  }
 
   constructor(queues: ReadonlyMap<string, Queue>) {
     new Gauge(this.registry, "sluice_in_flight", "Requests holding an upstream slot, by model", ["model"], (gauge) => {

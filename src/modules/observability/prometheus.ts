@@ -62,10 +62,19 @@ abstract class Labelled<Entry> implements Metric {
   protected abstract lines(): string[];
 }
 
+/** One series of a counter or a gauge. */
+export class Series {
+  value = 0;
+
+  inc(amount = 1): void {
+    this.value += amount;
+  }
+}
+
 /** A metric whose series each hold one number: counters and gauges. */
-abstract class SingleValue extends Labelled<{ value: number }> {
-  protected newEntry(): { value: number } {
-    return { value: 0 };
+abstract class SingleValue extends Labelled<Series> {
+  protected newEntry(): Series {
+    return new Series();
   }
 
   protected lines(): string[] {
@@ -80,7 +89,12 @@ export class Counter extends SingleValue {
   }
 
   inc(labels: Labels, amount = 1): void {
-    this.entryFor(labels).value += amount;
+    this.entryFor(labels).inc(amount);
+  }
+
+  /** The series of these labels, kept by a caller that counts on it often (as prom-client's `labels()`). */
+  series(labels: Labels): Series {
+    return this.entryFor(labels);
   }
 }
 

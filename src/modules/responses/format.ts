@@ -281,7 +281,7 @@ export function responsesFormat(request: ResponsesRequest): AnswerFormat {
   const echo = echoOf(request);
   const namespaces = namespacesOf(request);
   return {
-    whole: (identity, completion, usage) => wholeResponse(identity, echo, namespaces, completion, usage),
+    whole: (identity, completion, usage) => JSON.stringify(wholeResponse(identity, echo, namespaces, completion, usage)),
     stream: (identity) => new ResponsesStreamEncoder(identity, echo, namespaces),
   };
 }

@@ -41,6 +41,12 @@ describe("RollingWindow", () => {
     expect(formatReset(45_000)).toBe("45s");
     expect(formatReset(61_200)).toBe("1m2s");
     expect(formatReset(fiveHoursMs)).toBe("5h0m0s");
+    // The same second again, a new one, then the one before (the last one written is kept).
+    expect(formatReset(fiveHoursMs - 1)).toBe("5h0m0s");
+    expect(formatReset(fiveHoursMs - 1000)).toBe("4h59m59s");
+    expect(formatReset(45_500)).toBe("46s");
+    expect(formatReset(44_100)).toBe("45s");
+    expect(formatReset(-5)).toBe("0s");
   });
 });
 

@@ -1,6 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import type { AnswerEvent } from "../../../src/modules/chat/format";
-import { ChunkEncoder } from "../../../src/modules/chat/response";
+import { ChunkEncoder, completionText } from "../../../src/modules/chat/response";
+import type { Completion } from "../../../src/upstream/types";
 import { schemaErrors, type StreamChunk } from "../../helpers";
 
 const identity = { requestId: "req_0193a5b2c3d4e5f6", created: 1_763_800_000, model: "caller-model" };
@@ -59,4 +60,40 @@ describe("ChunkEncoder", () => {
     expect(chunks[5]?.choices).toEqual([]);
     expect(chunks[5]?.usage?.total_tokens).toBe(6);
   });
+});
+
+describe("completionText", () => {
+  const awkward = 'a "quoted" line\nthen \\ a backslash, </script>, \u2028 and 漢字 😀';
+  const call = { id: "call_1", type: "function", function: { name: "lookup", arguments: '{"q":"x"}' } };
+  const usage = { promptTokens: 12, completionTokens: 7, reasoningTokens: 3 };
+  const cases: [string, Completion, Record<string, unknown>][] = [
+    [
+      "content and reasoning",
+      { content: awkward, reasoning: awkward, toolCalls: null, finishReason: "stop", usage: undefined },
+      { role: "assistant", content: awkward, reasoning_content: awkward, refusal: null },
+    ],
+    [
+      "tool calls and no content",
+      { content: null, reasoning: null, toolCalls: [call], finishReason: "tool_calls", usage: undefined },
+      { role: "assistant", content: null, reasoning_content: null, refusal: null, tool_calls: [call] },
+    ],
+  ];
+
+  for (const [name, completion, message] of cases) {
+    test(`a whole answer with ${name} is JSON text of OpenAI's chat.completion, fields in its order`, () => {
+      const text = completionText({ ...identity, model: 'a "model"' }, completion, usage);
+      const body = JSON.parse(text) as Record<string, unknown>;
+      expect(body).toEqual({
+        id: "chatcmpl-0193a5b2c3d4e5f6",
+        object: "chat.completion",
+        created: identity.created,
+        model: 'a "model"',
+        choices: [{ index: 0, message, logprobs: null, finish_reason: completion.finishReason }],
+        usage: { prompt_tokens: 12, completion_tokens: 7, total_tokens: 19, completion_tokens_details: { reasoning_tokens: 3 } },
+      });
+      // As OpenAI's own bodies are written: its keys in this order, no spaces.
+      expect(text).toBe(JSON.stringify(body));
+      expect(schemaErrors("CreateChatCompletionResponse", body)).toEqual([]);
+    });
+  }
 });
