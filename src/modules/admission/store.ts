@@ -57,7 +57,10 @@ export interface SpentTokens {
  */
 export interface Lease {
   readonly reservedTokens: number;
-  /** `x-ratelimit-*` headers for plans with a 5-hour quota; empty otherwise. */
+  /**
+   * `x-ratelimit-*` headers for plans with a 5-hour quota; empty otherwise. Read once, by the request's answer, which
+   * adds its own headers to the object rather than copying it.
+   */
   readonly headers: Record<string, string>;
   settle(spent: SpentTokens | null, at: number): void;
 }

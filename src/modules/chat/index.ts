@@ -123,7 +123,10 @@ export function answerHandler(chat: ChatService, auth: AuthService, options: Cha
       const result = await chat.create(body, { caller, requestId, abort: upstreamAbort, record, finish: options.finish }, translation.format);
       // The abort listener stays: once the answer is complete, aborting its controller does nothing.
       if (result.kind === "whole") {
-        const headers: Record<string, string> = { ...result.headers, "content-type": "application/json", "x-request-id": requestId };
+        // The answer's own object (ChatResult): added to, not copied.
+        const headers = result.headers;
+        headers["content-type"] = "application/json";
+        headers["x-request-id"] = requestId;
         if (dialect.requestIdHeader) headers[dialect.requestIdHeader] = requestId;
         const response = new Response(result.body, { headers });
         options.finish(record);
@@ -131,7 +134,8 @@ export function answerHandler(chat: ChatService, auth: AuthService, options: Cha
       }
       streaming = true;
       const heartbeat = translation.format.heartbeat;
-      const headers: Record<string, string> = { ...result.headers, "x-request-id": requestId };
+      const headers = result.headers;
+      headers["x-request-id"] = requestId;
       if (dialect.requestIdHeader) headers[dialect.requestIdHeader] = requestId;
       return sseResponse(result.answer, {
         headers,

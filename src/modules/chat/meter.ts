@@ -43,8 +43,8 @@ export class UsageMeter {
   private reasoning: GrowingText | undefined;
   private toolText: GrowingText | undefined;
   private reported: Usage | undefined;
-  /** A whole answer's tool calls, encoded only if the tokenizer must count them. */
-  private wholeToolCalls: Completion["toolCalls"] = null;
+  /** A whole answer, its texts kept as they came: read only if the tokenizer must count them. */
+  private whole: Completion | undefined;
 
   observe(event: CompletionEvent): void {
     if (event.type === "usage") this.reported = event.usage;
@@ -57,16 +57,14 @@ export class UsageMeter {
 
   /** Whether the upstream produced anything (or reported usage) for this request. */
   producedAnything(): boolean {
-    return (
-      this.reported !== undefined || this.content !== undefined || this.reasoning !== undefined || this.toolText !== undefined || this.wholeToolCalls !== null
-    );
+    const whole = this.whole;
+    if (whole) return this.reported !== undefined || Boolean(whole.content) || Boolean(whole.reasoning) || whole.toolCalls !== null;
+    return this.reported !== undefined || this.content !== undefined || this.reasoning !== undefined || this.toolText !== undefined;
   }
 
   /** A whole answer: the only thing a meter observes when there is no stream. */
   observeCompletion(completion: Completion): void {
-    if (completion.content) this.content = withPiece(this.content, completion.content);
-    if (completion.reasoning) this.reasoning = withPiece(this.reasoning, completion.reasoning);
-    this.wholeToolCalls = completion.toolCalls;
+    this.whole = completion;
     this.reported = completion.usage;
   }
 
@@ -77,18 +75,18 @@ export class UsageMeter {
   usage(messages: CountableMessage[], knownPromptTokens: number | undefined): MeasuredUsage | Promise<MeasuredUsage> {
     const reported = this.reported;
     // Some servers (vLLM among them) report no reasoning_tokens; the reasoning they streamed still counts.
-    if (reported && (reported.reasoningTokens > 0 || this.reasoning === undefined)) return { usage: reported, source: "upstream" };
+    if (reported && (reported.reasoningTokens > 0 || !this.hasReasoning())) return { usage: reported, source: "upstream" };
     return this.counted(messages, knownPromptTokens);
   }
 
   private async counted(messages: CountableMessage[], knownPromptTokens: number | undefined): Promise<MeasuredUsage> {
     if (this.reported) {
-      const reasoningTokens = Math.min(await countTextTokens(textOf(this.reasoning)), this.reported.completionTokens);
+      const reasoningTokens = Math.min(await countTextTokens(this.reasoningText()), this.reported.completionTokens);
       return { usage: { ...this.reported, reasoningTokens }, source: "upstream" };
     }
     const [promptTokens, [reasoningTokens = 0, contentTokens = 0, toolCallTokens = 0]] = await Promise.all([
       knownPromptTokens ?? countChatTokens(messages),
-      countTexts([textOf(this.reasoning), textOf(this.content), this.toolCallsText()]),
+      countTexts([this.reasoningText(), this.whole ? (this.whole.content ?? "") : textOf(this.content), this.toolCallsText()]),
     ]);
     return {
       usage: {
@@ -100,8 +98,17 @@ export class UsageMeter {
     };
   }
 
+  private hasReasoning(): boolean {
+    return this.whole ? Boolean(this.whole.reasoning) : this.reasoning !== undefined;
+  }
+
+  private reasoningText(): string {
+    return this.whole ? (this.whole.reasoning ?? "") : textOf(this.reasoning);
+  }
+
   private toolCallsText(): string {
-    return this.wholeToolCalls ? JSON.stringify(this.wholeToolCalls) : textOf(this.toolText);
+    if (this.whole) return this.whole.toolCalls ? JSON.stringify(this.whole.toolCalls) : "";
+    return textOf(this.toolText);
   }
 }
 

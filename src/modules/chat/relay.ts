@@ -4,7 +4,7 @@ import type { CompletionEvent, EventStream, Usage } from "../../upstream/types";
 import { noteFailure, noteFirstToken } from "../observability/request-record";
 import { type OutputMonitor, refusalText } from "../safety/rules";
 import type { StreamEncoder } from "./format";
-import { asCallerError, finished, type Run, type RunSettler } from "./run";
+import { asCallerError, completedEnding, finished, type Run, type RunSettler } from "./run";
 import type { RequestContext } from "./service";
 
 /**
@@ -90,7 +90,7 @@ export class StreamRelay implements StreamedAnswer {
       }
       if (this.stopped) return;
       this.settled = true;
-      await this.settler.settle(run, { outcome: "completed" });
+      await this.settler.settle(run, completedEnding);
       if (this.stopped) return;
       encoder.end(run.billed as Usage, out);
       flushed = sink.write(out);

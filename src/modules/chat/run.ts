@@ -18,6 +18,9 @@ export interface Ending {
   billNothing?: boolean;
 }
 
+/** How most requests end: one object for all of them, since nothing changes an ending. */
+export const completedEnding: Readonly<Ending> = Object.freeze({ outcome: "completed" });
+
 /** Everything needed to finish one admitted request on any path. */
 export interface Run {
   prepared: PreparedRequest;

@@ -22,7 +22,7 @@ import { Permit } from "./permit";
 import { prepareRequest, type PreparedRequest } from "./prepare";
 import type { AnswerFormat, ResponseIdentity } from "./format";
 import { FixedAnswer, StreamRelay } from "./relay";
-import { asCallerError, type Ending, type Outcome, type Run, type RunSettler } from "./run";
+import { asCallerError, completedEnding, type Ending, type Outcome, type Run, type RunSettler } from "./run";
 import { chatFormat } from "./response";
 
 /**
@@ -42,6 +42,7 @@ export interface RequestContext {
   finish?: (record: RequestRecord) => void;
 }
 
+/** `headers`: the lease's `x-ratelimit-*`, in an object of this answer's own, which the route adds its headers to. */
 export type ChatResult =
   /** The answer's body in its format, as JSON text. */
   | { kind: "whole"; body: string; headers: Record<string, string> }
@@ -166,7 +167,7 @@ export class ChatService implements RunSettler {
     const [promptTokens, completionTokens] = await Promise.all([prepared.promptTokens ?? countChatTokens(prepared.messages), countTextTokens(text)]);
     const usage: Usage = { promptTokens, completionTokens, reasoningTokens: 0 };
     // Refused at once: it starts and ends in the same moment.
-    await this.end(lease, prepared, context, usage, "tokenizer", { firstTokenMs: null }, { outcome: "content_filter", ruleId: rule.id });
+    await this.end(lease, prepared, context, usage, "tokenizer", undefined, null, { outcome: "content_filter", ruleId: rule.id });
     const completion = { content: text, reasoning: null, toolCalls: null, finishReason: "content_filter", usage };
     if (!prepared.stream) return { kind: "whole", body: format.whole(identity, completion, usage), headers: lease.headers };
     deferRecord(context.record);
@@ -188,7 +189,7 @@ export class ChatService implements RunSettler {
       const rule = checking instanceof Promise ? await checking : checking;
       if (rule)
         completion = { content: refusalText(rule, "output"), reasoning: null, toolCalls: null, finishReason: "content_filter", usage: completion.usage };
-      await this.settle(run, rule ? { outcome: "content_filter", ruleId: rule.id } : { outcome: "completed" });
+      await this.settle(run, rule ? { outcome: "content_filter", ruleId: rule.id } : completedEnding);
       return { kind: "whole", body: run.format.whole(run.identity, completion, run.billed as Usage), headers: run.permit.lease.headers };
     } catch (error) {
       await this.fail(run, error);
@@ -258,20 +259,13 @@ export class ChatService implements RunSettler {
 
   private settleMeasured(run: Run, ending: Ending, measured: MeasuredUsage): Promise<void> {
     run.billed = measured.usage;
-    return this.end(
-      run.permit,
-      run.prepared,
-      run.context,
-      measured.usage,
-      measured.source,
-      { startedAt: run.startedAt, firstTokenMs: run.firstTokenMs ?? null },
-      ending,
-    );
+    return this.end(run.permit, run.prepared, run.context, measured.usage, measured.source, run.startedAt, run.firstTokenMs ?? null, ending);
   }
 
   /**
    * The last steps of every request that did work, in this order: its places are freed with what it used, it is
-   * noted in its log record and the metrics, and its ledger row is written (resolving once committed).
+   * noted in its log record and the metrics, and its ledger row is written (resolving once committed). A request
+   * without `startedAt` starts and ends in the same moment.
    */
   private end(
     places: Permit | Lease,
@@ -279,7 +273,8 @@ export class ChatService implements RunSettler {
     context: RequestContext,
     usage: Usage,
     source: LedgerRow["usageSource"],
-    timing: { startedAt?: number; firstTokenMs: number | null },
+    startedAt: number | undefined,
+    firstTokenMs: number | null,
     ending: Ending,
   ): Promise<void> {
     const endedAt = this.deps.clock();
@@ -298,9 +293,9 @@ export class ChatService implements RunSettler {
       errorCode: ending.errorCode ?? null,
       ruleId: ending.ruleId ?? null,
       usageSource: source,
-      startedAt: timing.startedAt ?? endedAt,
+      startedAt: startedAt ?? endedAt,
       endedAt,
-      firstTokenMs: timing.firstTokenMs,
+      firstTokenMs,
     });
   }
 

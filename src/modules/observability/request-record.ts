@@ -24,8 +24,29 @@ export interface RequestRecord {
 const recordKey = Symbol("sluice.record");
 type Recorded = Request & { [recordKey]?: RequestRecord };
 
+/**
+ * Starts a request's record, every field it may gain written out at once: filled in later, a record made with four
+ * fields changed its shape and grew its storage a dozen times a request.
+ */
 export function startRecord(request: Request, requestId: string, route: string): RequestRecord {
-  const record: RequestRecord = { requestId, method: request.method, route, startedAt: performance.now() };
+  const record: RequestRecord = {
+    requestId,
+    method: request.method,
+    route,
+    startedAt: performance.now(),
+    model: undefined,
+    organizationId: undefined,
+    keyId: undefined,
+    status: undefined,
+    code: undefined,
+    outcome: undefined,
+    ruleId: undefined,
+    promptTokens: undefined,
+    completionTokens: undefined,
+    reasoningTokens: undefined,
+    firstTokenAt: undefined,
+    deferred: undefined,
+  };
   (request as Recorded)[recordKey] = record;
   return record;
 }

@@ -14,3 +14,16 @@ test("a key's hash is its SHA-256 in hex, and the comparison accepts only the sa
   expect(hashesEqual(stored, `${hash}0`)).toBe(false);
   expect(hashesEqual(stored, "é".repeat(32))).toBe(false);
 });
+
+test("the comparison's reused bytes carry nothing from one comparison into the next", () => {
+  const hash = hashKeySecret(generateKeySecret());
+  const stored = Buffer.from(hash);
+  const other = hashKeySecret(generateKeySecret());
+  // 64 characters of 2 bytes each fill the 64 bytes with 32 of them: the rest must not be taken from before.
+  expect(hashesEqual(stored, "é".repeat(64))).toBe(false);
+  expect(hashesEqual(stored, hash)).toBe(true);
+  expect(hashesEqual(stored, other)).toBe(false);
+  expect(hashesEqual(stored, hash)).toBe(true);
+  expect(hashesEqual(Buffer.from(other), other)).toBe(true);
+  expect(hashesEqual(Buffer.from(other), hash)).toBe(false);
+});
