@@ -167,7 +167,7 @@ export class ChatService implements RunSettler {
     const [promptTokens, completionTokens] = await Promise.all([prepared.promptTokens ?? countChatTokens(prepared.messages), countTextTokens(text)]);
     const usage: Usage = { promptTokens, completionTokens, reasoningTokens: 0 };
     // Refused at once: it starts and ends in the same moment.
-    await this.end(lease, prepared, context, usage, "tokenizer", undefined, null, { outcome: "content_filter", ruleId: rule.id });
+    await this.end(lease, prepared, context, usage, "tokenizer", { firstTokenMs: null }, { outcome: "content_filter", ruleId: rule.id });
     const completion = { content: text, reasoning: null, toolCalls: null, finishReason: "content_filter", usage };
     if (!prepared.stream) return { kind: "whole", body: format.whole(identity, completion, usage), headers: lease.headers };
     deferRecord(context.record);
@@ -259,13 +259,20 @@ export class ChatService implements RunSettler {
 
   private settleMeasured(run: Run, ending: Ending, measured: MeasuredUsage): Promise<void> {
     run.billed = measured.usage;
-    return this.end(run.permit, run.prepared, run.context, measured.usage, measured.source, run.startedAt, run.firstTokenMs ?? null, ending);
+    return this.end(
+      run.permit,
+      run.prepared,
+      run.context,
+      measured.usage,
+      measured.source,
+      { startedAt: run.startedAt, firstTokenMs: run.firstTokenMs ?? null },
+      ending,
+    );
   }
 
   /**
    * The last steps of every request that did work, in this order: its places are freed with what it used, it is
-   * noted in its log record and the metrics, and its ledger row is written (resolving once committed). A request
-   * without `startedAt` starts and ends in the same moment.
+   * noted in its log record and the metrics, and its ledger row is written (resolving once committed).
    */
   private end(
     places: Permit | Lease,
@@ -273,8 +280,7 @@ export class ChatService implements RunSettler {
     context: RequestContext,
     usage: Usage,
     source: LedgerRow["usageSource"],
-    startedAt: number | undefined,
-    firstTokenMs: number | null,
+    timing: { startedAt?: number; firstTokenMs: number | null },
     ending: Ending,
   ): Promise<void> {
     const endedAt = this.deps.clock();
@@ -293,9 +299,9 @@ export class ChatService implements RunSettler {
       errorCode: ending.errorCode ?? null,
       ruleId: ending.ruleId ?? null,
       usageSource: source,
-      startedAt: startedAt ?? endedAt,
+      startedAt: timing.startedAt ?? endedAt,
       endedAt,
-      firstTokenMs,
+      firstTokenMs: timing.firstTokenMs,
     });
   }
 
