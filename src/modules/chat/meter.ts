@@ -86,7 +86,7 @@ export class UsageMeter {
     }
     const [promptTokens, [reasoningTokens = 0, contentTokens = 0, toolCallTokens = 0]] = await Promise.all([
       knownPromptTokens ?? countChatTokens(messages),
-      countTexts([this.reasoningText(), this.whole ? (this.whole.content ?? "") : textOf(this.content), this.toolCallsText()]),
+      countTexts([this.reasoningText(), this.contentText(), this.toolCallsText()]),
     ]);
     return {
       usage: {
@@ -104,6 +104,10 @@ export class UsageMeter {
 
   private reasoningText(): string {
     return this.whole ? (this.whole.reasoning ?? "") : textOf(this.reasoning);
+  }
+
+  private contentText(): string {
+    return this.whole ? (this.whole.content ?? "") : textOf(this.content);
   }
 
   private toolCallsText(): string {

@@ -22,6 +22,10 @@ test("the comparison's reused bytes carry nothing from one comparison into the n
   // 64 characters of 2 bytes each fill the 64 bytes with 32 of them: the rest must not be taken from before.
   expect(hashesEqual(stored, "é".repeat(64))).toBe(false);
   expect(hashesEqual(stored, hash)).toBe(true);
+  // 63 of the hash's characters and one of 2 bytes: only 63 bytes fit, and the 64th, left from the comparison just
+  // made, is the hash's own. Compared without the count of bytes written, this would pass as the hash.
+  expect(hashesEqual(stored, `${hash.slice(0, 63)}é`)).toBe(false);
+  expect(hashesEqual(stored, hash)).toBe(true);
   expect(hashesEqual(stored, other)).toBe(false);
   expect(hashesEqual(stored, hash)).toBe(true);
   expect(hashesEqual(Buffer.from(other), other)).toBe(true);
