@@ -111,8 +111,10 @@ async function fillPostgres(url: string, rows: number): Promise<void> {
     await database`INSERT INTO api_keys (id, organization_id, name, prefix, hash, created_at)
       SELECT 'key_fill' || i, ${organization?.id}, 'filler', 'sk-sluice-xxxx', encode(sha256(('sk-sluice-filler-' || i)::bytea), 'hex'), ${now}
       FROM generate_series(0, ${rows - 1}) AS i`;
+    // Request ids ordered by time as Sluice's own (a UUIDv7's 48-bit time in hex, then a 7 and 19 more hex digits), so
+    // that the history sorts before every id a request makes now, as real history does (see run.ts's fillDatabase).
     await database`INSERT INTO usage_ledger (request_id, organization_id, key_id, model, prompt_tokens, completion_tokens, reasoning_tokens, outcome, usage_source, started_at, ended_at)
-      SELECT 'req_fill' || lpad(i::text, 12, '0'), ${organization?.id}, 'key_filler', 'bench', 12, 11, 6, 'completed', 'upstream', at, at
+      SELECT 'req_' || lpad(to_hex(at), 12, '0') || '7' || substr(md5(i::text), 1, 19), ${organization?.id}, 'key_filler', 'bench', 12, 11, 6, 'completed', 'upstream', at, at
       FROM (SELECT i, ${now}::bigint - (i::bigint * 30 * 86400000 / ${rows}) AS at FROM generate_series(0, ${rows - 1}) AS i) AS filler`;
     // The aggregates the ledger's commits keep beside it (postgres-ledger.ts), which a start-up rebuilds Redis from.
     await database`INSERT INTO usage_minutes (organization_id, minute, tokens, last_time)
