@@ -10,13 +10,14 @@ export function randomId(prefix: string, bytes = 16): string {
 
 /**
  * A readable prefix and a UUIDv7 in hex: ordered by time, so that a table keyed by it grows at its end instead of
- * touching a random B-tree page per row, and a page of the newest is the end of its index.
+ * touching a random B-tree page per row, and a page of the newest is the end of its index. `at` (milliseconds since
+ * the epoch, now by default) is for ids of a past time, as a benchmark's history has.
  */
-export function timeOrderedId(prefix: string): string {
-  return `${prefix}${Bun.randomUUIDv7().replaceAll("-", "")}`;
+export function timeOrderedId(prefix: string, at?: number): string {
+  return `${prefix}${Bun.randomUUIDv7("hex", at).replaceAll("-", "")}`;
 }
 
-/** A request id as sent in `x-request-id` (and the ledger's primary key). */
-export function newRequestId(): string {
-  return timeOrderedId("req_");
+/** A request id as sent in `x-request-id` (and the ledger's primary key); `at` as timeOrderedId's. */
+export function newRequestId(at?: number): string {
+  return timeOrderedId("req_", at);
 }
