@@ -2,6 +2,7 @@
 // run, answered as the SQLite ones answer them.
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { postgresStorage } from "../../src/storage/postgres";
+import { PostgresLedger } from "../../src/ledger/postgres-ledger";
 import { migratePostgres } from "../../src/db/postgres/migrate";
 import { postgresMigrations } from "../../src/db/postgres/migrations";
 import { bucketMs, monthOf, startOfMonth } from "../../src/usage-periods";
@@ -236,6 +237,68 @@ test("usage_hours: the chart and a capped key's month answer what the rows say, 
       await older.close();
     }
   } finally {
+    await client.close();
+  }
+});
+
+test("the ledger commits one batch at a time: rows recorded while a commit runs share the next, and last-use times do not wait behind it", async () => {
+  const client = new Bun.SQL(databaseUrl, { max: 4 });
+  let releaseFirst: () => void = () => {};
+  const firstHeld = new Promise<void>((resolve) => (releaseFirst = resolve));
+  const statements: string[] = [];
+  let commitsRunning = 0;
+  let mostCommitsRunning = 0;
+  // The client the ledger calls, counting its statements; the first commit is held until the test lets it go.
+  const counting = (async (strings: TemplateStringsArray, ...values: unknown[]) => {
+    const commit = strings.join("").includes("INSERT INTO usage_ledger");
+    statements.push(commit ? "commit" : "touch");
+    if (commit) mostCommitsRunning = Math.max(mostCommitsRunning, ++commitsRunning);
+    try {
+      if (commit && statements.filter((kind) => kind === "commit").length === 1) await firstHeld;
+      return await client(strings, ...values);
+    } finally {
+      if (commit) commitsRunning--;
+    }
+  }) as unknown as Bun.SQL;
+  const ledger = new PostgresLedger(counting);
+  const now = Date.now();
+  const row = (index: number) => ({
+    requestId: `req_batch_${index}`,
+    organizationId: "org_batches",
+    keyId: "key_batches",
+    model: "m",
+    promptTokens: 10,
+    completionTokens: 5,
+    reasoningTokens: 0,
+    outcome: "completed" as const,
+    errorCode: null,
+    ruleId: null,
+    usageSource: "upstream" as const,
+    startedAt: now,
+    endedAt: now,
+    firstTokenMs: null,
+  });
+  try {
+    const recorded = [ledger.record(row(0))];
+    while (statements.length === 0) await Bun.sleep(1);
+    // Five rows, each in a turn of its own, while the first commit is held.
+    for (let index = 1; index <= 5; index++) {
+      recorded.push(ledger.record(row(index)));
+      await Bun.sleep(1);
+    }
+    ledger.touchKeys([["key_batches", now]]);
+    await Bun.sleep(20);
+    expect(statements).toEqual(["commit", "touch"]);
+    releaseFirst();
+    await Promise.all(recorded);
+    await ledger.close();
+    expect(statements).toEqual(["commit", "touch", "commit"]);
+    expect(mostCommitsRunning).toBe(1);
+    const [stored] = await client`SELECT count(*) AS rows, (SELECT tokens FROM usage_months WHERE organization_id = 'org_batches') AS tokens
+      FROM usage_ledger WHERE organization_id = 'org_batches'`;
+    expect([Number(stored.rows), Number(stored.tokens)]).toEqual([6, 90]);
+  } finally {
+    releaseFirst();
     await client.close();
   }
 });
