@@ -15,36 +15,30 @@ interface Pending {
 const commitTimeoutMs = 5000;
 
 /**
- * Commits a batch of rows and adds their tokens to the aggregates (minutes, months, hours by key and model), in one statement: a single statement is its own
- * transaction, as atomic as BEGIN … COMMIT at one round trip instead of five. The rows travel as one JSON parameter:
- * JSON.stringify is native, where an array parameter a column costs the client's JavaScript quoting of every element
- * (bound as text, because a string bound as json would be encoded again). The statement's text is the same for every
- * batch: the client prepares it once, and a batch of many rows costs PostgreSQL little more than one
- * (bench/README.md, "Shared mode"). Each row's minute and calendar month (UTC, as monthOf() counts them) are worked
- * out here. The aggregates count only the rows this statement inserted, so a row recorded twice counts once there as
- * in the ledger; they are upserted in key order, so that concurrent commits cannot deadlock.
+ * Commits a batch of rows and adds their tokens to the aggregates (minutes, months, hours by key and model), in one
+ * statement: a single statement is its own transaction, as atomic as BEGIN … COMMIT at one round trip instead of
+ * five. The rows travel as one JSON parameter: JSON.stringify is native, where an array parameter a column costs the
+ * client's JavaScript quoting of every element (bound as text, because a string bound as json would be encoded again).
+ * The statement's text is the same for every batch: the client prepares it once. A commit costs PostgreSQL about
+ * 170 µs, and each row about 15 more (bench/README.md, forty-fifth session). Each row's minute and calendar month (UTC,
+ * as monthOf() counts them) are worked out from the rows the insert returns: the aggregates count only the rows this
+ * statement inserted, so a row recorded twice counts once there as in the ledger. They are upserted in key order, so
+ * that concurrent commits cannot deadlock.
  */
 function commitRows(client: SQL, rows: LedgerRow[]): Promise<unknown> {
-  return client`WITH batch AS (
-      SELECT r."requestId" AS request_id, r."organizationId" AS organization_id, r."keyId" AS key_id, r.model,
-        r."promptTokens" AS prompt_tokens, r."completionTokens" AS completion_tokens, r."reasoningTokens" AS reasoning_tokens,
-        r.outcome, r."errorCode" AS error_code, r."ruleId" AS rule_id, r."usageSource" AS usage_source,
-        r."startedAt" AS started_at, r."endedAt" AS ended_at, r."firstTokenMs" AS first_token_ms,
-        r."endedAt" / ${bucketMs}::bigint AS minute,
-        (extract(year FROM utc) * 12 + extract(month FROM utc) - 1)::bigint AS month
-      FROM json_to_recordset(${JSON.stringify(rows)}::text::json) AS r("requestId" text, "organizationId" text, "keyId" text, model text,
-        "promptTokens" bigint, "completionTokens" bigint, "reasoningTokens" bigint, outcome text, "errorCode" text, "ruleId" text,
-        "usageSource" text, "startedAt" bigint, "endedAt" bigint, "firstTokenMs" bigint),
-        LATERAL (SELECT to_timestamp(r."endedAt" / 1000) AT TIME ZONE 'UTC' AS utc) AS ended
-    ), inserted AS (
+  return client`WITH inserted AS (
       INSERT INTO usage_ledger (request_id, organization_id, key_id, model, prompt_tokens, completion_tokens, reasoning_tokens, outcome,
         error_code, rule_id, usage_source, started_at, ended_at, first_token_ms)
-      SELECT request_id, organization_id, key_id, model, prompt_tokens, completion_tokens, reasoning_tokens, outcome,
-        error_code, rule_id, usage_source, started_at, ended_at, first_token_ms FROM batch
-      ON CONFLICT DO NOTHING RETURNING request_id
+      SELECT r."requestId", r."organizationId", r."keyId", r.model, r."promptTokens", r."completionTokens", r."reasoningTokens", r.outcome,
+        r."errorCode", r."ruleId", r."usageSource", r."startedAt", r."endedAt", r."firstTokenMs"
+      FROM json_to_recordset(${JSON.stringify(rows)}::text::json) AS r("requestId" text, "organizationId" text, "keyId" text, model text,
+        "promptTokens" bigint, "completionTokens" bigint, "reasoningTokens" bigint, outcome text, "errorCode" text, "ruleId" text,
+        "usageSource" text, "startedAt" bigint, "endedAt" bigint, "firstTokenMs" bigint)
+      ON CONFLICT DO NOTHING RETURNING organization_id, key_id, model, prompt_tokens + completion_tokens AS tokens, ended_at
     ), counted AS (
-      SELECT organization_id, key_id, model, minute, month, prompt_tokens + completion_tokens AS tokens, ended_at FROM batch JOIN inserted USING (request_id)
-      WHERE prompt_tokens + completion_tokens > 0
+      SELECT organization_id, key_id, model, tokens, ended_at, ended_at / ${bucketMs}::bigint AS minute,
+        (extract(year FROM utc) * 12 + extract(month FROM utc) - 1)::bigint AS month
+      FROM inserted, LATERAL (SELECT to_timestamp(ended_at / 1000) AT TIME ZONE 'UTC' AS utc) AS ended WHERE tokens > 0
     ), minutes AS (
       INSERT INTO usage_minutes AS m (organization_id, minute, tokens, last_time)
       SELECT organization_id, minute, sum(tokens), max(ended_at) FROM counted GROUP BY organization_id, minute ORDER BY organization_id COLLATE "C", minute
@@ -66,7 +60,7 @@ function commitRows(client: SQL, rows: LedgerRow[]): Promise<unknown> {
  * The ledger on PostgreSQL: a group commit. One commit runs at a time, and the rows recorded while it runs share the
  * next: every batch upserts the same aggregate rows (its organizations' minute, month and hour), so a second commit in
  * flight would only wait for the first's row locks, and each commit costs PostgreSQL about 170 µs however few rows it
- * holds (bench/README.md, "Shared mode"). `record` resolves only after its row's transaction committed, so an answer
+ * holds (bench/README.md, forty-fifth session). `record` resolves only after its row's transaction committed, so an answer
  * that waits for it is never lost to a crash of this instance.
  */
 export class PostgresLedger implements LedgerStore {
