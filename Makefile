@@ -3,7 +3,7 @@ BUN_VERSION := 1.4.5
 BUN := node_modules/.bin/bun
 STAMP := node_modules/.sluice-installed
 
-.PHONY: run test build bench bytecode-order soak install clean chromium wrk shared-services agents format
+.PHONY: run test build bench bytecode-order soak soak-shared install clean chromium wrk shared-services agents format
 
 # Formats every file and applies the linter's safe fixes (make test fails on what is left).
 format: $(STAMP)
@@ -40,6 +40,9 @@ bytecode-order: $(STAMP)
 
 soak: $(STAMP)
 	BUN_CONFIG_MAX_HTTP_REQUESTS=65535 $(BUN) bench/soak.ts --seconds 600
+
+soak-shared: $(STAMP) shared-services
+	BUN_CONFIG_MAX_HTTP_REQUESTS=65535 $(BUN) bench/soak.ts --seconds 600 --shared
 
 install: $(STAMP)
 

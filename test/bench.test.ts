@@ -132,13 +132,40 @@ test("the shared-mode runner: every phase beside SQLite, streams and scale inclu
   expect(shared.burst_max_concurrency_3?.leases_held_after).toBe(0);
 }, 120_000);
 
-test("the soak runner: a short run keeps memory, in-flight and open files flat", () => {
+interface SoakSummary {
+  verdict: Record<string, boolean>;
+  requests: number;
+  ledger: { answered: number; sampled: number; found: number };
+  leases_left?: number;
+}
+
+test("the soak runner: a short run keeps memory, in-flight and open files flat, and every sampled answer has its ledger row", () => {
   const run = runBench("soak.ts", "--seconds", "6");
-  const summary = JSON.parse(run.stdout.toString().trim().split("\n").at(-1) as string) as { verdict: Record<string, boolean>; requests: number };
+  const summary = JSON.parse(run.stdout.toString().trim().split("\n").at(-1) as string) as SoakSummary;
   expect(summary.requests).toBeGreaterThan(100);
-  expect(summary.verdict).toEqual({ memory_flat: true, in_flight_zero: true, files_flat: true, no_server_errors: true });
+  expect(summary.ledger.sampled).toBe(Math.floor(summary.ledger.answered / 50));
+  expect(summary.ledger.found).toBe(summary.ledger.sampled);
+  expect(summary.verdict).toEqual({ memory_flat: true, in_flight_zero: true, files_flat: true, no_server_errors: true, every_sampled_answer_recorded: true });
   expect(run.exitCode).toBe(0);
 }, 60_000);
+
+test("the soak runner on PostgreSQL + Redis (short run): the same verdicts, and no lease left in Redis", () => {
+  const run = runBench("soak.ts", "--seconds", "6", "--shared");
+  const summary = JSON.parse(run.stdout.toString().trim().split("\n").at(-1) as string) as SoakSummary;
+  expect(summary.requests).toBeGreaterThan(100);
+  expect(summary.ledger.sampled).toBeGreaterThan(0);
+  expect(summary.ledger.found).toBe(summary.ledger.sampled);
+  expect(summary.leases_left).toBe(0);
+  expect(summary.verdict).toEqual({
+    memory_flat: true,
+    in_flight_zero: true,
+    files_flat: true,
+    no_server_errors: true,
+    every_sampled_answer_recorded: true,
+    no_lease_left: true,
+  });
+  expect(run.exitCode).toBe(0);
+}, 90_000);
 
 test("the same-process runner: Sluice, the full reference and a copy of it with Sluice's components answer from one process, and each side reports its CPU (smoke run)", () => {
   const written = join(repositoryRoot, "bench/results/same-process-smoke.json");
