@@ -13,6 +13,11 @@ interface Pending {
 
 /** A commit that takes longer is refused: its rows' answers fail rather than wait on a dead database. */
 const commitTimeoutMs = 5000;
+/**
+ * Rows in one commit at most (about 15 ms of PostgreSQL's time). A backlog (the database slow for a while) goes in
+ * commits of this size one after the other, so none holds the aggregates' row locks for long, or nears the timeout.
+ */
+export const maxRowsPerCommit = 1000;
 
 /**
  * Commits a batch of rows and adds their tokens to the aggregates (minutes, months, hours by key and model), in one
@@ -124,8 +129,9 @@ export class PostgresLedger implements LedgerStore {
       });
     }
     if (this.pending.length > 0 && !this.committing) {
-      const batch = this.pending;
-      this.pending = [];
+      let batch = this.pending;
+      if (batch.length > maxRowsPerCommit) batch = this.pending.splice(0, maxRowsPerCommit);
+      else this.pending = [];
       this.committing = true;
       void this.commit(batch).finally(() => {
         this.committing = false;

@@ -2,7 +2,7 @@
 // run, answered as the SQLite ones answer them.
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { postgresStorage } from "../../src/storage/postgres";
-import { PostgresLedger } from "../../src/ledger/postgres-ledger";
+import { maxRowsPerCommit, PostgresLedger } from "../../src/ledger/postgres-ledger";
 import { migratePostgres } from "../../src/db/postgres/migrate";
 import { postgresMigrations } from "../../src/db/postgres/migrations";
 import { bucketMs, monthOf, startOfMonth } from "../../src/usage-periods";
@@ -241,30 +241,33 @@ test("usage_hours: the chart and a capped key's month answer what the rows say, 
   }
 });
 
-test("the ledger commits one batch at a time: rows recorded while a commit runs share the next, and last-use times do not wait behind it", async () => {
-  const client = new Bun.SQL(databaseUrl, { max: 4 });
-  let releaseFirst: () => void = () => {};
-  const firstHeld = new Promise<void>((resolve) => (releaseFirst = resolve));
-  const statements: string[] = [];
-  let commitsRunning = 0;
-  let mostCommitsRunning = 0;
-  // The client the ledger calls, counting its statements; the first commit is held until the test lets it go.
+/**
+ * A client for PostgresLedger that runs each statement on `client` and counts it: "touch" for last-use updates,
+ * otherwise the number of rows committed. The first commit waits for `firstHeld`.
+ */
+function countingClient(client: Bun.SQL, firstHeld: Promise<void>) {
+  const statements: (number | "touch")[] = [];
+  const counts = { running: 0, mostRunning: 0 };
   const counting = (async (strings: TemplateStringsArray, ...values: unknown[]) => {
     const commit = strings.join("").includes("INSERT INTO usage_ledger");
-    statements.push(commit ? "commit" : "touch");
-    if (commit) mostCommitsRunning = Math.max(mostCommitsRunning, ++commitsRunning);
+    const first = commit && !statements.some((kind) => kind !== "touch");
+    statements.push(commit ? (JSON.parse(values.find((value) => typeof value === "string") as string) as unknown[]).length : "touch");
+    if (commit) counts.mostRunning = Math.max(counts.mostRunning, ++counts.running);
     try {
-      if (commit && statements.filter((kind) => kind === "commit").length === 1) await firstHeld;
+      if (first) await firstHeld;
       return await client(strings, ...values);
     } finally {
-      if (commit) commitsRunning--;
+      if (commit) counts.running--;
     }
   }) as unknown as Bun.SQL;
-  const ledger = new PostgresLedger(counting);
-  const now = Date.now();
-  const row = (index: number) => ({
-    requestId: `req_batch_${index}`,
-    organizationId: "org_batches",
+  return { counting, statements, counts };
+}
+
+/** A completed request's row of organization `organizationId`, 15 tokens. */
+function batchRow(organizationId: string, index: number, now: number) {
+  return {
+    requestId: `req_${organizationId}_${index}`,
+    organizationId,
     keyId: "key_batches",
     model: "m",
     promptTokens: 10,
@@ -277,7 +280,16 @@ test("the ledger commits one batch at a time: rows recorded while a commit runs 
     startedAt: now,
     endedAt: now,
     firstTokenMs: null,
-  });
+  };
+}
+
+test("the ledger commits one batch at a time: rows recorded while a commit runs share the next, and last-use times do not wait behind it", async () => {
+  const client = new Bun.SQL(databaseUrl, { max: 4 });
+  let releaseFirst: () => void = () => {};
+  const { counting, statements, counts } = countingClient(client, new Promise<void>((resolve) => (releaseFirst = resolve)));
+  const ledger = new PostgresLedger(counting);
+  const now = Date.now();
+  const row = (index: number) => batchRow("org_batches", index, now);
   try {
     const recorded = [ledger.record(row(0))];
     while (statements.length === 0) await Bun.sleep(1);
@@ -288,15 +300,40 @@ test("the ledger commits one batch at a time: rows recorded while a commit runs 
     }
     ledger.touchKeys([["key_batches", now]]);
     await Bun.sleep(20);
-    expect(statements).toEqual(["commit", "touch"]);
+    expect(statements).toEqual([1, "touch"]);
     releaseFirst();
     await Promise.all(recorded);
     await ledger.close();
-    expect(statements).toEqual(["commit", "touch", "commit"]);
-    expect(mostCommitsRunning).toBe(1);
+    expect(statements).toEqual([1, "touch", 5]);
+    expect(counts.mostRunning).toBe(1);
     const [stored] = await client`SELECT count(*) AS rows, (SELECT tokens FROM usage_months WHERE organization_id = 'org_batches') AS tokens
       FROM usage_ledger WHERE organization_id = 'org_batches'`;
     expect([Number(stored.rows), Number(stored.tokens)]).toEqual([6, 90]);
+  } finally {
+    releaseFirst();
+    await client.close();
+  }
+});
+
+test("a backlog of rows goes in commits of at most a thousand, one after the other, every row counted once", async () => {
+  const client = new Bun.SQL(databaseUrl, { max: 4 });
+  let releaseFirst: () => void = () => {};
+  const { counting, statements, counts } = countingClient(client, new Promise<void>((resolve) => (releaseFirst = resolve)));
+  const ledger = new PostgresLedger(counting);
+  const now = Date.now();
+  try {
+    const recorded = [ledger.record(batchRow("org_backlog", 0, now))];
+    while (statements.length === 0) await Bun.sleep(1);
+    // 2,500 rows arrive while the first commit is held: the database is slow.
+    for (let index = 1; index <= 2500; index++) recorded.push(ledger.record(batchRow("org_backlog", index, now)));
+    releaseFirst();
+    await Promise.all(recorded);
+    await ledger.close();
+    expect(statements).toEqual([1, maxRowsPerCommit, maxRowsPerCommit, 500]);
+    expect(counts.mostRunning).toBe(1);
+    const [stored] = await client`SELECT count(*) AS rows, (SELECT tokens FROM usage_months WHERE organization_id = 'org_backlog') AS tokens
+      FROM usage_ledger WHERE organization_id = 'org_backlog'`;
+    expect([Number(stored.rows), Number(stored.tokens)]).toEqual([2501, 2501 * 15]);
   } finally {
     releaseFirst();
     await client.close();
