@@ -65,8 +65,8 @@ function commitRows(client: SQL, rows: LedgerRow[]): Promise<unknown> {
  * The ledger on PostgreSQL: a group commit. One commit runs at a time, and the rows recorded while it runs share the
  * next: every batch upserts the same aggregate rows (its organizations' minute, month and hour), so a second commit in
  * flight would only wait for the first's row locks, and each commit costs PostgreSQL about 170 µs however few rows it
- * holds (bench/README.md, forty-fifth session). `record` resolves only after its row's transaction committed, so an answer
- * that waits for it is never lost to a crash of this instance.
+ * holds (bench/README.md, forty-fifth session). `record` resolves only after its row's transaction committed, so an
+ * answer that waits for it is never lost to a crash of this instance.
  */
 export class PostgresLedger implements LedgerStore {
   private pending: Pending[] = [];
