@@ -8,7 +8,7 @@ import { Database } from "bun:sqlite";
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { type PostgresServer, type RedisServer, startPostgres, startRedis } from "../test/support/services";
+import { leasesHeld, type PostgresServer, type RedisServer, startPostgres, startRedis } from "../test/support/services";
 import { freePort, waitForPort } from "./ports";
 import { createOrganizationKey } from "./sluice-setup";
 
@@ -54,22 +54,6 @@ async function rowsFound(database: string, requestIds: string[]): Promise<number
     sqlite.close();
   }
   return found;
-}
-
-/** Leases of organizations and model slots still held in Redis. */
-async function leasesHeld(url: string): Promise<number> {
-  const client = new Bun.RedisClient(url);
-  try {
-    let total = 0;
-    for (const key of [
-      ...((await client.send("KEYS", ["sluice:*:leases"])) as string[]),
-      ...((await client.send("KEYS", ["sluice:model:*:slots"])) as string[]),
-    ])
-      total += Number(await client.send("ZCARD", [key]));
-    return total;
-  } finally {
-    client.close();
-  }
 }
 
 async function main(): Promise<number> {

@@ -105,10 +105,7 @@ export class PostgresLedger implements LedgerStore {
 
   async flush(): Promise<void> {
     this.pump();
-    while (this.committing || this.touching || this.pending.length > 0) {
-      await new Promise<void>((resolve) => this.idle.push(resolve));
-      this.pump();
-    }
+    while (this.committing || this.touching || this.pending.length > 0) await new Promise<void>((resolve) => this.idle.push(resolve));
   }
 
   async close(): Promise<void> {
@@ -116,6 +113,7 @@ export class PostgresLedger implements LedgerStore {
     this.closed = true;
   }
 
+  /** Starts what can start (the next commit, the last-use update); wakes `flush` when nothing is left to write. */
   private pump(): void {
     this.scheduled = false;
     if (this.touches.size > 0 && !this.touching) {
@@ -124,8 +122,7 @@ export class PostgresLedger implements LedgerStore {
       this.touching = true;
       void this.writeTouches(touches).finally(() => {
         this.touching = false;
-        if (this.touches.size > 0) this.pump();
-        this.settled();
+        this.pump();
       });
     }
     if (this.pending.length > 0 && !this.committing) {
@@ -135,14 +132,9 @@ export class PostgresLedger implements LedgerStore {
       this.committing = true;
       void this.commit(batch).finally(() => {
         this.committing = false;
-        if (this.pending.length > 0) this.pump();
-        this.settled();
+        this.pump();
       });
     }
-  }
-
-  /** Wakes `flush` when nothing is left to write. */
-  private settled(): void {
     if (!this.committing && !this.touching && this.pending.length === 0) for (const resolve of this.idle.splice(0)) resolve();
   }
 

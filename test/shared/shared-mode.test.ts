@@ -6,7 +6,7 @@ import { postgresJournalTags } from "../../src/db/postgres/migrations/index";
 import { countChatTokens } from "../../src/tokens/count";
 import { codeOf, expectFiveHourQuotaAnswers, httpPost, readSse, useFakeUpstream } from "../helpers";
 import { startCluster, type Cluster } from "../support/cluster";
-import { startPostgres, startRedis, type PostgresServer, type RedisServer } from "../support/services";
+import { leasesHeld, startPostgres, startRedis, type PostgresServer, type RedisServer } from "../support/services";
 import { startSluiceProcess, type SluiceProcess } from "../support/sluice-process";
 
 const upstream = useFakeUpstream();
@@ -43,28 +43,12 @@ async function withCluster(configuration: string, run: (cluster: Cluster) => Pro
  */
 async function leasesLeft(): Promise<number> {
   const deadline = Date.now() + 2000;
-  let held = await leasesHeld();
+  let held = await leasesHeld(redis.url);
   while (held > 0 && Date.now() < deadline) {
     await Bun.sleep(50);
-    held = await leasesHeld();
+    held = await leasesHeld(redis.url);
   }
   return held;
-}
-
-/** Leases of every organization and model still held in Redis (not yet expired). */
-async function leasesHeld(): Promise<number> {
-  const client = new Bun.RedisClient(redis.url);
-  try {
-    const keys = (await client.send("KEYS", ["sluice:*:leases"])) as string[];
-    const slots = (await client.send("KEYS", ["sluice:model:*:slots"])) as string[];
-    const [seconds, microseconds] = ((await client.send("TIME", [])) as string[]).map(Number) as [number, number];
-    const now = seconds * 1000 + Math.floor(microseconds / 1000);
-    let total = 0;
-    for (const key of [...keys, ...slots]) total += Number(await client.send("ZCOUNT", [key, `(${now}`, "+inf"]));
-    return total;
-  } finally {
-    client.close();
-  }
 }
 
 /** Sends again while the answer is 503 (an engine coming back), for up to 15 s; the last answer. */
@@ -497,8 +481,8 @@ describe("operations", () => {
               .catch(() => 0),
           );
           const admittedBy = Date.now() + 20_000;
-          while ((await leasesHeld()) < 600 && Date.now() < admittedBy) await Bun.sleep(20);
-          expect(await leasesHeld()).toBe(600);
+          while ((await leasesHeld(redis.url)) < 600 && Date.now() < admittedBy) await Bun.sleep(20);
+          expect(await leasesHeld(redis.url)).toBe(600);
           if (pauseMs > 0) {
             // The settles sent as the requests end then time out (1 s) and wait for a retry, which must still happen.
             const pauser = new Bun.RedisClient(redis.url);
@@ -510,7 +494,7 @@ describe("operations", () => {
           expect(await instance.child.exited).toBe(0);
           expect(new Set(await Promise.all(statuses)).has(200)).toBe(false);
           // Read at once, not after the lease time: a settle lost at exit would hold its place for 15 s.
-          expect(await leasesHeld()).toBe(0);
+          expect(await leasesHeld(redis.url)).toBe(0);
         },
         1,
       );
@@ -551,7 +535,7 @@ describe("operations", () => {
       const recorded = new Set(((await cluster.sql`SELECT request_id FROM usage_ledger`) as { request_id: string }[]).map((row) => row.request_id));
       expect(answered.filter((id) => !recorded.has(id))).toEqual([]);
       // The dead instance's leases expire (15 s) and every place is free again.
-      while ((await leasesHeld()) > 0 && Date.now() - killedAt < 20_000) await Bun.sleep(250);
+      while ((await leasesHeld(redis.url)) > 0 && Date.now() - killedAt < 20_000) await Bun.sleep(250);
       expect(await leasesLeft()).toBe(0);
       const after = await Promise.all(Array.from({ length: 6 }, (_, index) => cluster.chat(1 + (index % 2), key, { model: "m", messages })));
       expect(after.map((response) => response.status)).toEqual(Array(6).fill(200));

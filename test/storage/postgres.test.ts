@@ -242,10 +242,13 @@ test("usage_hours: the chart and a capped key's month answer what the rows say, 
 });
 
 /**
- * A client for PostgresLedger that runs each statement on `client` and counts it: "touch" for last-use updates,
- * otherwise the number of rows committed. The first commit waits for `firstHeld`.
+ * A PostgresLedger on a client of its own that counts its statements: "touch" for last-use updates, otherwise the
+ * number of rows committed. Its first commit waits until `releaseFirst` is called.
  */
-function countingClient(client: Bun.SQL, firstHeld: Promise<void>) {
+function heldLedger() {
+  const client = new Bun.SQL(databaseUrl, { max: 4 });
+  let releaseFirst: () => void = () => {};
+  const firstHeld = new Promise<void>((resolve) => (releaseFirst = resolve));
   const statements: (number | "touch")[] = [];
   const counts = { running: 0, mostRunning: 0 };
   const counting = (async (strings: TemplateStringsArray, ...values: unknown[]) => {
@@ -260,7 +263,22 @@ function countingClient(client: Bun.SQL, firstHeld: Promise<void>) {
       if (commit) counts.running--;
     }
   }) as unknown as Bun.SQL;
-  return { counting, statements, counts };
+  return {
+    ledger: new PostgresLedger(counting),
+    statements,
+    counts,
+    releaseFirst: () => releaseFirst(),
+    /** The organization's rows in the ledger and its tokens in the month's aggregate. */
+    async stored(organizationId: string): Promise<[number, number]> {
+      const [row] = await client`SELECT count(*) AS rows, (SELECT tokens FROM usage_months WHERE organization_id = ${organizationId}) AS tokens
+        FROM usage_ledger WHERE organization_id = ${organizationId}`;
+      return [Number(row.rows), Number(row.tokens)];
+    },
+    async close(): Promise<void> {
+      releaseFirst();
+      await client.close();
+    },
+  };
 }
 
 /** A completed request's row of organization `organizationId`, 15 tokens. */
@@ -284,10 +302,7 @@ function batchRow(organizationId: string, index: number, now: number) {
 }
 
 test("the ledger commits one batch at a time: rows recorded while a commit runs share the next, and last-use times do not wait behind it", async () => {
-  const client = new Bun.SQL(databaseUrl, { max: 4 });
-  let releaseFirst: () => void = () => {};
-  const { counting, statements, counts } = countingClient(client, new Promise<void>((resolve) => (releaseFirst = resolve)));
-  const ledger = new PostgresLedger(counting);
+  const { ledger, statements, counts, releaseFirst, stored, close } = heldLedger();
   const now = Date.now();
   const row = (index: number) => batchRow("org_batches", index, now);
   try {
@@ -306,20 +321,14 @@ test("the ledger commits one batch at a time: rows recorded while a commit runs 
     await ledger.close();
     expect(statements).toEqual([1, "touch", 5]);
     expect(counts.mostRunning).toBe(1);
-    const [stored] = await client`SELECT count(*) AS rows, (SELECT tokens FROM usage_months WHERE organization_id = 'org_batches') AS tokens
-      FROM usage_ledger WHERE organization_id = 'org_batches'`;
-    expect([Number(stored.rows), Number(stored.tokens)]).toEqual([6, 90]);
+    expect(await stored("org_batches")).toEqual([6, 90]);
   } finally {
-    releaseFirst();
-    await client.close();
+    await close();
   }
 });
 
 test("a backlog of rows goes in commits of at most a thousand, one after the other, every row counted once", async () => {
-  const client = new Bun.SQL(databaseUrl, { max: 4 });
-  let releaseFirst: () => void = () => {};
-  const { counting, statements, counts } = countingClient(client, new Promise<void>((resolve) => (releaseFirst = resolve)));
-  const ledger = new PostgresLedger(counting);
+  const { ledger, statements, counts, releaseFirst, stored, close } = heldLedger();
   const now = Date.now();
   try {
     const recorded = [ledger.record(batchRow("org_backlog", 0, now))];
@@ -331,12 +340,9 @@ test("a backlog of rows goes in commits of at most a thousand, one after the oth
     await ledger.close();
     expect(statements).toEqual([1, maxRowsPerCommit, maxRowsPerCommit, 500]);
     expect(counts.mostRunning).toBe(1);
-    const [stored] = await client`SELECT count(*) AS rows, (SELECT tokens FROM usage_months WHERE organization_id = 'org_backlog') AS tokens
-      FROM usage_ledger WHERE organization_id = 'org_backlog'`;
-    expect([Number(stored.rows), Number(stored.tokens)]).toEqual([2501, 2501 * 15]);
+    expect(await stored("org_backlog")).toEqual([2501, 2501 * 15]);
   } finally {
-    releaseFirst();
-    await client.close();
+    await close();
   }
 });
 

@@ -134,3 +134,19 @@ export async function startRedis(): Promise<RedisServer> {
   await start();
   return { url: `redis://127.0.0.1:${port}`, pause: stopServer, resume: start, stop: stopServer };
 }
+
+/** Leases of every organization and model still held in the Redis at `url` (not yet expired). */
+export async function leasesHeld(url: string): Promise<number> {
+  const client = new Bun.RedisClient(url);
+  try {
+    const keys = (await client.send("KEYS", ["sluice:*:leases"])) as string[];
+    const slots = (await client.send("KEYS", ["sluice:model:*:slots"])) as string[];
+    const [seconds, microseconds] = ((await client.send("TIME", [])) as string[]).map(Number) as [number, number];
+    const now = seconds * 1000 + Math.floor(microseconds / 1000);
+    let total = 0;
+    for (const key of [...keys, ...slots]) total += Number(await client.send("ZCOUNT", [key, `(${now}`, "+inf"]));
+    return total;
+  } finally {
+    client.close();
+  }
+}
