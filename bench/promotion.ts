@@ -7,7 +7,7 @@
 //   of each response body), and objects by type.
 // - Promoted: what the eden collection promoted, per open stream, in objects by type and heap bytes. Promoted garbage
 //   stays in the old generation until a full collection, and with thousands of streams the collector runs few of
-//   those: it is what the stream peak is made of beyond the live set (bench/README.md).
+//   those: it is what the stream peak is made of beyond the live set (bench/HISTORY.md).
 // Unlike the peak, which moves by ±40 MB between identical rounds, these counts repeat to a few percent.
 // Usage: bun bench/promotion.ts [STREAMS=1000] [SAMPLES=9]   (`make bench` runs it; writes results/promotion.json)
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";

@@ -154,7 +154,7 @@ function fillDatabase(path: string, rows: number): void {
       const at = now - Math.floor((index / rows) * 30 * 86_400_000);
       // A request id as Sluice would have written it at that time, so that the history sorts before every id a request
       // makes now, as real history does. Ids that sorted after them ("req_fill…") put every new row in front of a
-      // million others in the primary key, which cost the phase about 8 % (bench/README.md, forty-fourth session).
+      // million others in the primary key, which cost the phase about 8 % (bench/HISTORY.md, forty-fourth session).
       insertRow.run(newRequestId(at), organizationId, at, at);
       fold.add(organizationId, fillerTokens, at);
       fold.addToHours(organizationId, "key_filler", "bench", fillerTokens, at);
@@ -480,7 +480,7 @@ async function main(): Promise<void> {
       full_reference_vs_bare: fullReferenceRps / bareRps,
       full_reference_vs_portkey: portkeyRps ? fullReferenceRps / portkeyRps : null,
       sluice_vs_full_reference: sluiceRps / fullReferenceRps,
-      // Each round's own ratio, then their median: rounds of one run here move by a third (bench/README.md).
+      // Each round's own ratio, then their median: rounds of one run here move by a third (bench/HISTORY.md).
       sluice_vs_bare_paired: pairedRatio(rps.sluice ?? [], rps.bare ?? []),
       full_reference_vs_bare_paired: pairedRatio(rps.full_reference ?? [], rps.bare ?? []),
       sluice_vs_full_reference_paired: pairedRatio(rps.sluice ?? [], rps.full_reference ?? []),

@@ -8,7 +8,7 @@
 // standard error, the ratio of the totals, and that ratio over blocks of about 10 s with their standard error.
 // Runs of one switch differ by more than each run's standard error says (0.963, 0.999, 0.971, 0.997 for the upstream
 // deadline; each process makes JIT decisions of its own): repeat a run, in fresh processes, before believing a
-// difference under about 4% (bench/README.md).
+// difference under about 4% (bench/HISTORY.md).
 // The phases' lengths are random, and 237 ms on average rather than a divisor of a second: Sluice's 1 s timers (the
 // allocator's purge, the writer's checkpoint pass) would otherwise fall in the same state every time.
 // With `--rate N` the measured load is an open loop at N requests a second (bench/load.ts, as `make bench`'s latency
@@ -112,7 +112,7 @@ try {
   await waitForFirstAnswer(url, key);
   const body = JSON.stringify({ model: "bench", messages: [{ role: "user", content: "hi" }] });
   const script = await writeWrkScript(join(work, "post.lua"), body, { Authorization: `Bearer ${key}` });
-  // The JIT settles after about 10 s of load (bench/README.md); phases before the measured load are left out.
+  // The JIT settles after about 10 s of load (bench/HISTORY.md); phases before the measured load are left out.
   await runWrk(url, script, { threads: 2, connections: 64, seconds: warmupSeconds });
   // The file is written every 1,013 ms: each read waits for one written after the load before it.
   await Bun.sleep(1100);

@@ -8,13 +8,13 @@
 //   thread's pages for free holes to return to the system, at most every 100 ms by default. On a small machine those
 //   walks compete with the event loop for a CPU: at 1,000 requests a second, once a second instead of ten times cut
 //   the p99 by a paired 0.6-1.0 ms (two runs of 8 rounds), with the same idle RSS and the same peak over 2,000 streams
-//   (bench/README.md). A value the operator set in the service's environment is kept.
+//   (bench/HISTORY.md). A value the operator set in the service's environment is kept.
 // - BUN_JSC_useGenerationalGC=0, on SQLite only: every collection a full one. With thousands of streams open, the
 //   young collections promote each stream's chunks, reads and promises in flight into an old generation that only a
 //   rare full collection empties; without generations 2,000 streams of 200 tokens peaked at 167-198 MB against
 //   240-281 (paired, 6 rounds), 1,000-token streams at 212-240 against 315-462. It costs the tail: at 1,000 whole
 //   answers a second the p99 moved by paired medians of -0.06 to +1.15 ms in five runs (+0.68 on average), because
-//   every collection then marks the whole heap, mostly code (bench/README.md, "Without generations on SQLite").
+//   every collection then marks the whole heap, mostly code (bench/HISTORY.md, "Without generations on SQLite").
 //   Shared mode keeps generations: there, with the database's and Redis's clients in the heap, a relayed event cost
 //   a quarter more CPU without them and the streams' first tokens came later (paired). A value the operator set is
 //   kept.
@@ -25,7 +25,7 @@
 //   ×1.14 (×0.90 over the longest run, 12 rounds, its p50 lower in 10 of them), at the same peak; whole answers and
 //   the tail at 1,000 a second did not move. What it costs: large strings and buffers (request bodies) pile up to
 //   about the floor between collections, 100 KB bodies from 64 connections held 196-204 MB resident against 78-95
-//   (bench/README.md, "A heap floor of 128 MB"). A value the operator set is kept.
+//   (bench/HISTORY.md, "A heap floor of 128 MB"). A value the operator set is kept.
 
 import { isPostgresUrl } from "./storage/mode";
 

@@ -66,7 +66,7 @@ export function openDatabase(path = process.env.SLUICE_DB ?? "data/sluice.db"): 
       // connection), so under load it cost a second statement on nearly every request (7% of the CPU profile).
       // Read where this thread last committed: a connection's page cache outlives its own commits, and another
       // connection's commit makes the next read load its pages again. Read on the server's connection, after every
-      // staged commit of the ledger's, it took 12 µs a turn against 2.5 (bench/README.md, forty-second session).
+      // staged commit of the ledger's, it took 12 µs a turn against 2.5 (bench/HISTORY.md, forty-second session).
       const change = readChange();
       if (change === lastChange) return;
       lastChange = change;

@@ -9,7 +9,7 @@ export type NativeRoutes = Record<string, { POST: (request: Request) => Promise<
 /**
  * The routes that run a model, served by Bun's own router with the handler their plugin declared, rather than through
  * the handler Elysia compiles around it: Elysia's context, request hook and response mapping cost about 4% of a whole
- * answer's CPU (bench/README.md, "A switch flipped every 237 ms"). Elysia still serves everything else, and these paths
+ * answer's CPU (bench/HISTORY.md, "A switch flipped every 237 ms"). Elysia still serves everything else, and these paths
  * in any other form (another method, a trailing slash, `app.handle`), with the same handlers, which answer their own
  * errors through the app's one error mapping.
  */

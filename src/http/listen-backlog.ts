@@ -1,7 +1,7 @@
 // Bun listens with an accept queue of 512 connections whatever `backlog` asks for (1.4.5: Bun.serve and node:http
 // alike). When more clients than that connect at once while the event loop is busy (agents reconnecting after a
 // restart, a burst of streams), the kernel drops each completed handshake that finds the queue full, and that client
-// waits for the SYN-ACK retransmit, a second later (bench/README.md, "The TTFT p99 is decided by the accept queue").
+// waits for the SYN-ACK retransmit, a second later (bench/HISTORY.md, "The TTFT p99 is decided by the accept queue").
 // Linux lets listen() be called again on a listening socket to change its queue, so this does that through libc.
 import { readdirSync, readFileSync, readlinkSync } from "node:fs";
 

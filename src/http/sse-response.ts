@@ -35,7 +35,7 @@ export interface SseOptions {
 /**
  * The source of one streamed answer, and the sink it writes into: its state in fields and its steps as methods, not
  * closures over a scope, and `pull` not an async function of its own: with thousands of open streams each closure,
- * scope and suspended function is cells every full collection marks (bench/README.md, "Fewer cells an open stream").
+ * scope and suspended function is cells every full collection marks (bench/HISTORY.md, "Fewer cells an open stream").
  */
 class FrameSource implements Bun.DirectUnderlyingSource<string>, FrameSink {
   readonly type = "direct" as const;

@@ -61,7 +61,7 @@ export function moveStagedRows(sqlite: Database): number {
 /**
  * The move when every staged row is new, as nearly always: the aggregates are summed by SQL from the inbox, in one
  * GROUP BY whose result is a few rows a minute, where reading back each added row (`moveAdded`) cost a JavaScript
- * object a row: 2.55 against 3.1 µs a row moved in moves of 2,000 (bench/README.md). If the INSERT adds fewer rows
+ * object a row: 2.55 against 3.1 µs a row moved in moves of 2,000 (bench/HISTORY.md). If the INSERT adds fewer rows
  * than were staged (a replay after a crash, a row staged twice), it rolls back and `moveAdded` runs instead.
  */
 function moveAll(sqlite: Database): number {

@@ -8,7 +8,7 @@
 // A checkpoint follows a move (at most once a second, see `checkpointIntervalMs`) once no rows wait here, while the
 // server goes on staging its own: no answer waits behind its fsyncs (p99 at 1,000 requests a second: 3.0 ms, against
 // 3.7 with each pass before the reply to the server's move, when the rows of those milliseconds waited for it;
-// bench/README.md). A pass that runs while rows are appended never leaves the WAL fully copied when the next write
+// bench/HISTORY.md). A pass that runs while rows are appended never leaves the WAL fully copied when the next write
 // comes, and only then does SQLite start the WAL again from its beginning; so once it holds `restartPages`, the next
 // pass runs before a reply, while the server holds its rows and nothing appends, and the WAL starts again. (A
 // separate checkpoint thread that never did this chased a WAL that grew under its feet, and stalled commits behind
@@ -51,7 +51,7 @@ const restartPages = 4096;
 /**
  * Staged rows wait at most about this long to be moved (the request log and the usage charts read staged rows too;
  * `sluice requests` lags by no more). A move's rows share the index pages they enter: 200 rows a move cost about
- * 31 µs a row staged and moved, 1,000 about 22 (bench/README.md), and whole answers a second rose by 7-17% with
+ * 31 µs a row staged and moved, 1,000 about 22 (bench/HISTORY.md), and whole answers a second rose by 7-17% with
  * 100 ms rather than 20.
  */
 const moveIntervalMs = 100;
@@ -59,7 +59,7 @@ const moveIntervalMs = 100;
  * Passes come at most this often, unless `commitsBetweenPasses` came sooner. A move rewrites the same few pages (each
  * index's last page, the aggregates' rows), and a pass copies each page once however often it changed since the
  * last: a pass after every move copied them every 25-100 ms, with an fsync each time, and cost the writer a third
- * more CPU a row (bench/README.md).
+ * more CPU a row (bench/HISTORY.md).
  */
 const checkpointIntervalMs = 1000;
 /**

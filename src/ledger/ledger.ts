@@ -32,7 +32,7 @@ interface Waiter {
  * Each turn's rows are staged on this thread (inbox.ts): a page or two appended to the WAL, without an fsync, is
  * cheaper than handing the batch to the writer thread and back (a copy, two wake-ups, a reply to settle; whole
  * answers a second rose by 4-11% when every batch was staged here rather than only batches of a few rows:
- * bench/README.md). Moving staged rows and checkpoints, whose fsyncs can take hundreds of milliseconds on a slow
+ * bench/HISTORY.md). Moving staged rows and checkpoints, whose fsyncs can take hundreds of milliseconds on a slow
  * disk, stay on the writer thread: after this many rows here, or `commitsBetweenMoves` commits, or `moveDelayMs`
  * after the first, the writer is asked to move them (it checkpoints afterwards, while this thread goes on staging).
  * While it moves, rows wait for its reply (see `onlyMovesInFlight`); whenever another connection holds the lock,
@@ -49,7 +49,7 @@ const commitsBetweenMoves = 200;
 /**
  * Staged rows wait about this long to be moved. Rows that come while the move is in flight wait for it, so a short
  * move keeps the tail short: at 1,000 requests a second, the p99 fell by a paired 0.79 ms with 25 ms rather
- * than 100 (lower in all 8 rounds), and whole answers a second did not move (bench/README.md).
+ * than 100 (lower in all 8 rounds), and whole answers a second did not move (bench/HISTORY.md).
  */
 const moveDelayMs = 25;
 /** How soon a move put off by the writer's checkpoint pass is asked again. */
@@ -59,7 +59,7 @@ const touchesHere = 16;
 /**
  * Until the writer thread has started, a move of at most this many rows runs on this thread (a one-row move writes
  * about nine pages, well under a millisecond). A server that answers a few requests never starts the thread: it
- * holds about 3 MB that an idle server does not need (bench/README.md, fortieth session). A larger move means
+ * holds about 3 MB that an idle server does not need (bench/HISTORY.md, fortieth session). A larger move means
  * load, and load keeps the writer running.
  */
 const rowsMovedHere = 16;
@@ -118,7 +118,7 @@ export class Ledger {
     }
     // A connection of its own rather than the server's with busy_timeout lowered and put back around each write:
     // those two statements cannot be cached (the PRAGMA takes effect when prepared), and they cost about 2 % of the
-    // process's CPU at 1,000 requests a second (bench/README.md, thirty-eighth session). Its writes must not wait for
+    // process's CPU at 1,000 requests a second (bench/HISTORY.md, thirty-eighth session). Its writes must not wait for
     // the lock, and it never checkpoints: the writer thread does (see ledger-worker.ts).
     const staging = new Database(path, { strict: true });
     staging.run("PRAGMA busy_timeout = 0");
@@ -270,7 +270,7 @@ export class Ledger {
    * Whether everything sent to the writer is a move (or a flush), no rows: rows recorded meanwhile wait for its reply
    * and are staged here then (`releaseHeld`). Posted to the writer, they would wait behind the same move anyway, and
    * cost this thread a copy and the writer a commit of its own: whole answers a second rose by a paired 2-6 % in
-   * three runs (bench/README.md, fortieth session).
+   * three runs (bench/HISTORY.md, fortieth session).
    */
   private onlyMovesInFlight(): boolean {
     if (this.sent.length === 0) return false;

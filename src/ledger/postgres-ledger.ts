@@ -25,7 +25,7 @@ export const maxRowsPerCommit = 1000;
  * five. The rows travel as one JSON parameter: JSON.stringify is native, where an array parameter a column costs the
  * client's JavaScript quoting of every element (bound as text, because a string bound as json would be encoded again).
  * The statement's text is the same for every batch: the client prepares it once. A commit costs PostgreSQL about
- * 170 µs, and each row about 15 more (bench/README.md, forty-fifth session). Each row's minute and calendar month (UTC,
+ * 170 µs, and each row about 15 more (bench/HISTORY.md, forty-fifth session). Each row's minute and calendar month (UTC,
  * as monthOf() counts them) are worked out from the rows the insert returns: the aggregates count only the rows this
  * statement inserted, so a row recorded twice counts once there as in the ledger. They are upserted in key order, so
  * that concurrent commits cannot deadlock.
@@ -65,7 +65,7 @@ function commitRows(client: SQL, rows: LedgerRow[]): Promise<unknown> {
  * The ledger on PostgreSQL: a group commit. One commit runs at a time, and the rows recorded while it runs share the
  * next: every batch upserts the same aggregate rows (its organizations' minute, month and hour), so a second commit in
  * flight would only wait for the first's row locks, and each commit costs PostgreSQL about 170 µs however few rows it
- * holds (bench/README.md, forty-fifth session). `record` resolves only after its row's transaction committed, so an
+ * holds (bench/HISTORY.md, forty-fifth session). `record` resolves only after its row's transaction committed, so an
  * answer that waits for it is never lost to a crash of this instance.
  */
 export class PostgresLedger implements LedgerStore {

@@ -1,7 +1,7 @@
 // Upstream time limits for every request in flight, kept by one timer set for the earliest deadline instead of a
 // setTimeout per request (with thousands of streams in flight, per-request timers and their clean-up show up in
 // profiles) or an interval (which woke an idle event loop 40 times a second, about 60 µs a wake on this machine:
-// bench/README.md, "The request log line's wake-ups").
+// bench/HISTORY.md, "The request log line's wake-ups").
 
 /** The abort reason of a request whose upstream call ran past its model's `timeout_ms`. */
 export class DeadlineExceeded extends Error {

@@ -96,7 +96,7 @@ export class UpstreamPool implements Backend {
       return Promise.reject(error);
     }
     // The backend's own promise, with no layer of the pool's around it: each async layer costs a whole answer a
-    // promise and a turn (bench/README.md, "Three async layers fewer"). Only a pool with somewhere to retry catches.
+    // promise and a turn (bench/HISTORY.md, "Three async layers fewer"). Only a pool with somewhere to retry catches.
     const answer = first.backend.complete(request, first.ended);
     if (this.endpoints.length < 2) return answer;
     return answer.catch((error: unknown) => {
@@ -114,7 +114,7 @@ export class UpstreamPool implements Backend {
    * A pooled stream's first read: on the next server, or, when the connection failed before the upstream got the
    * request, once more on another. Called by PooledStream only. Not an async function: the server's generator keeps
    * the promise of its first read for the stream's life, and an async function awaiting it would be kept with it, its
-   * promise and scope, for as long (bench/README.md, "Fewer cells an open stream").
+   * promise and scope, for as long (bench/HISTORY.md, "Fewer cells an open stream").
    */
   firstRead(stream: PooledStream): Promise<IteratorResult<CompletionEvent[], void>> {
     let first: Endpoint;

@@ -11,7 +11,7 @@ const colon = 58;
  *
  * It is one object with its state in fields, not an async generator nor a parser built of closures: every open
  * stream has one, and each closure or generator frame is a cell that every collection marks while thousands of
- * streams are open (bench/README.md, "The collections a burst of stream starts triggers").
+ * streams are open (bench/HISTORY.md, "The collections a burst of stream starts triggers").
  */
 export class ServerSentEventDecoder {
   /** The data of the events completed by the latest read: the decoder's own array, emptied by the next. */

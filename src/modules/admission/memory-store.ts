@@ -79,7 +79,7 @@ class SubjectState {
 
 /**
  * One admitted request's lease: an object of its own rather than a settle closure over admit's scope, which would keep
- * that scope and the admission request for as long as a stream lasts (bench/README.md, "Fewer cells an open stream").
+ * that scope and the admission request for as long as a stream lasts (bench/HISTORY.md, "Fewer cells an open stream").
  */
 class MemoryLease implements Lease {
   private done = false;

@@ -103,7 +103,7 @@ export class AuthService {
    * Reads the change feed unless this turn of the event loop already did; the requests of one turn share that read
    * (a statement, or a Redis round trip, was 14% of a whole answer's time on the event loop). That is as fresh as a
    * read per request: a turn serves the requests whose bytes were there when it polled its sockets, before its first
-   * read of the feed, and setImmediate ends the turn before the next poll. bench/README.md has the test of it.
+   * read of the feed, and setImmediate ends the turn before the next poll. bench/HISTORY.md has the test of it.
    */
   private checkChanges(): void | Promise<void> {
     if (this.checkedThisTurn) return this.turnCheck;

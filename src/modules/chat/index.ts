@@ -78,7 +78,7 @@ function parseJson(text: string): unknown {
 /**
  * A request's upstream controller, aborted when the client leaves: it is the listener itself (`handleEvent`), so the
  * request needs no closure for it, and a closure made in the handler would keep the handler's scope (the request, its
- * headers and URL) for as long as a stream lasts (bench/README.md, "Fewer cells an open stream").
+ * headers and URL) for as long as a stream lasts (bench/HISTORY.md, "Fewer cells an open stream").
  */
 class UpstreamAbort extends AbortController {
   handleEvent(): void {
@@ -116,7 +116,7 @@ export function answerHandler(chat: ChatService, auth: AuthService, options: Cha
       const requestId = record.requestId;
       const upstreamAbort = new UpstreamAbort();
       // No `{ once: true }`: a signal aborts once anyway, and the options object cost about 2% of a whole answer's
-      // CPU (bench/README.md, "A switch flipped every 237 ms").
+      // CPU (bench/HISTORY.md, "A switch flipped every 237 ms").
       request.signal.addEventListener("abort", upstreamAbort);
       lifecycle.openAnswers++;
       opened = true;

@@ -5,7 +5,7 @@ import type { Slot } from "../queue/model-queue";
 /**
  * A request's admission lease, its model slot and its upstream deadline, released together, exactly once. It holds
  * what the release needs rather than a closure over it: with thousands of open streams, each closure and the scope it
- * keeps are cells every full collection marks (bench/README.md, "Fewer cells an open stream").
+ * keeps are cells every full collection marks (bench/HISTORY.md, "Fewer cells an open stream").
  */
 export class Permit {
   private released = false;

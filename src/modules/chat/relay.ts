@@ -13,7 +13,7 @@ import type { RequestContext } from "./service";
  *
  * It writes into the response itself (`pump`) rather than being an async generator that the response pulls from: a
  * generator between the two would cost each upstream read a promise and an iterator result more, and each open
- * stream a generator, its scope and a suspended function (bench/README.md, "Fewer cells an open stream").
+ * stream a generator, its scope and a suspended function (bench/HISTORY.md, "Fewer cells an open stream").
  */
 export class StreamRelay implements StreamedAnswer {
   /** Whether `pump` or `stop` has begun: the answer is pumped once at most. */

@@ -10,7 +10,7 @@ function completionId(identity: ResponseIdentity): string {
 /**
  * The OpenAI `chat.completion` object as JSON text. Written as text, as the stream's chunks are, rather than built
  * as an object and serialized: five objects an answer fewer, and a third of the serializing (0.15 against 0.45-0.49
- * µs in a micro-benchmark; bench/README.md, forty-second session). Only the strings from outside (the model's
+ * µs in a micro-benchmark; bench/HISTORY.md, forty-second session). Only the strings from outside (the model's
  * name, content, reasoning, tool calls, finish reason) go through JSON.stringify.
  */
 export function completionText(identity: ResponseIdentity, completion: Completion, usage: Usage): string {

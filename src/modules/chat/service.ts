@@ -149,7 +149,7 @@ export class ChatService implements RunSettler {
     const run: Run = { prepared, context, format, identity, promptEstimate, permit, meter: new UsageMeter(), startedAt: clock() };
     // Returned, not awaited: an async function that awaits a call stays reachable from it, and the route's handler
     // stays reachable for as long as its stream lasts; an await here kept this function, its promise and its scope
-    // alive for every open stream (bench/README.md, "Fewer cells an open stream").
+    // alive for every open stream (bench/HISTORY.md, "Fewer cells an open stream").
     return prepared.stream ? this.stream(run) : this.whole(run);
   }
 
@@ -232,7 +232,7 @@ export class ChatService implements RunSettler {
   /**
    * Releases the permit with the real usage, kept in `run.billed`, and writes the ledger row; resolves once it is
    * committed. Not async: the ledger's own promise is returned, since a layer of our own would cost every answer a
-   * promise and a turn (bench/README.md, "Three async layers fewer").
+   * promise and a turn (bench/HISTORY.md, "Three async layers fewer").
    */
   settle(run: Run, ending: Ending): Promise<void> {
     let measuring: MeasuredUsage | Promise<MeasuredUsage>;

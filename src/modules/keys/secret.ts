@@ -21,7 +21,7 @@ export function shownPrefix(secret: string): string {
 const utf8 = new TextEncoder();
 /**
  * The computed hash's bytes, written here for each comparison: a Buffer made per request cost about 0.15 µs against
- * 0.04 (bench/README.md, forty-third session). A hash is 64 bytes of hex.
+ * 0.04 (bench/HISTORY.md, forty-third session). A hash is 64 bytes of hex.
  */
 const givenBytes = new Uint8Array(64);
 

@@ -11,7 +11,7 @@ const quietFlushMs = 50;
  * buffered, so a busy server does not make a write call per request. They are written by the line that finds the
  * last write `flushIntervalMs` old, in the turn of the event loop that logs it: a timer of its own woke an idle
  * event loop about 200 times a second at 1,000 requests a second, and each wake-up cost more than the write
- * (bench/README.md, "The request log line's wake-ups, priced at 1,000 requests a second"). A timer writes what is
+ * (bench/HISTORY.md, "The request log line's wake-ups, priced at 1,000 requests a second"). A timer writes what is
  * left once lines stop coming. Callers must never pass a key, a password or message text.
  */
 export class Logger {

@@ -20,7 +20,7 @@ export interface RequestRecord {
 }
 
 // Kept on the request itself rather than in a WeakMap keyed by it: a WeakMap gains an entry per request that only a
-// collection removes, and whole answers a second rose by a paired 4-5% without it (bench/README.md).
+// collection removes, and whole answers a second rose by a paired 4-5% without it (bench/HISTORY.md).
 const recordKey = Symbol("sluice.record");
 type Recorded = Request & { [recordKey]?: RequestRecord };
 

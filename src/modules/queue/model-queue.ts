@@ -20,7 +20,7 @@ export function slotReleasedOnce(onRelease: () => void): Slot {
 
 /**
  * A slot of a ModelQueue: an object of its own rather than slotReleasedOnce's closures, which would keep two functions
- * and two scopes for as long as a stream lasts (bench/README.md, "Fewer cells an open stream").
+ * and two scopes for as long as a stream lasts (bench/HISTORY.md, "Fewer cells an open stream").
  */
 class LocalSlot implements Slot {
   private done = false;
