@@ -3,6 +3,7 @@ import { expect, test } from "bun:test";
 import { readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { freePort, waitForPort } from "../bench/ports";
+import { figuresOf, tally } from "../bench/runs";
 import { prepareSluice, writeSourceCli } from "../bench/sluice-setup";
 import { repositoryRoot, temporaryDirectory } from "./helpers";
 
@@ -322,3 +323,53 @@ test.each(["", "ledger,backend,observability,idle-timeout"])(
   },
   60_000,
 );
+
+test("the judge's runs table: each recorded run's figures against the targets, beside the full reference's", () => {
+  const latest = {
+    date: "2026-11-28T07:03:51.187Z",
+    smoke: false,
+    nonstream: { sluice_vs_bare: 0.74, full_reference_vs_bare: 0.81, sluice_vs_portkey: 3.7 },
+    latency: { bare_p50_ms: 0.19, bare_p99_ms: 1.18, sluice_p50_ms: 0.29, sluice_p99_ms: 2.89, full_reference_p99_ms: 2.1 },
+    streams: {
+      concurrent: 2000,
+      completed: 2000,
+      sluice_peak_rss_mb: 173,
+      bare_ttft_p99_ms: 259,
+      sluice_ttft_p99_ms: 330,
+      full_reference_ttft_p99_ms: 380,
+      full_reference_no_generations_ttft_p99_ms: 364,
+    },
+    scale: { rps_full_vs_empty: 1.0 },
+    binary: { startup_ms: 50, idle_rss_mb: 56 },
+  };
+  const run = figuresOf(latest, "eaca565");
+  expect(run).toBeDefined();
+  if (!run) return;
+  expect(run.p99OverBareMs).toBeCloseTo(1.71, 6);
+  expect(run.referenceP99OverBareMs).toBeCloseTo(0.92, 6);
+  // The full reference as Sluice runs on SQLite, where the run has it.
+  expect(run.referenceTtftVsBare).toBeCloseTo(364 / 259, 6);
+  expect(figuresOf({ ...latest, smoke: true }, "x")).toBeUndefined();
+  // A run from before the full reference: its cells are empty, not counted as missed.
+  const early = figuresOf(
+    { ...latest, nonstream: { sluice_vs_bare: 0.5, sluice_vs_portkey: 2 }, latency: { ...latest.latency, full_reference_p99_ms: undefined } },
+    "y",
+  );
+  expect(early?.referenceVsBare).toBeNull();
+  const incomplete = figuresOf({ ...latest, streams: { ...latest.streams, completed: 1999, sluice_peak_rss_mb: 150 } }, "z");
+  const counts = Object.fromEntries(tally([run, early, incomplete].filter((figures) => figures !== undefined)).map((line) => [line.target, line]));
+  expect(counts["whole answers ÷ bare ≥ 0.8"]).toMatchObject({ sluice: 0, reference: 2, referenceRuns: 2, runs: 3 });
+  expect(counts["p99 at 1,000/s over bare ≤ +1 ms"]).toMatchObject({ sluice: 0, reference: 2, referenceRuns: 2 });
+  // TTFT 330 ÷ 259 = 1.27: met by Sluice in every run; the reference's 1.41 in none.
+  expect(counts["TTFT p99 ÷ bare ≤ 1.3"]).toMatchObject({ sluice: 3, reference: 0, referenceRuns: 3 });
+  // 1,999 of 2,000 streams is a miss whatever the peak.
+  expect(counts["2,000 streams complete, peak < 200 MB"]).toMatchObject({ sluice: 2 });
+  expect(counts["÷ Portkey ≥ 3"]).toMatchObject({ sluice: 2, reference: null });
+
+  // The tool itself, on this repository's history of latest.json.
+  const table = runBench("runs.ts", "--json");
+  expect(table.exitCode).toBe(0);
+  const recorded = JSON.parse(table.stdout.toString()) as { runs: { date: string }[] };
+  expect(recorded.runs.length).toBeGreaterThan(0);
+  expect(new Set(recorded.runs.map((figures) => figures.date)).size).toBe(recorded.runs.length);
+});
