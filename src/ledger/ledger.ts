@@ -385,6 +385,23 @@ export class Ledger {
     }
   }
 
+  /**
+   * The writer thread died or ended unasked: what it had not committed is refused, never left waiting, and a new thread
+   * takes the next rows. A thread that dies at once (the file cannot be opened) is not restarted in a loop: rows are
+   * refused instead.
+   */
+  private writerEnded(worker: Worker, error: string): void {
+    // The close that follows an error, or the one this ledger's own stop causes: nothing left to do.
+    if (this.worker !== worker) return;
+    this.acknowledge(Number.POSITIVE_INFINITY, error);
+    if (performance.now() - this.workerStartedAt > 1000) this.startWorker();
+    else {
+      this.worker = undefined;
+      this.stopped = true;
+    }
+    this.releaseHeld();
+  }
+
   private startWorker(): void {
     const worker = new Worker(entryPointModule("ledger/ledger-worker.ts"));
     worker.unref();
@@ -394,18 +411,10 @@ export class Ledger {
       this.acknowledge(reply.upTo, reply.error);
       this.releaseHeld();
     };
-    worker.onerror = (event) => {
-      // The thread died: what it had not committed is refused, and a new thread takes the next rows.
-      this.acknowledge(Number.POSITIVE_INFINITY, `the ledger's writer stopped: ${event.message}`);
-      if (this.worker !== worker) return;
-      // A thread that dies at once (the file cannot be opened) is not restarted in a loop: rows are refused instead.
-      if (performance.now() - this.workerStartedAt > 1000) this.startWorker();
-      else {
-        this.worker = undefined;
-        this.stopped = true;
-      }
-      this.releaseHeld();
-    };
+    worker.onerror = (event) => this.writerEnded(worker, `the ledger's writer stopped: ${event.message}`);
+    // A thread that ends without an error (stopped by the runtime) would otherwise leave its rows waiting for ever, and
+    // every row after them, since none is staged here while batches are in flight.
+    worker.addEventListener("close", () => this.writerEnded(worker, "the ledger's writer stopped"));
     this.progress = new Int32Array(new SharedArrayBuffer(16));
     this.sequence = 0;
     this.failuresSeen = 0;

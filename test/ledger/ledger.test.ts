@@ -266,6 +266,59 @@ test("a row never stalls the event loop behind another process's lock: the write
   expect(database.sqlite.query<{ timeout: number }, []>("PRAGMA busy_timeout").get()?.timeout).toBe(5000);
 });
 
+test("a writer thread that dies or ends unasked leaves no row waiting: a new thread writes the next rows", async () => {
+  const endings: [string, (worker: Worker) => void][] = [
+    // An uncaught error on its thread (an open it cannot do).
+    ["error", (worker) => worker.postMessage({ type: "open", path: join("/dev/null", "nowhere.db"), progress: new SharedArrayBuffer(16) })],
+    // The thread stopped without an error.
+    ["close", (worker) => worker.terminate()],
+  ];
+  for (const [name, end] of endings) {
+    const { ledger, path, reader } = setup();
+    await Promise.all(Array.from({ length: 30 }, () => ledger.record(row())));
+    // A move of more rows than this thread takes starts the writer thread.
+    await eventually(() => count(reader, "SELECT count(*) AS value FROM usage_ledger") === 30, 2000);
+    expect(writerStarted(ledger)).toBe(true);
+    // Past its first second: a thread that dies at once is not restarted (below).
+    await Bun.sleep(1100);
+    const first = (ledger as unknown as { worker: Worker }).worker;
+    // The lock held elsewhere: this turn's row goes to the writer thread, to the one that ends or to its successor.
+    const holder = new Database(path);
+    holder.run("BEGIN IMMEDIATE");
+    holder.run("UPDATE change_counter SET version = version");
+    end(first);
+    let settled = false;
+    const held = ledger.record(row()).then(
+      () => "committed",
+      (error: Error) => error.message,
+    );
+    void held.then(() => {
+      settled = true;
+    });
+    await Bun.sleep(300);
+    holder.run("COMMIT");
+    holder.close();
+    // Committed by the next thread, or refused as the writer's: never left waiting.
+    await eventually(() => settled, 3000).catch(() => {
+      throw new Error(`${name}: the row held by the writer thread that ended was never settled`);
+    });
+    expect(await held).toMatch(/^committed$|writer stopped/);
+    const next = row();
+    await ledger.record(next);
+    await eventually(() => count(reader, `SELECT count(*) AS value FROM usage_ledger WHERE request_id = '${next.requestId}'`) === 1, 5000);
+    expect((ledger as unknown as { worker: Worker | undefined }).worker).not.toBe(first);
+  }
+
+  // A thread that ends in its first second (its database cannot be opened, say) is not started again in a loop: rows
+  // are refused, not left waiting.
+  const { ledger } = setup();
+  await Promise.all(Array.from({ length: 30 }, () => ledger.record(row())));
+  await eventually(() => writerStarted(ledger), 2000);
+  (ledger as unknown as { worker: Worker }).worker.terminate();
+  await eventually(() => !writerStarted(ledger), 2000);
+  await expect(ledger.record(row())).rejects.toThrow(/closed/);
+});
+
 test("rows staged here still reach the database file: the writer thread moves them and checkpoints", async () => {
   const { ledger, path } = setup();
   const first = row();
