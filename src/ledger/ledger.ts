@@ -4,6 +4,8 @@ import { isBusy } from "../db/busy";
 import { encodeRow, LedgerWriter, type LedgerValue } from "./ledger-writer";
 import { entryPointModule } from "../entry-points";
 import type { LedgerWorkerMessage, LedgerWorkerReply } from "./ledger-worker";
+import { RowNotRecorded } from "./not-recorded";
+import type { LedgerRefusalListener } from "../storage/types";
 
 export interface LedgerRow {
   requestId: string;
@@ -77,6 +79,9 @@ class LedgerWriteError extends Error {
   override name = "LedgerWriteError";
 }
 
+/** Why a row is refused, as its request's 503 says it. */
+const notWritten = "its database could not be written";
+
 /**
  * The usage ledger: a group commit a turn, staged on this thread, moved by a writer thread of its own once there is
  * load (see above and ledger-worker.ts), which also takes batches when this thread cannot write. `record` resolves
@@ -94,6 +99,8 @@ export class Ledger {
   private worker: Worker | undefined;
   /** Set once the writer thread will not run again (closed, or it died at start): rows are refused. */
   private stopped = false;
+  /** Why the writer thread will not run again when it died rather than was closed: what readiness reports. */
+  private failure: string | undefined;
   private commitsWithoutWriter = 0;
   private progress = new Int32Array(new SharedArrayBuffer(16));
   /** This thread's own writes: every row of an in-memory database, the staged rows of a file (see `rowsBetweenMoves`). */
@@ -108,7 +115,11 @@ export class Ledger {
   /** The database file, which the writer thread opens for itself. */
   private readonly path: string;
 
-  constructor(private readonly sqlite: Database) {
+  constructor(
+    private readonly sqlite: Database,
+    /** Told of every commit that failed (and of the writer thread's end): the error, and the rows it refused. */
+    private readonly onRefused: LedgerRefusalListener = () => {},
+  ) {
     const path = sqlite.filename;
     this.path = path;
     this.inMemory = !path || path === ":memory:";
@@ -245,7 +256,8 @@ export class Ledger {
     }
     const worker = this.writerThread();
     if (!worker) {
-      for (const waiter of waiters) waiter.reject(new LedgerWriteError("the ledger is closed"));
+      const refused = new RowNotRecorded(notWritten, new LedgerWriteError(this.failure ?? "the ledger is closed"));
+      for (const waiter of waiters) waiter.reject(refused);
       return;
     }
     this.sendToWriter(worker, values, waiters, urgent);
@@ -353,7 +365,9 @@ export class Ledger {
       if (this.inMemory) this.local.move();
     } catch (error) {
       if (handOffWhenBusy && isBusy(error)) throw error;
-      for (const waiter of waiters) waiter.reject(error);
+      this.onRefused(error, waiters.length);
+      const refused = new RowNotRecorded(notWritten, error);
+      for (const waiter of waiters) waiter.reject(refused);
       return;
     }
     for (const waiter of waiters) waiter.resolve();
@@ -375,14 +389,22 @@ export class Ledger {
   }
 
   /** Settles every sent batch up to `upTo`: committed, or refused with `error`. */
-  private acknowledge(upTo: number, error: string | undefined): void {
+  /** Returns how many rows it refused (told to `onRefused`). */
+  private acknowledge(upTo: number, error: string | undefined): number {
+    const cause = error === undefined ? undefined : new LedgerWriteError(error);
+    const refused = cause === undefined ? undefined : new RowNotRecorded(notWritten, cause);
+    let rows = 0;
     while (this.sent.length > 0 && (this.sent[0] as { sequence: number }).sequence <= upTo) {
       const batch = this.sent.shift() as { waiters: Waiter[] };
+      rows += batch.waiters.length;
       for (const waiter of batch.waiters) {
-        if (error === undefined) waiter.resolve();
-        else waiter.reject(new LedgerWriteError(error));
+        if (refused === undefined) waiter.resolve();
+        else waiter.reject(refused);
       }
     }
+    if (cause === undefined) return 0;
+    if (rows > 0) this.onRefused(cause, rows);
+    return rows;
   }
 
   /**
@@ -393,13 +415,20 @@ export class Ledger {
   private writerEnded(worker: Worker, error: string): void {
     // The close that follows an error, or the one this ledger's own stop causes: nothing left to do.
     if (this.worker !== worker) return;
-    this.acknowledge(Number.POSITIVE_INFINITY, error);
+    // Told even when no row was in flight: the thread's end is worth a line of the log.
+    if (this.acknowledge(Number.POSITIVE_INFINITY, error) === 0) this.onRefused(new LedgerWriteError(error), 0);
     if (performance.now() - this.workerStartedAt > 1000) this.startWorker();
     else {
       this.worker = undefined;
       this.stopped = true;
+      this.failure = error;
     }
     this.releaseHeld();
+  }
+
+  /** What stops this ledger from recording rows (its writer thread could not run), for readiness; undefined when none. */
+  problem(): string | undefined {
+    return this.failure;
   }
 
   private startWorker(): void {

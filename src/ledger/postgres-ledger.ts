@@ -1,9 +1,9 @@
 import type { SQL } from "bun";
-import { SluiceError } from "../errors";
 import { withTimeout } from "../storage/with-timeout";
-import type { LedgerStore } from "../storage/types";
+import type { LedgerRefusalListener, LedgerStore } from "../storage/types";
 import { bucketMs, hourMs } from "../usage-periods";
 import type { LedgerRow } from "./ledger";
+import { RowNotRecorded } from "./not-recorded";
 
 interface Pending {
   row: LedgerRow;
@@ -82,6 +82,7 @@ export class PostgresLedger implements LedgerStore {
     private readonly client: SQL,
     /** Told whether each commit worked, so that admission stops while the database does not answer. */
     private readonly onCommit: (ok: boolean) => void = () => {},
+    private readonly onRefused: LedgerRefusalListener = () => {},
   ) {}
 
   record(row: LedgerRow): Promise<void> {
@@ -152,15 +153,8 @@ export class PostgresLedger implements LedgerStore {
       for (const pending of batch) pending.resolve();
     } catch (error) {
       this.onCommit(false);
-      // The caller's answer is withheld (it could not be recorded): a 503 to retry, not an upstream fault.
-      const refused = new SluiceError(
-        "server_overloaded",
-        "The gateway could not record this request (its database does not answer), so it withholds the answer. Retry shortly.",
-        {
-          retryAfterSeconds: 2,
-          cause: error,
-        },
-      );
+      this.onRefused(error, batch.length);
+      const refused = new RowNotRecorded("its database does not answer", error);
       for (const pending of batch) pending.reject(refused);
     }
   }

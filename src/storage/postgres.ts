@@ -380,13 +380,17 @@ export async function postgresStorage(url: string, changes: ChangeFeed): Promise
     requestLog: requestLogRepository(db),
     audit: auditRepository(db),
     changes,
-    openLedger() {
-      return new PostgresLedger(client, (ok) => {
-        if (!ok) {
-          available = false;
-          void check();
-        }
-      });
+    openLedger(onRefused) {
+      return new PostgresLedger(
+        client,
+        (ok) => {
+          if (!ok) {
+            available = false;
+            void check();
+          }
+        },
+        onRefused,
+      );
     },
     available: () => available,
     async problems() {

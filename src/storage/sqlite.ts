@@ -334,6 +334,7 @@ export function isSqliteStorage(storage: Storage): storage is SqliteStorage {
 /** Storage over one SQLite file (or `:memory:`), with its writer thread for a serving process. */
 export function sqliteStorage(database: DatabaseHandle): SqliteStorage {
   const listeners: (() => void | Promise<void>)[] = [];
+  let ledger: Ledger | undefined;
   let running: Promise<unknown> | undefined;
   database.onExternalChange(() => {
     running = Promise.all(listeners.map((listener) => listener()));
@@ -361,13 +362,15 @@ export function sqliteStorage(database: DatabaseHandle): SqliteStorage {
     requestLog: requestLogRepository(database),
     audit: auditRepository(database),
     changes,
-    openLedger() {
-      const ledger = new Ledger(database.sqlite);
+    openLedger(onRefused) {
+      ledger = new Ledger(database.sqlite, onRefused);
       if (ledger.staging) database.readChangesOn(ledger.staging);
       return ledgerStore(ledger);
     },
     available: () => true,
     async problems() {
+      const ledgerProblem = ledger?.problem();
+      if (ledgerProblem) return [`ledger not recording: ${ledgerProblem}`];
       try {
         database.sqlite.run("BEGIN IMMEDIATE");
         database.sqlite.run("ROLLBACK");

@@ -216,6 +216,9 @@ export interface RequestLogRepository {
 }
 
 /** The usage ledger: a row per request that reached an upstream, committed before the answer's last byte. */
+/** Told of a ledger commit that failed: the database's error, and how many rows (requests) it refused. */
+export type LedgerRefusalListener = (error: unknown, rows: number) => void;
+
 export interface LedgerStore {
   /** Resolves once the row is committed; rejects if it cannot be. */
   record(row: LedgerRow): Promise<void>;
@@ -249,8 +252,11 @@ export interface Storage {
   readonly requestLog: RequestLogRepository;
   readonly audit: AuditRepository;
   readonly changes: ChangeFeed;
-  /** The ledger writer of a serving process (one per process). */
-  openLedger(): LedgerStore;
+  /**
+   * The ledger writer of a serving process (one per process). `onRefused` hears of every commit that failed (its rows'
+   * requests are refused): the database's own error and how many rows it held, for the log.
+   */
+  openLedger(onRefused?: LedgerRefusalListener): LedgerStore;
   /** Whether the database was reachable at the last check: requests are not admitted while it is not. */
   available(): boolean;
   /** What stops the database from serving now, in plain words; empty when nothing does. */

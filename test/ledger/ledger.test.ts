@@ -4,7 +4,9 @@ import { join } from "node:path";
 import { openDatabase, type DatabaseHandle } from "../../src/db/client";
 import { moveStagedRows } from "../../src/ledger/inbox";
 import { Ledger, type LedgerRow } from "../../src/ledger/ledger";
+import { RowNotRecorded } from "../../src/ledger/not-recorded";
 import { sqliteStorage } from "../../src/storage/sqlite";
+import type { LedgerRefusalListener } from "../../src/storage/types";
 import { committedRowSql, eventually, rowInDatabaseFile, stageRows, temporaryDirectory } from "../helpers";
 
 const cleanups: (() => void)[] = [];
@@ -12,11 +14,11 @@ afterEach(() => {
   for (const cleanup of cleanups.splice(0)) cleanup();
 });
 
-function setup(): { database: DatabaseHandle; ledger: Ledger; path: string; reader: Database } {
+function setup(onRefused?: LedgerRefusalListener): { database: DatabaseHandle; ledger: Ledger; path: string; reader: Database } {
   const directory = temporaryDirectory();
   const path = join(directory.path, "sluice.db");
   const database = openDatabase(path);
-  const ledger = new Ledger(database.sqlite);
+  const ledger = new Ledger(database.sqlite, onRefused);
   // Another connection, as the CLI or a crash-restarted server would read it.
   const reader = new Database(path, { readonly: true });
   cleanups.push(() => {
@@ -65,6 +67,19 @@ const count = (reader: Database, sql: string) => (reader.query(sql).get() as { v
 /** Rows committed, whether still staged in the inbox or already moved (src/ledger/inbox.ts). */
 const committedRows = (reader: Database) => count(reader, "SELECT (SELECT count(*) FROM usage_ledger) + (SELECT count(*) FROM usage_ledger_inbox) AS value");
 
+/** A refused row's error: the request's 503 (its answer withheld), and the database's own error as its cause. */
+async function refusal(recorded: Promise<void>): Promise<{ status: number; code: string; cause: string }> {
+  const error = await recorded.then(
+    () => {
+      throw new Error("the row was recorded");
+    },
+    (refused: unknown) => refused,
+  );
+  expect(error).toBeInstanceOf(RowNotRecorded);
+  const { status, code, cause } = error as RowNotRecorded;
+  return { status, code, cause: String(cause) };
+}
+
 test("500 rows recorded at once: each promise resolves only when another connection can read its row; a flush moves them all, aggregates included", async () => {
   const { ledger, reader } = setup();
   const rows = Array.from({ length: 500 }, () => row());
@@ -91,22 +106,28 @@ test("flush commits everything recorded so far before it returns", async () => {
 });
 
 test("a commit that fails refuses its rows (never a silent loss); the next rows are written", async () => {
-  const { database, ledger, reader } = setup();
+  const told: [string, number][] = [];
+  const { database, ledger, reader } = setup((error, rows) => told.push([String(error), rows]));
   database.sqlite.run("CREATE TRIGGER poison BEFORE INSERT ON usage_ledger_inbox WHEN NEW.model = 'poison' BEGIN SELECT RAISE(ABORT, 'poisoned row'); END");
-  const refused = ledger.record(row({ model: "poison" }));
-  await expect(refused).rejects.toThrow("poisoned row");
+  const refused = await refusal(ledger.record(row({ model: "poison" })));
+  expect(refused).toMatchObject({ status: 503, code: "server_overloaded" });
+  expect(refused.cause).toContain("poisoned row");
+  // Told once, with the database's error, for the log.
+  expect(told).toEqual([[expect.stringContaining("poisoned row"), 1]]);
   await ledger.record(row());
   expect(committedRows(reader)).toBe(1);
 });
 
 test("a failing commit on the writer thread refuses its whole batch too; the next rows are written", async () => {
-  const { database, ledger, reader } = setup();
+  const told: number[] = [];
+  const { database, ledger, reader } = setup((_error, rows) => told.push(rows));
   database.sqlite.run("CREATE TRIGGER poison BEFORE INSERT ON usage_ledger_inbox WHEN NEW.model = 'poison' BEGIN SELECT RAISE(ABORT, 'poisoned row'); END");
   // A flush hands the turn's batch to the writer thread at once.
   const batch = [ledger.record(row({ model: "poison" })), ...Array.from({ length: 9 }, () => ledger.record(row()))];
   expect(() => ledger.flush()).not.toThrow();
   const settled = await Promise.allSettled(batch);
   expect(settled.every((result) => result.status === "rejected")).toBe(true);
+  expect(told).toEqual([10]);
   await ledger.record(row());
   expect(committedRows(reader)).toBe(1);
 });
@@ -266,59 +287,6 @@ test("a row never stalls the event loop behind another process's lock: the write
   expect(database.sqlite.query<{ timeout: number }, []>("PRAGMA busy_timeout").get()?.timeout).toBe(5000);
 });
 
-test("a writer thread that dies or ends unasked leaves no row waiting: a new thread writes the next rows", async () => {
-  const endings: [string, (worker: Worker) => void][] = [
-    // An uncaught error on its thread (an open it cannot do).
-    ["error", (worker) => worker.postMessage({ type: "open", path: join("/dev/null", "nowhere.db"), progress: new SharedArrayBuffer(16) })],
-    // The thread stopped without an error.
-    ["close", (worker) => worker.terminate()],
-  ];
-  for (const [name, end] of endings) {
-    const { ledger, path, reader } = setup();
-    await Promise.all(Array.from({ length: 30 }, () => ledger.record(row())));
-    // A move of more rows than this thread takes starts the writer thread.
-    await eventually(() => count(reader, "SELECT count(*) AS value FROM usage_ledger") === 30, 2000);
-    expect(writerStarted(ledger)).toBe(true);
-    // Past its first second: a thread that dies at once is not restarted (below).
-    await Bun.sleep(1100);
-    const first = (ledger as unknown as { worker: Worker }).worker;
-    // The lock held elsewhere: this turn's row goes to the writer thread, to the one that ends or to its successor.
-    const holder = new Database(path);
-    holder.run("BEGIN IMMEDIATE");
-    holder.run("UPDATE change_counter SET version = version");
-    end(first);
-    let settled = false;
-    const held = ledger.record(row()).then(
-      () => "committed",
-      (error: Error) => error.message,
-    );
-    void held.then(() => {
-      settled = true;
-    });
-    await Bun.sleep(300);
-    holder.run("COMMIT");
-    holder.close();
-    // Committed by the next thread, or refused as the writer's: never left waiting.
-    await eventually(() => settled, 3000).catch(() => {
-      throw new Error(`${name}: the row held by the writer thread that ended was never settled`);
-    });
-    expect(await held).toMatch(/^committed$|writer stopped/);
-    const next = row();
-    await ledger.record(next);
-    await eventually(() => count(reader, `SELECT count(*) AS value FROM usage_ledger WHERE request_id = '${next.requestId}'`) === 1, 5000);
-    expect((ledger as unknown as { worker: Worker | undefined }).worker).not.toBe(first);
-  }
-
-  // A thread that ends in its first second (its database cannot be opened, say) is not started again in a loop: rows
-  // are refused, not left waiting.
-  const { ledger } = setup();
-  await Promise.all(Array.from({ length: 30 }, () => ledger.record(row())));
-  await eventually(() => writerStarted(ledger), 2000);
-  (ledger as unknown as { worker: Worker }).worker.terminate();
-  await eventually(() => !writerStarted(ledger), 2000);
-  await expect(ledger.record(row())).rejects.toThrow(/closed/);
-});
-
 test("rows staged here still reach the database file: the writer thread moves them and checkpoints", async () => {
   const { ledger, path } = setup();
   const first = row();
@@ -335,7 +303,9 @@ test("after close, rows are refused rather than left waiting", async () => {
   const { ledger } = setup();
   await ledger.record(row());
   ledger.close();
-  await expect(ledger.record(row())).rejects.toThrow("closed");
+  expect((await refusal(ledger.record(row()))).cause).toContain("closed");
+  // Closed, not failed: nothing for readiness to report.
+  expect(ledger.problem()).toBeUndefined();
 });
 
 test("an in-memory database is written on the server's thread", async () => {
@@ -381,10 +351,10 @@ test("the writer checkpoints as it goes: committed rows reach the database file 
   await eventually(() => rowInDatabaseFile(path, first.requestId), 5000);
   // 13,000 rows, most of them one to a commit (about a page each). The writer's passes run while rows are staged, so
   // the WAL only starts again from its beginning when a pass past 16 MB runs with nothing appended: without that it
-  // grew to 61 MB here (18.7 MB with it).
+  // grew to 61 MB here (18.7 MB with it, 25.3 MB in 4 of 33 runs while the process was busy with other tests' threads).
   expect(largestWal).toBeGreaterThan(0);
-  expect(Bun.file(`${path}-wal`).size).toBeLessThan(24 * 1024 * 1024);
-  expect(largestWal).toBeLessThan(24 * 1024 * 1024);
+  expect(Bun.file(`${path}-wal`).size).toBeLessThan(32 * 1024 * 1024);
+  expect(largestWal).toBeLessThan(32 * 1024 * 1024);
 });
 
 test("a stop leaves no WAL to read back: the writer closes its connection, the ledger's last checkpoint truncates", async () => {
@@ -508,4 +478,59 @@ test("a usage reset counts staged rows once: moved before the aggregates are reb
   ledger.flush();
   expect(count(reader, "SELECT sum(tokens) AS value FROM usage_months")).toBe(2 * 15);
   expect(count(reader, "SELECT count(*) AS value FROM usage_ledger")).toBe(3);
+});
+
+// Last in the file: the threads it ends and starts again leave the process busier for a while.
+test("a writer thread that dies or ends unasked leaves no row waiting: a new thread writes the next rows", async () => {
+  const endings: [string, (worker: Worker) => void][] = [
+    // An uncaught error on its thread (an open it cannot do).
+    ["error", (worker) => worker.postMessage({ type: "open", path: join("/dev/null", "nowhere.db"), progress: new SharedArrayBuffer(16) })],
+    // The thread stopped without an error.
+    ["close", (worker) => worker.terminate()],
+  ];
+  for (const [name, end] of endings) {
+    const { ledger, path, reader } = setup();
+    await Promise.all(Array.from({ length: 30 }, () => ledger.record(row())));
+    // A move of more rows than this thread takes starts the writer thread.
+    await eventually(() => count(reader, "SELECT count(*) AS value FROM usage_ledger") === 30, 2000);
+    expect(writerStarted(ledger)).toBe(true);
+    // Past its first second: a thread that dies at once is not restarted (below).
+    await Bun.sleep(1100);
+    const first = (ledger as unknown as { worker: Worker }).worker;
+    // The lock held elsewhere: this turn's row goes to the writer thread, to the one that ends or to its successor.
+    const holder = new Database(path);
+    holder.run("BEGIN IMMEDIATE");
+    holder.run("UPDATE change_counter SET version = version");
+    end(first);
+    let settled = false;
+    const held = ledger.record(row()).then(
+      () => "committed",
+      (error: RowNotRecorded) => String(error.cause),
+    );
+    void held.then(() => {
+      settled = true;
+    });
+    await Bun.sleep(300);
+    holder.run("COMMIT");
+    holder.close();
+    // Committed by the next thread, or refused as the writer's: never left waiting.
+    await eventually(() => settled, 3000).catch(() => {
+      throw new Error(`${name}: the row held by the writer thread that ended was never settled`);
+    });
+    expect(await held).toMatch(/^committed$|writer stopped/);
+    const next = row();
+    await ledger.record(next);
+    await eventually(() => count(reader, `SELECT count(*) AS value FROM usage_ledger WHERE request_id = '${next.requestId}'`) === 1, 5000);
+    expect((ledger as unknown as { worker: Worker | undefined }).worker).not.toBe(first);
+  }
+
+  // A thread that ends in its first second (its database cannot be opened, say) is not started again in a loop: rows
+  // are refused, not left waiting.
+  const { ledger } = setup();
+  await Promise.all(Array.from({ length: 30 }, () => ledger.record(row())));
+  await eventually(() => writerStarted(ledger), 2000);
+  (ledger as unknown as { worker: Worker }).worker.terminate();
+  await eventually(() => !writerStarted(ledger), 2000);
+  expect((await refusal(ledger.record(row()))).cause).toContain("writer stopped");
+  expect(ledger.problem()).toMatch(/writer stopped/);
 });

@@ -182,6 +182,9 @@ export class ChatService implements RunSettler {
 
   private async whole(run: Run): Promise<ChatResult> {
     const { prepared, context } = run;
+    // Once settling has begun the request is settled, whatever follows: its permit released and its row written (or
+    // refused, which withholds the answer). Settling it again would write a second row and count its tokens twice.
+    let settling = false;
     try {
       let completion = await prepared.entry.backend.complete({ model: prepared.entry.config, body: prepared.upstreamBody, signal: context.abort.signal });
       run.meter.observeCompletion(completion);
@@ -189,10 +192,11 @@ export class ChatService implements RunSettler {
       const rule = checking instanceof Promise ? await checking : checking;
       if (rule)
         completion = { content: refusalText(rule, "output"), reasoning: null, toolCalls: null, finishReason: "content_filter", usage: completion.usage };
+      settling = true;
       await this.settle(run, rule ? { outcome: "content_filter", ruleId: rule.id } : completedEnding);
       return { kind: "whole", body: run.format.whole(run.identity, completion, run.billed as Usage), headers: run.permit.lease.headers };
     } catch (error) {
-      await this.fail(run, error);
+      if (!settling) await this.fail(run, error);
       throw asCallerError(error);
     }
   }

@@ -1,4 +1,5 @@
 import { describe, expect, test } from "bun:test";
+import { mkdirSync, renameSync } from "node:fs";
 import { Logger } from "../../../src/modules/observability/logger";
 import { eventually, fakeModel, readSse, startSluice, useFakeUpstream } from "../../helpers";
 
@@ -45,6 +46,73 @@ describe("health and readiness", () => {
     expect(sluice.server.admission.inFlight()).toBe(0);
     sluice.removeFiles();
   });
+});
+
+test("a row the database refuses (a full disk, say): the whole answer is withheld with 503, a stream ends with that error, and each failed commit is logged with the database's error", async () => {
+  const lines: string[] = [];
+  const logger = new Logger("info", (text) => lines.push(...text.trim().split("\n")));
+  const sluice = await startSluice({ models: [fakeModel(upstream.url, "m", "usage-10-5")], plans: [{ id: "default", models: ["*"] }] }, { logger });
+  try {
+    sluice.database.sqlite.run("CREATE TRIGGER full_disk BEFORE INSERT ON usage_ledger_inbox BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END");
+    const whole = await sluice.post("/v1/chat/completions", { model: "m", messages });
+    expect(whole.status).toBe(503);
+    expect(whole.headers.get("retry-after")).toBe("2");
+    expect(((await whole.json()) as { error: { code: string } }).error.code).toBe("server_overloaded");
+    const events = await readSse(await sluice.post("/v1/chat/completions", { model: "m", messages, stream: true }));
+    expect(events.at(-1)).toBe("[DONE]");
+    expect((events.at(-2) as { error: { code: string } }).error.code).toBe("server_overloaded");
+    // One failed commit a request: each was settled once (a second settle would try a second row).
+    await Bun.sleep(100);
+    logger.flush();
+    const failures = lines.filter((line) => line.includes("ledger rows not recorded"));
+    expect(failures).toHaveLength(2);
+    for (const line of failures) {
+      expect(JSON.parse(line)).toMatchObject({ level: "error", rows: 1, error: expect.stringContaining("database or disk is full") });
+    }
+    expect(sluice.server.admission.inFlight()).toBe(0);
+    // Not an upstream's fault, and each answer's tokens counted once.
+    const metrics = await (await fetch(`${sluice.url}/metrics`)).text();
+    expect(metrics).not.toContain("sluice_upstream_errors_total{");
+    expect(metrics).toContain('sluice_tokens_total{model="m",kind="prompt"} 20');
+  } finally {
+    await sluice.stop();
+  }
+});
+
+test("/readyz reports a ledger that cannot record (its writer thread cannot open the database); answers are then withheld, never given unrecorded", async () => {
+  const lines: string[] = [];
+  const logger = new Logger("info", (text) => lines.push(...text.trim().split("\n")));
+  const sluice = await startSluice({ models: [fakeModel(upstream.url, "m", "usage-10-5")], plans: [{ id: "default", models: ["*"] }] }, { logger });
+  const path = sluice.database.sqlite.filename;
+  try {
+    // The file replaced under the running server: its own connections keep the old one, a new thread cannot open it.
+    renameSync(path, `${path}.moved`);
+    mkdirSync(path);
+    // A move of more rows than the server's thread takes starts the writer thread, which dies at once.
+    const answers = await Promise.all(Array.from({ length: 30 }, () => sluice.post("/v1/chat/completions", { model: "m", messages })));
+    expect(answers.map((answer) => answer.status)).toEqual(Array.from({ length: 30 }, () => 200));
+    let ready = await fetch(`${sluice.url}/readyz`);
+    for (let attempt = 0; attempt < 100 && ready.status !== 503; attempt++) {
+      await Bun.sleep(20);
+      ready = await fetch(`${sluice.url}/readyz`);
+    }
+    expect(ready.status).toBe(503);
+    expect(((await ready.json()) as { problems: string[] }).problems).toEqual([expect.stringMatching(/^ledger not recording: the ledger's writer stopped/)]);
+    // A request now cannot be recorded: its answer is withheld (503), not sent without its row.
+    const refused = await sluice.post("/v1/chat/completions", { model: "m", messages });
+    expect(refused.status).toBe(503);
+    expect(refused.headers.get("retry-after")).toBe("2");
+    expect(((await refused.json()) as { error: { code: string } }).error.code).toBe("server_overloaded");
+    // The operator's clue is in the log, once: the writer thread's end and its cause.
+    logger.flush();
+    await eventually(() => lines.some((line) => line.includes("ledger rows not recorded")));
+    const logged = lines.map((line) => JSON.parse(line) as Record<string, unknown>).filter((entry) => entry.message === "ledger rows not recorded");
+    expect(logged).toHaveLength(1);
+    expect(logged[0]).toMatchObject({ level: "error", rows: 0 });
+    expect(String(logged[0]?.error)).toContain("writer stopped");
+  } finally {
+    await sluice.stop();
+  }
 });
 
 describe("metrics", () => {

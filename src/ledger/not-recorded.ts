@@ -1,0 +1,15 @@
+import { SluiceError } from "../errors";
+
+/**
+ * What a request is refused with when its ledger row could not be committed: its answer is withheld, never given
+ * unrecorded, with a 503 to retry shortly, on SQLite as on PostgreSQL. The database's own error is the cause, which
+ * the server logs (an operator's only clue to a full disk, say).
+ */
+export class RowNotRecorded extends SluiceError {
+  constructor(why: string, cause: unknown) {
+    super("server_overloaded", `The gateway could not record this request (${why}), so it withholds the answer. Retry shortly.`, {
+      retryAfterSeconds: 2,
+      cause,
+    });
+  }
+}
