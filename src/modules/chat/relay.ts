@@ -98,12 +98,17 @@ export class StreamRelay implements StreamedAnswer {
     } catch (error) {
       // A client that left is settled by close (the upstream's abort is how it shows here).
       if (this.stopped) return;
+      let failure = error;
       if (!this.settled) {
         this.settled = true;
-        await this.settler.fail(run, error);
+        // A failure whose row the ledger refuses still ends the stream with an error event: the ledger's.
+        failure = await this.settler.fail(run, error).then(
+          () => error,
+          (refused: unknown) => refused,
+        );
       }
       if (!(error instanceof ClientGoneError) && !this.stopped) {
-        const callerError = asCallerError(error);
+        const callerError = asCallerError(failure);
         noteFailure(run.context.record, callerError.code);
         // What a failure cut short of a batch is not sent.
         out.length = 0;

@@ -51,7 +51,10 @@ describe("health and readiness", () => {
 test("a row the database refuses (a full disk, say): the whole answer is withheld with 503, a stream ends with that error, and each failed commit is logged with the database's error", async () => {
   const lines: string[] = [];
   const logger = new Logger("info", (text) => lines.push(...text.trim().split("\n")));
-  const sluice = await startSluice({ models: [fakeModel(upstream.url, "m", "usage-10-5")], plans: [{ id: "default", models: ["*"] }] }, { logger });
+  const sluice = await startSluice(
+    { models: [fakeModel(upstream.url, "m", "usage-10-5"), fakeModel(upstream.url, "broken", "midstream-error")], plans: [{ id: "default", models: ["*"] }] },
+    { logger },
+  );
   try {
     sluice.database.sqlite.run("CREATE TRIGGER full_disk BEFORE INSERT ON usage_ledger_inbox BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END");
     const whole = await sluice.post("/v1/chat/completions", { model: "m", messages });
@@ -61,18 +64,22 @@ test("a row the database refuses (a full disk, say): the whole answer is withhel
     const events = await readSse(await sluice.post("/v1/chat/completions", { model: "m", messages, stream: true }));
     expect(events.at(-1)).toBe("[DONE]");
     expect((events.at(-2) as { error: { code: string } }).error.code).toBe("server_overloaded");
+    // An upstream that fails midway, whose failed row is refused too: the stream still ends with an error event.
+    const broken = await readSse(await sluice.post("/v1/chat/completions", { model: "broken", messages, stream: true }));
+    expect(broken.at(-1)).toBe("[DONE]");
+    expect((broken.at(-2) as { error: { code: string } }).error.code).toBe("server_overloaded");
     // One failed commit a request: each was settled once (a second settle would try a second row).
     await Bun.sleep(100);
     logger.flush();
     const failures = lines.filter((line) => line.includes("ledger rows not recorded"));
-    expect(failures).toHaveLength(2);
+    expect(failures).toHaveLength(3);
     for (const line of failures) {
       expect(JSON.parse(line)).toMatchObject({ level: "error", rows: 1, error: expect.stringContaining("database or disk is full") });
     }
     expect(sluice.server.admission.inFlight()).toBe(0);
-    // Not an upstream's fault, and each answer's tokens counted once.
+    // The first two were not an upstream's fault, and each answer's tokens counted once.
     const metrics = await (await fetch(`${sluice.url}/metrics`)).text();
-    expect(metrics).not.toContain("sluice_upstream_errors_total{");
+    expect(metrics).not.toContain('sluice_upstream_errors_total{model="m"');
     expect(metrics).toContain('sluice_tokens_total{model="m",kind="prompt"} 20');
   } finally {
     await sluice.stop();
