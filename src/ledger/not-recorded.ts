@@ -2,8 +2,8 @@ import { SluiceError } from "../errors";
 
 /**
  * What a request is refused with when its ledger row could not be committed: its answer is withheld, never given
- * unrecorded, with a 503 to retry shortly, on SQLite as on PostgreSQL. The database's own error is the cause, which
- * the server logs (an operator's only clue to a full disk, say).
+ * unrecorded, with a 503 to retry shortly, on SQLite as on PostgreSQL. The database's own error is its cause; each
+ * ledger also tells the server of every failed commit (`LedgerRefusalListener`), which logs it once.
  */
 export class RowNotRecorded extends SluiceError {
   constructor(why: string, cause: unknown) {
