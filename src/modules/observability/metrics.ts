@@ -42,6 +42,13 @@ export class Metrics {
   );
   readonly upstreamErrors = new Counter(this.registry, "sluice_upstream_errors_total", "Upstream failures by model and error code", ["model", "code"]);
   readonly refusals = new Counter(this.registry, "sluice_safety_refusals_total", "Red-line refusals by rule", ["rule"]);
+  /** Ledger rows that could not be committed (a full disk, a database that does not answer): at 0 from the start. */
+  readonly ledgerRefusedRows = new Counter(
+    this.registry,
+    "sluice_ledger_refused_rows_total",
+    "Ledger rows that could not be committed; their requests were refused with 503 rather than answered unrecorded",
+    [],
+  ).series({});
   private readonly tokenSeries = new Map<string, TokenSeries>();
 
   /** The token counters of a model, looked up once rather than by label on every answer. */

@@ -81,6 +81,8 @@ test("a row the database refuses (a full disk, say): the whole answer is withhel
     const metrics = await (await fetch(`${sluice.url}/metrics`)).text();
     expect(metrics).not.toContain('sluice_upstream_errors_total{model="m"');
     expect(metrics).toContain('sluice_tokens_total{model="m",kind="prompt"} 20');
+    // The rows refused, for an alert.
+    expect(metrics).toContain("\nsluice_ledger_refused_rows_total 3\n");
   } finally {
     await sluice.stop();
   }
@@ -152,6 +154,8 @@ describe("metrics", () => {
       expect(text).toContain('sluice_upstream_errors_total{model="fail",code="upstream_error"} 1');
       expect(text).toContain('sluice_in_flight{model="slow"} 0');
       expect(text).toContain('sluice_queued{model="slow"} 0');
+      // Every row recorded: the refusals' counter is there, at 0.
+      expect(text).toContain("\nsluice_ledger_refused_rows_total 0\n");
     } finally {
       await sluice.stop();
     }
