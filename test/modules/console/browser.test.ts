@@ -83,9 +83,25 @@ test("sign up, waitlist, operator activates, sign in, create a key, use it, usag
   await visible(operator.getByTestId("org-Dana Labs").getByText("active"));
   await shot(operator, "03-operator-organizations");
 
+  // The key list's answer held back: what is typed before it arrives must survive the page rendering it.
+  let releaseList = () => {};
+  const listHeld = new Promise<void>((resolve) => {
+    releaseList = resolve;
+  });
+  await member.route("**/console/api/keys", async (route) => {
+    if (route.request().method() === "GET") await listHeld;
+    await route.continue();
+  });
   await member.reload();
   await member.getByLabel("Label").fill("notebook");
   await member.getByLabel("Max concurrent requests (optional, inside your plan)").fill("4");
+  const listed = member.waitForResponse((response) => response.url().endsWith("/console/api/keys") && response.request().method() === "GET");
+  releaseList();
+  await listed;
+  // The list's render comes within a frame of its answer.
+  await member.waitForTimeout(300);
+  expect(await member.getByLabel("Max concurrent requests (optional, inside your plan)").inputValue()).toBe("4");
+  await member.unroute("**/console/api/keys");
   await member.getByRole("button", { name: "Create key" }).click();
   const secret = (await member.getByTestId("new-key").textContent())?.trim() as string;
   expect(secret).toMatch(/^sk-sluice-/);

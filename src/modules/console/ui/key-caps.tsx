@@ -25,14 +25,17 @@ export function capsBody(form: FormData): Record<string, number | null> {
   return body;
 }
 
-/** The three optional inputs, filled with the key's caps when it has some. */
+/**
+ * The three optional inputs, filled with the key's caps when it has some. Their first value is a default, not a bound
+ * value: the page renders again when the key list arrives, and a bound value would wipe what was typed before it did.
+ */
 export function CapsFields({ caps, label }: { caps?: Caps; label?: string }) {
   return (
     <>
       {fields.map(([name, title, field]) => (
         <label key={name}>
           {title} (optional{label ? `, ${label}` : ""})
-          <input name={name} type="number" min={1} step={1} inputMode="numeric" placeholder="no cap" value={caps?.[field] ?? ""} />
+          <input name={name} type="number" min={1} step={1} inputMode="numeric" placeholder="no cap" defaultValue={String(caps?.[field] ?? "")} />
         </label>
       ))}
     </>
