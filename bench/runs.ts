@@ -5,6 +5,7 @@
 //
 //   bun bench/runs.ts [--since YYYY-MM-DD] [--json]
 
+import { parseArgs } from "node:util";
 import { round3 } from "./statistics";
 
 /** The figures of one judge's run that the targets are read on, Sluice's and the full reference's. */
@@ -132,10 +133,10 @@ function cell(value: number | null, digits = 2): string {
 }
 
 if (import.meta.main) {
-  const sinceIndex = Bun.argv.indexOf("--since");
-  const since = sinceIndex > 0 ? (Bun.argv[sinceIndex + 1] ?? "") : "";
+  const { values } = parseArgs({ options: { since: { type: "string", default: "" }, json: { type: "boolean", default: false } } });
+  const since = values.since;
   const runs = (await recordedRuns()).filter((run) => run.date >= since);
-  if (Bun.argv.includes("--json")) {
+  if (values.json) {
     console.log(JSON.stringify({ runs, tally: tally(runs) }, null, 2));
   } else {
     console.log(

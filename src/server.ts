@@ -81,25 +81,22 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const { storage, redis } = options;
   const plans = new Map(options.config.plans.map((plan) => [plan.id, plan]));
   const logger = options.logger ?? new Logger();
-  // Set once the metrics exist, below; until then (start-up) a failed commit is only logged.
-  let countRefused = (_rows: number): void => {};
-  // A failed commit refuses its rows' requests (503); the database's own error is the operator's clue, logged once a commit.
-  const ledger = storage.openLedger((error, rows) => {
-    countRefused(rows);
-    logger.log("error", { message: "ledger rows not recorded", rows, error: String((error as Error | undefined)?.stack ?? error) });
-  });
-  const auth = new AuthService(storage.keys, storage.changes, plans, (entries) => ledger.touchKeys(entries));
   const models = new ModelRegistry(options.config, options.environment);
   // One keeper renews every lease this instance holds: organizations' concurrency leases and model slots.
   const keeper = redis ? new LeaseKeeper(redis) : undefined;
-  const admission: AdmissionStore = redis ? new RedisAdmissionStore(redis, storage.usage, storage.keys, keeper) : new MemoryAdmissionStore();
-  await syncAdmissionWithLedger(admission, storage, ledger, clock);
   const queues = new Map<string, Queue>(
     options.config.models.map((model) => [model.id, redis && keeper ? new SharedModelQueue(model, redis, keeper) : new ModelQueue(model)]),
   );
-  const safety = new SafetyService(options.config.safety, options.environment);
   const metrics = new Metrics(queues);
-  countRefused = (rows) => metrics.ledgerRefusedRows.inc(rows);
+  // A failed commit refuses its rows' requests (503); the database's own error is the operator's clue, logged once a commit.
+  const ledger = storage.openLedger((error, rows) => {
+    metrics.ledgerRefusedRows.inc(rows);
+    logger.log("error", { message: "ledger rows not recorded", rows, error: String((error as Error | undefined)?.stack ?? error) });
+  });
+  const auth = new AuthService(storage.keys, storage.changes, plans, (entries) => ledger.touchKeys(entries));
+  const admission: AdmissionStore = redis ? new RedisAdmissionStore(redis, storage.usage, storage.keys, keeper) : new MemoryAdmissionStore();
+  await syncAdmissionWithLedger(admission, storage, ledger, clock);
+  const safety = new SafetyService(options.config.safety, options.environment);
   const lifecycle: Lifecycle = { draining: false, openAnswers: 0 };
   const chat = new ChatService({ models, ledger, admission, queues, safety, clock, metrics, ledgerAvailable: () => storage.available() });
   const maxBodyBytes = options.maxBodyBytes ?? defaultMaxBodyBytes;

@@ -388,8 +388,7 @@ export class Ledger {
     }
   }
 
-  /** Settles every sent batch up to `upTo`: committed, or refused with `error`. */
-  /** Returns how many rows it refused (told to `onRefused`). */
+  /** Settles every sent batch up to `upTo`: committed, or refused with `error`; returns how many rows it refused. */
   private acknowledge(upTo: number, error: string | undefined): number {
     const cause = error === undefined ? undefined : new LedgerWriteError(error);
     const refused = cause === undefined ? undefined : new RowNotRecorded(notWritten, cause);

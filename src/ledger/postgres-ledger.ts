@@ -82,6 +82,7 @@ export class PostgresLedger implements LedgerStore {
     private readonly client: SQL,
     /** Told whether each commit worked, so that admission stops while the database does not answer. */
     private readonly onCommit: (ok: boolean) => void = () => {},
+    /** Told of every commit that failed: the error, and the rows it refused. */
     private readonly onRefused: LedgerRefusalListener = () => {},
   ) {}
 
