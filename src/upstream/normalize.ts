@@ -18,15 +18,35 @@ export function reasoningOf(message: JsonObject): string | undefined {
   return text(message.reasoning_content) ?? text(message.reasoning);
 }
 
-/** OpenAI usage into Sluice's Usage; undefined when the upstream sent none or nonsense. */
+/** A token count as the ledger and the quotas can hold it: a whole number from 0 to 2^53 - 1. */
+function isCount(value: unknown): value is number {
+  return Number.isSafeInteger(value) && (value as number) >= 0;
+}
+
+/**
+ * OpenAI usage into Sluice's Usage; undefined when the upstream sent none or nonsense, so that the answer is counted
+ * with the tokenizer instead. Counts are billed and charged to quotas as they come: a negative one would give tokens
+ * back, and one past a double (1e400 parses to Infinity) would use up the organization's quota for good.
+ */
 export function usageOf(value: unknown): Usage | undefined {
   if (!isObject(value)) return undefined;
   const promptTokens = value.prompt_tokens;
   const completionTokens = value.completion_tokens;
-  if (typeof promptTokens !== "number" || typeof completionTokens !== "number") return undefined;
+  if (!isCount(promptTokens) || !isCount(completionTokens)) return undefined;
   const details = isObject(value.completion_tokens_details) ? value.completion_tokens_details : {};
-  const reasoningTokens = typeof details.reasoning_tokens === "number" ? details.reasoning_tokens : 0;
+  // Reasoning is part of the completion's count (OpenAI's definition), never more than it.
+  const reasoningTokens = isCount(details.reasoning_tokens) ? Math.min(details.reasoning_tokens, completionTokens) : 0;
   return { promptTokens, completionTokens, reasoningTokens };
+}
+
+/**
+ * The tool calls of a message or delta: its entries that are objects (a call's fields are each read with their type
+ * checked, see toolCallParts); undefined when there are none, so that `[null]` is no call rather than a broken one.
+ */
+export function toolCallsOf(value: unknown): ToolCallDelta[] | undefined {
+  if (!Array.isArray(value) || value.length === 0) return undefined;
+  const calls = value.every(isObject) ? (value as ToolCallDelta[]) : (value.filter(isObject) as ToolCallDelta[]);
+  return calls.length > 0 ? calls : undefined;
 }
 
 /**
@@ -40,7 +60,7 @@ export function eventsOfChunk(chunk: unknown, events: CompletionEvent[]): void {
     const delta = isObject(choice.delta) ? choice.delta : {};
     const content = text(delta.content);
     const reasoning = reasoningOf(delta);
-    const toolCalls = Array.isArray(delta.tool_calls) && delta.tool_calls.length > 0 ? (delta.tool_calls as ToolCallDelta[]) : undefined;
+    const toolCalls = toolCallsOf(delta.tool_calls);
     if (content !== undefined || reasoning !== undefined || toolCalls !== undefined) {
       events.push({ type: "delta", content, reasoning, toolCalls });
     }

@@ -1,9 +1,9 @@
 import { UpstreamError } from "../errors";
 import { clearDeadline, setDeadline } from "./deadlines";
 import { errorFromFailure, errorFromStatus } from "./errors";
-import { eventsOfChunk, reasoningOf, usageOf } from "./normalize";
+import { eventsOfChunk, reasoningOf, toolCallsOf, usageOf } from "./normalize";
 import { ServerSentEventDecoder } from "./sse";
-import type { Backend, BackendRequest, Completion, CompletionEvent, StreamEnding, ToolCallDelta } from "./types";
+import type { Backend, BackendRequest, Completion, CompletionEvent, StreamEnding } from "./types";
 
 /**
  * The signal of one upstream call with first-byte or idle limits: a signal of its own that also fires when the
@@ -195,7 +195,7 @@ export class OpenAIBackend implements Backend {
       throw new UpstreamError(`The upstream for model ${this.modelId} sent an answer without choices.`, { isRetryable: true });
     }
     const message = choice.message;
-    const toolCalls = Array.isArray(message.tool_calls) && message.tool_calls.length > 0 ? (message.tool_calls as ToolCallDelta[]) : null;
+    const toolCalls = toolCallsOf(message.tool_calls) ?? null;
     return {
       content: typeof message.content === "string" ? message.content : null,
       reasoning: reasoningOf(message) ?? null,

@@ -32,7 +32,8 @@ export interface ToolCallParts {
 export function toolCallParts(call: ToolCallDelta, position: number): ToolCallParts {
   const fields = (typeof call.function === "object" && call.function !== null ? call.function : {}) as { name?: unknown; arguments?: unknown };
   return {
-    index: typeof call.index === "number" ? call.index : position,
+    // A place among the calls: a whole number (the id of an Anthropic tool_use block is built from it).
+    index: Number.isSafeInteger(call.index) && (call.index as number) >= 0 ? (call.index as number) : position,
     id: typeof call.id === "string" && call.id !== "" ? call.id : undefined,
     name: typeof fields.name === "string" ? fields.name : "",
     arguments: typeof fields.arguments === "string" ? fields.arguments : "",
