@@ -19,9 +19,19 @@ export function readBodyText(request: Request, limit: number): Promise<string> {
 
 /** A body without Content-Length, counted as it arrives. */
 async function readCounting(request: Request, limit: number): Promise<string> {
-  if (!request.body) return "";
+  const text = await readTextWithin(request.body, limit);
+  if (text === undefined) throw bodyTooLarge(limit);
+  return text;
+}
+
+/**
+ * Reads a body of unknown length as text, counting its bytes as they arrive; undefined once it passes `limit`, when
+ * the rest is cancelled unread, so that no more than the limit is ever held.
+ */
+export async function readTextWithin(body: ReadableStream<Uint8Array> | null, limit: number): Promise<string | undefined> {
+  if (!body) return "";
   const decoder = new TextDecoder();
-  const reader = request.body.getReader();
+  const reader = body.getReader();
   let size = 0;
   let text = "";
   for (;;) {
@@ -30,7 +40,7 @@ async function readCounting(request: Request, limit: number): Promise<string> {
     size += value.byteLength;
     if (size > limit) {
       await reader.cancel().catch(() => undefined);
-      throw bodyTooLarge(limit);
+      return undefined;
     }
     text += decoder.decode(value, { stream: true });
   }

@@ -2,8 +2,12 @@ import { UpstreamError } from "../errors";
 import { clearDeadline, setDeadline } from "./deadlines";
 import { errorFromFailure, errorFromStatus } from "./errors";
 import { eventsOfChunk, reasoningOf, toolCallsOf, usageOf } from "./normalize";
-import { ServerSentEventDecoder } from "./sse";
+import { maxEventLength, ServerSentEventDecoder } from "./sse";
+import { readTextWithin } from "../http/read-body";
 import type { Backend, BackendRequest, Completion, CompletionEvent, StreamEnding } from "./types";
+
+/** How much of an upstream's error body is read for its reason; the rest is not waited for. */
+const maxErrorBodyBytes = 64 * 1024;
 
 /**
  * The signal of one upstream call with first-byte or idle limits: a signal of its own that also fires when the
@@ -66,6 +70,9 @@ export class OpenAIBackend implements Backend {
       if (response.status !== 200) throw await this.statusError(response);
       let parsed: unknown;
       try {
+        // Read whole, not counted as it arrives (as an error's body and a stream's events are): reading the length
+        // first cost every answer 1-2 % of its CPU (bench/switch.ts, bench/HISTORY.md), so the model's time limit is
+        // what bounds it.
         parsed = await response.json();
       } catch (error) {
         throw new UpstreamError(`The upstream for model ${this.modelId} sent a body that is not JSON.`, { isRetryable: true, cause: error });
@@ -129,6 +136,9 @@ export class OpenAIBackend implements Backend {
           // What arrived before a failure in the same read is still relayed (and billed) before the failure.
           if (events.length > 0) yield events;
           if (failure) throw failure;
+          if (decoder.overflowed) {
+            throw new UpstreamError(`The upstream for model ${this.modelId} sent a stream event over ${maxEventLength} characters.`, { isRetryable: true });
+          }
           if (done) {
             ended = true;
             break;
@@ -181,9 +191,9 @@ export class OpenAIBackend implements Backend {
     });
   }
 
-  /** The error of an answer whose status is not 200, from its body and Retry-After. */
+  /** The error of an answer whose status is not 200, from its body (its first `maxErrorBodyBytes`) and Retry-After. */
   private async statusError(response: Response): Promise<UpstreamError> {
-    const body = await response.text().catch(() => "");
+    const body = (await readTextWithin(response.body, maxErrorBodyBytes).catch(() => "")) ?? "";
     return errorFromStatus(this.modelId, response.status, body, response.headers.get("retry-after"));
   }
 

@@ -1,3 +1,9 @@
+/**
+ * The longest stream event (or line) an upstream may send: 16 Mi code units, far above any chunk of a token or a
+ * tool call's arguments, and above a whole answer sent as one event.
+ */
+export const maxEventLength = 16 * 1024 * 1024;
+
 const lineFeed = 10;
 const carriageReturn = 13;
 const space = 32;
@@ -23,6 +29,11 @@ export class ServerSentEventDecoder {
   private data: string | undefined = undefined;
   /** The latest read ended with a CR: a LF starting the next one is the second half of the same CRLF. */
   private afterCarriageReturn = false;
+  /**
+   * Set once a line or an event (its data lines joined) grew past `maxEventLength`: the decoder then drops it and
+   * reads no further, and its caller ends the stream. Unbounded, an upstream that never ends a line fills the memory.
+   */
+  overflowed = false;
 
   /**
    * The data of the events completed by these bytes; with no bytes, the end of the stream, which completes none.
@@ -31,6 +42,7 @@ export class ServerSentEventDecoder {
    */
   feed(bytes?: Uint8Array): string[] {
     this.events.length = 0;
+    if (this.overflowed) return this.events;
     if (bytes === undefined) {
       // Whatever the stream ended inside (a line, an event) is dropped, as the standard says.
       this.decoder.decode();
@@ -57,6 +69,7 @@ export class ServerSentEventDecoder {
       const end = nextCarriageReturn === -1 ? nextLineFeed : nextLineFeed === -1 ? nextCarriageReturn : Math.min(nextCarriageReturn, nextLineFeed);
       if (end === -1) {
         this.partialLine += start === 0 ? text : text.slice(start);
+        if (this.partialLine.length > maxEventLength) this.overflow();
         return;
       }
       if (this.partialLine === "") this.line(text, start, end);
@@ -65,6 +78,7 @@ export class ServerSentEventDecoder {
         this.partialLine = "";
         this.line(line, 0, line.length);
       }
+      if (this.overflowed) return;
       if (text.charCodeAt(end) === carriageReturn) {
         if (end + 1 === text.length) {
           this.afterCarriageReturn = true;
@@ -93,6 +107,13 @@ export class ServerSentEventDecoder {
     else if (text.charCodeAt(afterName) !== colon) return;
     else value = text.slice(text.charCodeAt(afterName + 1) === space ? afterName + 2 : afterName + 1, end);
     this.data = this.data === undefined ? value : `${this.data}\n${value}`;
+    if (this.data.length > maxEventLength) this.overflow();
+  }
+
+  private overflow(): void {
+    this.overflowed = true;
+    this.partialLine = "";
+    this.data = undefined;
   }
 }
 

@@ -9,11 +9,24 @@ import { anyFieldValue, startSluice, type TestSluice } from "../helpers";
 /** What the scripted upstream answers next: a whole body as text, or a stream's events as `data:` payloads. */
 let whole = "{}";
 let events: string[] = [];
+/** When set, answers in place of the script above (see `withAnswer`). */
+let answer: (() => Response) | undefined;
+
+/** Runs `body` while the upstream answers every request with `respond`. */
+async function withAnswer(respond: () => Response, body: () => Promise<void>): Promise<void> {
+  answer = respond;
+  try {
+    await body();
+  } finally {
+    answer = undefined;
+  }
+}
 
 const upstream = Bun.serve({
   port: 0,
   async fetch(request) {
     const body = (await request.json()) as { stream?: boolean };
+    if (answer) return answer();
     if (!body.stream) return new Response(whole, { headers: { "content-type": "application/json" } });
     const text = `${events.map((data) => `data: ${data}\n\n`).join("")}data: [DONE]\n\n`;
     return new Response(text, { headers: { "content-type": "text/event-stream" } });
@@ -230,16 +243,88 @@ describe("what Sluice makes of an upstream's nonsense", () => {
   });
 });
 
+/**
+ * A body of `first`, then `chunks` reads of `chunk` each, sent without a Content-Length; counts how many were pulled.
+ */
+function endless(chunk: string, chunks: number, pulled: { count: number }, first = ""): ReadableStream<Uint8Array> {
+  const encoder = new TextEncoder();
+  const bytes = encoder.encode(chunk);
+  return new ReadableStream({
+    start(controller) {
+      if (first) controller.enqueue(encoder.encode(first));
+    },
+    pull(controller) {
+      if (pulled.count++ === chunks) controller.close();
+      else controller.enqueue(bytes);
+    },
+  });
+}
+
+/** The first chunk of a stream, so that the stream has begun when the upstream goes wrong. */
+const firstChunk = `data: ${JSON.stringify({ choices: [{ index: 0, delta: { content: "hel" } }] })}\n\n`;
+
+describe("an upstream that sends too much", () => {
+  const megabyte = "x".repeat(1024 * 1024);
+
+  test("a stream line that never ends: the stream ends with an error event at 16 Mi characters", async () => {
+    const pulled = { count: 0 };
+    await withAnswer(
+      () => new Response(endless(`data: ${megabyte}`, 1000, pulled, firstChunk), { headers: { "content-type": "text/event-stream" } }),
+      async () => {
+        const response = await call("chat", true);
+        expect(response.status).toBe(200);
+        const text = await response.text();
+        expect(text).toContain('"content":"hel"');
+        expect(text).toContain('"code":"upstream_error"');
+        expect(text.endsWith("data: [DONE]\n\n")).toBe(true);
+        expect(pulled.count).toBeLessThan(40);
+      },
+    );
+  }, 30_000);
+
+  test("an event of many short data lines that never ends past the same bound", async () => {
+    const pulled = { count: 0 };
+    const lines = "data: abcdefghijklmnopqrstuvwxyz\n".repeat(32 * 1024);
+    await withAnswer(
+      () => new Response(endless(lines, 100_000, pulled, firstChunk), { headers: { "content-type": "text/event-stream" } }),
+      async () => {
+        const response = await call("messages", true);
+        expect(response.status).toBe(200);
+        const text = await response.text();
+        expect(text).toContain("event: error");
+        expect(pulled.count).toBeLessThan(40);
+      },
+    );
+  }, 30_000);
+
+  test("an error status with an endless body: 502 from its status, the body read no further than 64 KB", async () => {
+    const pulled = { count: 0 };
+    await withAnswer(
+      () => new Response(endless(megabyte, 1000, pulled), { status: 500 }),
+      async () => {
+        const response = await call("chat", false);
+        expect(response.status).toBe(502);
+        await response.arrayBuffer();
+        expect(pulled.count).toBeLessThan(10);
+      },
+    );
+  });
+});
+
 describe("property-based: whatever the upstream answers, clients get valid answers and slots come back", () => {
   test("whole answers with a wrong value anywhere", async () => {
+    let answered = 0;
     await fc.assert(
       fc.asyncProperty(fc.constantFrom<Api>("chat", "responses", "messages"), fc.constantFrom(...wholePaths), fieldValue, async (api, path, raw) => {
         whole = withRaw(goodWhole(), path, raw);
         const response = await call(api, false);
+        if (response.status === 200) answered++;
         await expectReadable(api, response, false, `${api} whole ${whole}`);
       }),
       { numRuns: 500 },
     );
+    // Most wrong values leave an answer to give: the property is not met by 502s alone.
+    expect(answered).toBeGreaterThan(250);
   }, 60_000);
 
   test("streams with a wrong value anywhere in one chunk, or a chunk that is not an object", async () => {

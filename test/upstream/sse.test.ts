@@ -1,7 +1,7 @@
 import { expect, test } from "bun:test";
 import { createParser } from "eventsource-parser";
 import fc from "fast-check";
-import { ServerSentEventDecoder } from "../../src/upstream/sse";
+import { maxEventLength, ServerSentEventDecoder } from "../../src/upstream/sse";
 
 const bytes = (text: string) => new TextEncoder().encode(text);
 
@@ -80,4 +80,29 @@ test("the decoder finds the same events as eventsource-parser however a stream i
     }),
     { numRuns: 2000 },
   );
+});
+
+test("a line or an event longer than the bound is dropped, the decoder marks itself overflowed and reads no more", () => {
+  const megabyte = "x".repeat(1024 * 1024);
+  const chunks = Math.ceil(maxEventLength / megabyte.length);
+  // A line that never ends: events completed in the same read before it still come.
+  const line = new ServerSentEventDecoder();
+  expect(line.feed(bytes(`data: 1\n\ndata: ${megabyte}`))).toEqual(["1"]);
+  for (let read = 2; read < chunks; read++) expect(line.feed(bytes(megabyte))).toEqual([]);
+  expect(line.overflowed).toBe(false);
+  line.feed(bytes(megabyte));
+  expect(line.overflowed).toBe(true);
+  expect(line.feed(bytes("\n\ndata: 2\n\n"))).toEqual([]);
+  // An event of short data lines that never ends with a blank line.
+  const event = new ServerSentEventDecoder();
+  const lines = `data: ${"y".repeat(1023)}\n`.repeat(1024);
+  for (let read = 1; read < chunks; read++) expect(event.feed(bytes(lines))).toEqual([]);
+  expect(event.overflowed).toBe(false);
+  event.feed(bytes(lines));
+  event.feed(bytes(lines));
+  expect(event.overflowed).toBe(true);
+  // Just under the bound is an event like any other.
+  const under = new ServerSentEventDecoder();
+  expect(under.feed(bytes(`data: ${"z".repeat(maxEventLength - 1)}\n\n`))[0]?.length).toBe(maxEventLength - 1);
+  expect(under.overflowed).toBe(false);
 });
