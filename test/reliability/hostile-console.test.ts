@@ -18,7 +18,13 @@ const password = "correct horse battery";
 
 beforeAll(async () => {
   upstream = startFakeUpstream();
-  sluice = await startSluice({ models: [fakeModel(upstream.url, "m", "usage-10-5")], plans: [{ id: "default", models: ["*"] }, { id: "pro", models: ["*"] }] });
+  sluice = await startSluice({
+    models: [fakeModel(upstream.url, "m", "usage-10-5")],
+    plans: [
+      { id: "default", models: ["*"] },
+      { id: "pro", models: ["*"] },
+    ],
+  });
   await sluice.accounts.createUser({ email: "op@example.com", password, role: "operator", organizationId: null }, testActor);
   operator = new ConsoleClient(sluice.url);
   await operator.signIn("op@example.com", password);
@@ -126,7 +132,10 @@ describe("property-based: the console API never answers bad input with a 5xx", (
       fc.asyncProperty(fc.string({ maxLength: 100 }), fc.option(fc.string({ maxLength: 60 })), async (cookie, csrf) => {
         const headers: Record<string, string> = { cookie: `sluice_session=${encodeURIComponent(cookie)}`, "content-type": "application/json" };
         if (csrf !== null) headers["x-csrf-token"] = encodeURIComponent(csrf);
-        for (const [method, path] of [["GET", "/me"], ["POST", "/keys"]] as const) {
+        for (const [method, path] of [
+          ["GET", "/me"],
+          ["POST", "/keys"],
+        ] as const) {
           const response = await fetch(`${sluice.url}/console/api${path}`, { method, headers, body: method === "POST" ? '{"name":"x"}' : undefined });
           expect(await expectClientError(response, `${method} ${path} with cookie ${cookie}`)).toBe(401);
         }
@@ -146,7 +155,11 @@ describe("property-based: the console API never answers bad input with a 5xx", (
     // Random bodies may have given the key valid caps (a whole number is one): take them off, then use the key.
     const cleared = { max_concurrency: null, tokens_per_5h: null, tokens_per_month: null };
     expect((await member.json("POST", `/keys/${keyId}/limits`, cleared)).status).toBe(200);
-    const response = await sluice.post("/v1/chat/completions", { model: "m", messages: [{ role: "user", content: "hi" }] }, { authorization: `Bearer ${keySecret}` });
+    const response = await sluice.post(
+      "/v1/chat/completions",
+      { model: "m", messages: [{ role: "user", content: "hi" }] },
+      { authorization: `Bearer ${keySecret}` },
+    );
     expect(response.status).toBe(200);
     await response.arrayBuffer();
     await expectStillServes(sluice);

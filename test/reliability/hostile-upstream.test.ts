@@ -37,7 +37,17 @@ let sluice: TestSluice;
 
 beforeAll(async () => {
   sluice = await startSluice({
-    models: [{ id: "h", backend: "openai", base_url: `http://127.0.0.1:${upstream.port}/v1`, upstream_model: "h", max_concurrency: 4, queue_size: 64, breaker_failures: 1_000_000 }],
+    models: [
+      {
+        id: "h",
+        backend: "openai",
+        base_url: `http://127.0.0.1:${upstream.port}/v1`,
+        upstream_model: "h",
+        max_concurrency: 4,
+        queue_size: 64,
+        breaker_failures: 1_000_000,
+      },
+    ],
     plans: [{ id: "default", models: ["*"], tokens_per_5h: 1e12, tokens_per_month: 1e13, max_concurrency: 4 }],
   });
 });
@@ -80,7 +90,10 @@ function setAt(target: Record<string, unknown>, path: (string | number)[], value
 const oddNumber = fc.constantFrom("-5", "0.5", "1e400", "-1e400", "9007199254740993", "1e21", "-0");
 
 /** A value for a field: anything JSON can hold, or an odd number written as text. */
-const fieldValue = fc.oneof(anyFieldValue.map((value) => JSON.stringify(value) ?? "null"), oddNumber);
+const fieldValue = fc.oneof(
+  anyFieldValue.map((value) => JSON.stringify(value) ?? "null"),
+  oddNumber,
+);
 
 const usagePaths: (string | number)[][] = [
   ["usage"],
@@ -336,9 +349,7 @@ describe("property-based: whatever the upstream answers, clients get valid answe
         fc.oneof(fieldValue, fc.constant(null)),
         async (api, index, path, raw) => {
           const chunks = goodChunks();
-          events = chunks.map((chunk, position) =>
-            position !== index ? JSON.stringify(chunk) : raw === null ? "not json {" : withRaw(chunk, path, raw),
-          );
+          events = chunks.map((chunk, position) => (position !== index ? JSON.stringify(chunk) : raw === null ? "not json {" : withRaw(chunk, path, raw)));
           const response = await call(api, true);
           await expectReadable(api, response, true, `${api} stream ${events.join(" | ")}`);
         },
