@@ -16,6 +16,21 @@ function messageOf(body: string): string {
   return body.slice(0, 500);
 }
 
+/** The longest wait passed on from an upstream's Retry-After: an hour (OpenAI's SDK itself waits at most a minute). */
+const maxRetryAfterSeconds = 3600;
+
+/**
+ * An upstream's Retry-After in seconds, as HTTP allows it (a number of seconds, or a date), at least 1 and at most
+ * `maxRetryAfterSeconds`; 1 when it has none or it cannot be read.
+ */
+export function retryAfterSeconds(header: string | null, now: number): number {
+  if (header === null || header.trim() === "") return 1;
+  let seconds = Number(header);
+  if (Number.isNaN(seconds)) seconds = (Date.parse(header) - now) / 1000;
+  if (!(seconds >= 1)) return 1;
+  return Math.min(Math.ceil(seconds), maxRetryAfterSeconds);
+}
+
 /** Maps an upstream's non-200 answer to the error the caller sees. */
 export function errorFromStatus(modelId: string, status: number, body: string, retryAfterHeader: string | null): UpstreamError {
   const upstreamMessage = messageOf(body);
@@ -27,12 +42,11 @@ export function errorFromStatus(modelId: string, status: number, body: string, r
     );
   }
   if (status === 429 || status === 503) {
-    const retryAfter = Number(retryAfterHeader);
     return new UpstreamError(`Model ${modelId} is temporarily unavailable (upstream HTTP ${status}).`, {
       isRetryable: true,
       upstreamStatus: status,
       code: "model_unavailable",
-      retryAfterSeconds: Number.isFinite(retryAfter) && retryAfter > 0 ? retryAfter : 1,
+      retryAfterSeconds: retryAfterSeconds(retryAfterHeader, Date.now()),
     });
   }
   return new UpstreamError(`The upstream for model ${modelId} failed (HTTP ${status}).`, {

@@ -18,9 +18,16 @@ export function reasoningOf(message: JsonObject): string | undefined {
   return text(message.reasoning_content) ?? text(message.reasoning);
 }
 
-/** A token count as the ledger and the quotas can hold it: a whole number from 0 to 2^53 - 1. */
+/**
+ * The most tokens one count of an answer may carry: no model's answer comes near it, and sums of such counts stay
+ * exact in the ledger's 64-bit aggregates (SQLite's sum() fails past 2^63 rather than round, and a failing move would
+ * hold every row behind it).
+ */
+const maxTokenCount = 2 ** 31 - 1;
+
+/** A token count as the ledger and the quotas can hold it: a whole number from 0 to `maxTokenCount`. */
 function isCount(value: unknown): value is number {
-  return Number.isSafeInteger(value) && (value as number) >= 0;
+  return Number.isInteger(value) && (value as number) >= 0 && (value as number) <= maxTokenCount;
 }
 
 /**

@@ -87,7 +87,7 @@ function setAt(target: Record<string, unknown>, path: (string | number)[], value
 }
 
 /** A number as the upstream's JSON text writes it, past what JSON.stringify can write (1e400 parses to Infinity). */
-const oddNumber = fc.constantFrom("-5", "0.5", "1e400", "-1e400", "9007199254740993", "1e21", "-0");
+const oddNumber = fc.constantFrom("-5", "0.5", "1e400", "-1e400", "9007199254740993", "2147483648", "2147483647", "1e21", "-0");
 
 /** A value for a field: anything JSON can hold, or an odd number written as text. */
 const fieldValue = fc.oneof(
@@ -221,8 +221,8 @@ function expectWholeCounts(usage: Record<string, unknown>, what: string): void {
 }
 
 describe("what Sluice makes of an upstream's nonsense", () => {
-  test("usage past a double, negative, fractional or past 2^53 is not billed as sent: the tokenizer counts the answer", async () => {
-    for (const raw of ["1e400", "-5", "0.5", "9007199254740993"]) {
+  test("usage past a double, negative, fractional or past 2^31 - 1 is not billed as sent: the tokenizer counts the answer", async () => {
+    for (const raw of ["1e400", "-5", "0.5", "9007199254740993", "2147483648"]) {
       whole = withRaw(goodWhole(), ["usage", "prompt_tokens"], raw);
       const response = await call("chat", false);
       expect(response.status).toBe(200);
@@ -324,6 +324,35 @@ describe("an upstream that sends too much", () => {
   });
 });
 
+describe("an upstream's Retry-After", () => {
+  test("seconds or an HTTP date, passed on as whole seconds from 1 to an hour; anything else is 1", async () => {
+    const inHalfAMinute = new Date(Date.now() + 30_000).toUTCString();
+    const cases: [string, (value: number) => boolean][] = [
+      ["7", (value) => value === 7],
+      ["12.5", (value) => value === 13],
+      ["0.2", (value) => value === 1],
+      ["-3", (value) => value === 1],
+      ["abc", (value) => value === 1],
+      ["1e21", (value) => value === 3600],
+      ["Infinity", (value) => value === 3600],
+      [inHalfAMinute, (value) => value >= 28 && value <= 31],
+      ["Wed, 21 Oct 2015 07:28:00 GMT", (value) => value === 1],
+    ];
+    for (const [header, expected] of cases) {
+      await withAnswer(
+        () => new Response('{"error":{"message":"busy"}}', { status: 429, headers: { "retry-after": header } }),
+        async () => {
+          const response = await call("chat", false);
+          await response.arrayBuffer();
+          expect(response.status).toBe(503);
+          const sent = response.headers.get("retry-after") ?? "";
+          expect({ header, sent, whole: /^\d+$/.test(sent), expected: expected(Number(sent)) }).toEqual({ header, sent, whole: true, expected: true });
+        },
+      );
+    }
+  });
+});
+
 describe("property-based: whatever the upstream answers, clients get valid answers and slots come back", () => {
   test("whole answers with a wrong value anywhere", async () => {
     let answered = 0;
@@ -365,7 +394,7 @@ describe("property-based: whatever the upstream answers, clients get valid answe
     expect(rows.length).toBe(requestsSent);
     for (const row of rows) {
       for (const count of [row.prompt_tokens, row.completion_tokens, row.reasoning_tokens]) {
-        if (!Number.isSafeInteger(count) || count < 0) throw new Error(`ledger row ${row.request_id}: ${JSON.stringify(row)}`);
+        if (!Number.isInteger(count) || count < 0 || count > 2 ** 31 - 1) throw new Error(`ledger row ${row.request_id}: ${JSON.stringify(row)}`);
       }
     }
     // The quota left is a whole number: no row counted Infinity, NaN or a fraction against the organization.
