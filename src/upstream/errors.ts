@@ -23,7 +23,7 @@ const maxRetryAfterSeconds = 3600;
  * An upstream's Retry-After in seconds, as HTTP allows it (a number of seconds, or a date), at least 1 and at most
  * `maxRetryAfterSeconds`; 1 when it has none or it cannot be read.
  */
-export function retryAfterSeconds(header: string | null, now: number): number {
+function retryAfterSeconds(header: string | null, now: number): number {
   if (header === null || header.trim() === "") return 1;
   let seconds = Number(header);
   if (Number.isNaN(seconds)) seconds = (Date.parse(header) - now) / 1000;

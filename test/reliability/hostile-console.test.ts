@@ -3,29 +3,20 @@
 // a 5xx, and the server goes on serving with every key and organization as it was.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import fc from "fast-check";
-import { startFakeUpstream, type FakeUpstream } from "../fake-upstream";
-import { anyFieldValue, expectStillServes, fakeModel, startSluice, testActor, type TestSluice } from "../helpers";
-import { ConsoleClient } from "../modules/console/console-client";
+import { anyFieldValue, expectStillServes, type TestSluice } from "../helpers";
+import { ConsoleClient, consolePassword as password, startConsoleSluice } from "../modules/console/console-client";
 
-let upstream: FakeUpstream;
+let server: Awaited<ReturnType<typeof startConsoleSluice>>;
 let sluice: TestSluice;
 let operator: ConsoleClient;
 let member: ConsoleClient;
 let organizationId: string;
 let keyId: string;
 let keySecret: string;
-const password = "correct horse battery";
 
 beforeAll(async () => {
-  upstream = startFakeUpstream();
-  sluice = await startSluice({
-    models: [fakeModel(upstream.url, "m", "usage-10-5")],
-    plans: [
-      { id: "default", models: ["*"] },
-      { id: "pro", models: ["*"] },
-    ],
-  });
-  await sluice.accounts.createUser({ email: "op@example.com", password, role: "operator", organizationId: null }, testActor);
+  server = await startConsoleSluice();
+  sluice = server.sluice;
   operator = new ConsoleClient(sluice.url);
   await operator.signIn("op@example.com", password);
   member = new ConsoleClient(sluice.url);
@@ -39,10 +30,7 @@ beforeAll(async () => {
   keyId = created.body.key.id;
   keySecret = created.body.secret;
 });
-afterAll(async () => {
-  await sluice.stop();
-  await upstream.stop();
-});
+afterAll(() => server.stop());
 
 /** Fails on a 5xx, and on an error answer that is not an OpenAI error body; returns the status. */
 async function expectClientError(response: Response, what: string): Promise<number> {

@@ -4,30 +4,18 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { userInfo } from "node:os";
 import { join } from "node:path";
 import type { AuditEntry } from "../../../src/modules/audit/entry";
-import { startFakeUpstream, type FakeUpstream } from "../../fake-upstream";
-import { fakeModel, startSluice, temporaryDirectory, testActor, type TestSluice } from "../../helpers";
+import { temporaryDirectory, type TestSluice } from "../../helpers";
 import { sluiceCommand } from "../../support/sluice-process";
-import { ConsoleClient } from "../console/console-client";
+import { ConsoleClient, consolePassword as password, startConsoleSluice } from "../console/console-client";
 
-let upstream: FakeUpstream;
+let server: Awaited<ReturnType<typeof startConsoleSluice>>;
 let sluice: TestSluice;
-const password = "correct horse battery";
 
 beforeAll(async () => {
-  upstream = startFakeUpstream();
-  sluice = await startSluice({
-    models: [fakeModel(upstream.url, "m", "usage-10-5")],
-    plans: [
-      { id: "default", models: ["*"] },
-      { id: "pro", models: ["*"] },
-    ],
-  });
-  await sluice.accounts.createUser({ email: "op@example.com", password, role: "operator", organizationId: null }, testActor);
+  server = await startConsoleSluice();
+  sluice = server.sluice;
 });
-afterAll(async () => {
-  await sluice.stop();
-  await upstream.stop();
-});
+afterAll(() => server.stop());
 
 async function operator(): Promise<ConsoleClient> {
   const client = new ConsoleClient(sluice.url);

@@ -1,27 +1,18 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { startFakeUpstream, type FakeUpstream } from "../../fake-upstream";
-import { fakeModel, startSluice, testActor, type TestSluice } from "../../helpers";
-import { ConsoleClient } from "./console-client";
+import type { TestSluice } from "../../helpers";
+import { ConsoleClient, consolePassword as password, startConsoleSluice } from "./console-client";
 
-let upstream: FakeUpstream;
+let server: Awaited<ReturnType<typeof startConsoleSluice>>;
 let sluice: TestSluice;
-const password = "correct horse battery";
 
 beforeAll(async () => {
-  upstream = startFakeUpstream();
-  sluice = await startSluice({
-    models: [fakeModel(upstream.url, "m", "usage-10-5")],
-    plans: [
-      { id: "default", models: ["*"], tokens_per_5h: 100_000, tokens_per_month: 1_000_000 },
-      { id: "pro", models: ["*"] },
-    ],
-  });
-  await sluice.accounts.createUser({ email: "op@example.com", password, role: "operator", organizationId: null }, testActor);
+  server = await startConsoleSluice([
+    { id: "default", models: ["*"], tokens_per_5h: 100_000, tokens_per_month: 1_000_000 },
+    { id: "pro", models: ["*"] },
+  ]);
+  sluice = server.sluice;
 });
-afterAll(async () => {
-  await sluice.stop();
-  await upstream.stop();
-});
+afterAll(() => server.stop());
 
 async function member(email: string, organization: string, activate = true): Promise<ConsoleClient> {
   const client = new ConsoleClient(sluice.url);

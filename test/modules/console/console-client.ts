@@ -1,4 +1,35 @@
-// A small console API client for tests: keeps the session cookie and the CSRF token like the pages do.
+// A small console API client for tests: keeps the session cookie and the CSRF token like the pages do; and the server
+// the console's tests share the shape of.
+import type { ConfigFile } from "../../../src/config/schema";
+import { startFakeUpstream, type FakeUpstream } from "../../fake-upstream";
+import { fakeModel, startSluice, testActor, type TestSluice } from "../../helpers";
+
+/** The password of every account the console's tests create. */
+export const consolePassword = "correct horse battery";
+
+/**
+ * A Sluice over the fake upstream (one model, `m`) with the plans given and an operator account, op@example.com,
+ * signed in with `consolePassword`.
+ */
+export async function startConsoleSluice(
+  plans: ConfigFile["plans"] = [
+    { id: "default", models: ["*"] },
+    { id: "pro", models: ["*"] },
+  ],
+): Promise<{ upstream: FakeUpstream; sluice: TestSluice; stop(): Promise<void> }> {
+  const upstream = startFakeUpstream();
+  const sluice = await startSluice({ models: [fakeModel(upstream.url, "m", "usage-10-5")], plans });
+  await sluice.accounts.createUser({ email: "op@example.com", password: consolePassword, role: "operator", organizationId: null }, testActor);
+  return {
+    upstream,
+    sluice,
+    async stop() {
+      await sluice.stop();
+      await upstream.stop();
+    },
+  };
+}
+
 export class ConsoleClient {
   cookie = "";
   csrf = "";
