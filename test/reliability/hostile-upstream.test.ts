@@ -1,7 +1,7 @@
 // A model server is trusted to speak the OpenAI wire format, not to speak it well. Whatever a broken or hostile
-// upstream answers (wrong types anywhere in an answer or a chunk, usage that is negative, fractional, past 2^53 or
-// past a double, tool calls that are not objects), every API answers its client with valid JSON or a clean 502, ends
-// every stream properly, bills only whole, non-negative token counts, and frees every slot.
+// upstream answers (wrong types anywhere in an answer or a chunk, usage that is negative, fractional, past 2^31 - 1
+// or past a double, tool calls that are not objects, lines that never end), every API answers its client with valid
+// JSON or a clean 502, ends every stream properly, bills only whole token counts in range, and frees every slot.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { anyFieldValue, startSluice, type TestSluice } from "../helpers";
