@@ -91,6 +91,45 @@ describe("property-based: bad input never gets a 5xx and never stops the server"
   });
 });
 
+describe("property-based: any method on any path never gets a 5xx", () => {
+  test("the routes' own prefixes, with any segment after them, percent signs that decode to nothing included", async () => {
+    const prefixes = [
+      "/v1/models/",
+      "/v1/chat/completions/",
+      "/v1/responses/",
+      "/v1/messages/",
+      "/v1/",
+      "/",
+      "/console/api/",
+      "/console/api/keys/",
+      "/metrics/",
+      "/readyz/",
+    ];
+    const segment = fc.oneof(
+      fc.string({ maxLength: 30 }).map(encodeURIComponent),
+      fc.constantFrom("%", "%ZZ", "%E0%A4%A", "%00", "..", "%2e%2e/%2e%2e", "%2F", "m%", "a/b/c", "?%", "#x", "x".repeat(4000)),
+    );
+    await fc.assert(
+      fc.asyncProperty(
+        fc.constantFrom(...prefixes),
+        segment,
+        fc.constantFrom("GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD"),
+        async (prefix, tail, method) => {
+          const response = await fetch(`${sluice.url}${prefix}${tail}`, {
+            method,
+            headers: { authorization: `Bearer ${sluice.key}`, "content-type": "application/json" },
+            body: method === "GET" || method === "HEAD" ? undefined : JSON.stringify(good),
+          });
+          const text = await response.text();
+          if (response.status >= 500) throw new Error(`${response.status} for ${method} ${prefix}${tail.slice(0, 100)}: ${text.slice(0, 300)}`);
+        },
+      ),
+      { numRuns: 400 },
+    );
+    await expectStillServes(sluice);
+  }, 60_000);
+});
+
 describe("hostile shapes", () => {
   test("huge numbers, deep nesting, a body over the limit", async () => {
     expect(await statusOf(JSON.stringify({ ...good, max_tokens: 1e308 }))).toBe(400);

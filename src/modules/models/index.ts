@@ -4,6 +4,15 @@ import { authPlugin } from "../auth/index";
 import type { AuthService } from "../auth/service";
 import type { ModelRegistry } from "./registry";
 
+/** The model id of a path, percent-decoded; a path that does not decode (a lone `%`) names the model as written. */
+function modelIdOf(path: string): string {
+  try {
+    return decodeURIComponent(path);
+  } catch {
+    return path;
+  }
+}
+
 function modelBody(model: ModelConfig, created: number) {
   return { id: model.id, object: "model" as const, created, owned_by: model.ownedBy };
 }
@@ -16,4 +25,4 @@ export const modelRoutes = (registry: ModelRegistry, auth: AuthService) =>
       object: "list" as const,
       data: registry.listFor(caller.plan).map((model) => modelBody(model, registry.created)),
     }))
-    .get("/v1/models/*", ({ caller, params }) => modelBody(registry.visible(caller.plan, decodeURIComponent(params["*"])), registry.created));
+    .get("/v1/models/*", ({ caller, params }) => modelBody(registry.visible(caller.plan, modelIdOf(params["*"])), registry.created));

@@ -56,6 +56,15 @@ test("unknown, outside the plan, or disabled: 404 model_not_found", async () => 
   }
 });
 
+test("an id whose percent signs decode to nothing is an unknown model: 404 model_not_found, not a server error", async () => {
+  for (const id of ["%", "%ZZ", "%E0%A4%A", "qwen3-32b%"]) {
+    const response = await fetch(`${sluice.baseURL}/models/${id}`, { headers: { authorization: `Bearer ${sluice.key}` } });
+    const body = (await response.json()) as { error: { code: string; message: string } };
+    expect({ id, status: response.status, code: body.error.code }).toEqual({ id, status: 404, code: "model_not_found" });
+    expect(body.error.message).toContain(id);
+  }
+});
+
 test("the model routes require a key", async () => {
   expect((await fetch(`${sluice.baseURL}/models/qwen3-32b`)).status).toBe(401);
 });
