@@ -130,6 +130,35 @@ describe("property-based: any method on any path never gets a 5xx", () => {
   }, 60_000);
 });
 
+describe("property-based: any value in the headers Sluice reads never gets a 5xx", () => {
+  test("authorization, x-api-key, content-type, anthropic-version, accept, cookie, x-forwarded-proto", async () => {
+    const printable = fc.stringMatching(/^[\x20-\x7e]{0,120}$/);
+    const value = fc.oneof(
+      printable,
+      fc.constantFrom("Bearer", "Bearer ", "bearer KEY", "Bearer  KEY", "Basic a2V5", "Bearer KEY KEY", "application/json; charset=x", "text/plain", ""),
+    );
+    const names = ["authorization", "x-api-key", "content-type", "anthropic-version", "accept", "cookie", "x-forwarded-proto"];
+    await fc.assert(
+      fc.asyncProperty(
+        fc.dictionary(fc.constantFrom(...names), value, { minKeys: 1, maxKeys: 4 }),
+        fc.constantFrom("/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/messages/count_tokens", "/v1/models"),
+        async (headers, path) => {
+          for (const [name, text] of Object.entries(headers)) headers[name] = text.replaceAll("KEY", sluice.key);
+          const response = await fetch(`${sluice.url}${path}`, {
+            method: path === "/v1/models" ? "GET" : "POST",
+            headers,
+            body: path === "/v1/models" ? undefined : JSON.stringify({ ...good, max_tokens: 5, input: "hi" }),
+          });
+          const text = await response.text();
+          if (response.status >= 500) throw new Error(`${response.status} for ${path} ${JSON.stringify(headers)}: ${text.slice(0, 300)}`);
+        },
+      ),
+      { numRuns: 400 },
+    );
+    await expectStillServes(sluice);
+  }, 60_000);
+});
+
 describe("hostile shapes", () => {
   test("huge numbers, deep nesting, a body over the limit", async () => {
     expect(await statusOf(JSON.stringify({ ...good, max_tokens: 1e308 }))).toBe(400);
