@@ -181,18 +181,31 @@ export class OpenAIBackend implements Backend {
     return undefined;
   }
 
-  /** Posts the request; its caller checks the status (a layer of its own would cost every request an await). */
+  /**
+   * Posts the request; its caller checks the status (a layer of its own would cost every request an await). A
+   * redirect is not followed: the prompt goes to the address the operator configured and nowhere else (fetch would
+   * post it again to whatever a 307 names, and answer a 302 with what another server says).
+   */
   private send(request: BackendRequest, signal: AbortSignal): Promise<Response> {
     return fetch(this.url, {
       method: "POST",
       headers: this.headers,
       body: JSON.stringify(request.body),
       signal,
+      redirect: "manual",
     });
   }
 
   /** The error of an answer whose status is not 200, from its body (its first `maxErrorBodyBytes`) and Retry-After. */
   private async statusError(response: Response): Promise<UpstreamError> {
+    if (response.status >= 300 && response.status < 400) {
+      await response.body?.cancel().catch(() => undefined);
+      // The address it names stays out of the message, which the caller sees: it may be the operator's network.
+      return new UpstreamError(`The upstream for model ${this.modelId} answered with a redirect (HTTP ${response.status}), which Sluice does not follow.`, {
+        isRetryable: true,
+        upstreamStatus: response.status,
+      });
+    }
     const body = (await readTextWithin(response.body, maxErrorBodyBytes).catch(() => "")) ?? "";
     return errorFromStatus(this.modelId, response.status, body, response.headers.get("retry-after"));
   }

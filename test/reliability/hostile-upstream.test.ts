@@ -324,6 +324,37 @@ describe("an upstream that sends too much", () => {
   });
 });
 
+describe("an upstream that redirects", () => {
+  test("is not followed: the prompt goes nowhere else, and the caller gets 502 upstream_error", async () => {
+    const reached: string[] = [];
+    const elsewhere = Bun.serve({
+      port: 0,
+      async fetch(request) {
+        reached.push(`${request.method} ${await request.text()}`);
+        return new Response(JSON.stringify(goodWhole()), { headers: { "content-type": "application/json" } });
+      },
+    });
+    try {
+      for (const status of [301, 302, 303, 307, 308]) {
+        await withAnswer(
+          () => new Response(null, { status, headers: { location: `http://127.0.0.1:${elsewhere.port}/v1/chat/completions` } }),
+          async () => {
+            for (const stream of [false, true]) {
+              const response = await call("chat", stream);
+              const body = (await response.json()) as { error: { code: string; message: string } };
+              expect({ status, stream, code: response.status, error: body.error.code }).toEqual({ status, stream, code: 502, error: "upstream_error" });
+              expect(body.error.message).not.toContain(String(elsewhere.port));
+            }
+          },
+        );
+      }
+      expect(reached).toEqual([]);
+    } finally {
+      elsewhere.stop(true);
+    }
+  });
+});
+
 describe("an upstream's Retry-After", () => {
   test("seconds or an HTTP date, passed on as whole seconds from 1 to an hour; anything else is 1", async () => {
     const inHalfAMinute = new Date(Date.now() + 30_000).toUTCString();
