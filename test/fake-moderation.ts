@@ -1,20 +1,27 @@
 // A fake moderation service in the OpenAI format. It flags any input containing "FLAGME" under
-// "violence/graphic"; `mode` makes it fail in the ways the tests need.
-export type ModerationMode = "ok" | "down" | "slow" | "malformed" | "wrong-shape";
+// "violence/graphic"; `mode` makes it fail in the ways the tests need (`redirect` sends the check, with a 307, to an
+// address that finds nothing flagged).
+export type ModerationMode = "ok" | "down" | "slow" | "malformed" | "wrong-shape" | "redirect";
 
 export interface FakeModeration {
   url: string;
   mode: ModerationMode;
   requests: { input: unknown; model: unknown; authorization: string | null }[];
+  /** Requests that followed the `redirect` mode's 307 to an address that finds nothing flagged. */
+  followedRedirects: number;
   stop(): Promise<void>;
 }
 
 export function startFakeModeration(): FakeModeration {
-  const state: FakeModeration = { url: "", mode: "ok", requests: [], stop: async () => {} };
+  const state: FakeModeration = { url: "", mode: "ok", requests: [], followedRedirects: 0, stop: async () => {} };
   const server = Bun.serve({
     port: 0,
     async fetch(request) {
       const body = (await request.json()) as { input: string[]; model?: string };
+      if (new URL(request.url).pathname === "/nothing-flagged") {
+        state.followedRedirects++;
+        return Response.json({ results: (Array.isArray(body.input) ? body.input : [body.input]).map(() => ({ flagged: false, categories: {} })) });
+      }
       state.requests.push({ input: body.input, model: body.model, authorization: request.headers.get("authorization") });
       switch (state.mode) {
         case "down":
@@ -26,6 +33,8 @@ export function startFakeModeration(): FakeModeration {
           return new Response("<html>oops</html>", { status: 200 });
         case "wrong-shape":
           return Response.json({ results: [{ flagged: "maybe" }] });
+        case "redirect":
+          return new Response(null, { status: 307, headers: { location: "/nothing-flagged" } });
       }
       const inputs = Array.isArray(body.input) ? body.input : [body.input];
       return Response.json({

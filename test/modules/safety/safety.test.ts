@@ -193,7 +193,7 @@ describe("the external checker", () => {
     expect(ok.choices[0]!.finish_reason).toBe("stop");
   });
 
-  for (const mode of ["down", "slow", "malformed", "wrong-shape"] as const) {
+  for (const mode of ["down", "slow", "malformed", "wrong-shape", "redirect"] as const) {
     test(`${mode}: 503 safety_unavailable with Retry-After, nothing reaches the upstream, nothing stays reserved`, async () => {
       moderation.mode = mode;
       for (const stream of [false, true]) {
@@ -203,6 +203,8 @@ describe("the external checker", () => {
         expect(((await response.json()) as { error: { code: string } }).error.code).toBe("safety_unavailable");
       }
       expect(upstream.bodies.length).toBe(0);
+      // A redirect is not followed: a check sent elsewhere could be answered "nothing flagged" by anyone.
+      expect(moderation.followedRedirects).toBe(0);
       expectSettled();
       const error = await sluice
         .client({ maxRetries: 0 })
