@@ -56,7 +56,9 @@ export class OpenAIBackend implements Backend {
     apiKey: string | undefined,
   ) {
     this.url = `${baseUrl}/chat/completions`;
-    this.headers = { "content-type": "application/json", accept: "application/json, text/event-stream" };
+    // Uncompressed, and never decompressed here (see `send`): Bun's fetch asks for gzip, brotli and zstd by default
+    // and inflates whatever comes, so 64 KB of an upstream's gzip became 64 MB in memory.
+    this.headers = { "content-type": "application/json", accept: "application/json, text/event-stream", "accept-encoding": "identity" };
     if (apiKey) this.headers.authorization = `Bearer ${apiKey}`;
   }
 
@@ -184,7 +186,8 @@ export class OpenAIBackend implements Backend {
   /**
    * Posts the request; its caller checks the status (a layer of its own would cost every request an await). A
    * redirect is not followed: the prompt goes to the address the operator configured and nowhere else (fetch would
-   * post it again to whatever a 307 names, and answer a 302 with what another server says).
+   * post it again to whatever a 307 names, and answer a 302 with what another server says). Nor is a compressed
+   * answer inflated (see the constructor).
    */
   private send(request: BackendRequest, signal: AbortSignal): Promise<Response> {
     return fetch(this.url, {
@@ -193,6 +196,8 @@ export class OpenAIBackend implements Backend {
       body: JSON.stringify(request.body),
       signal,
       redirect: "manual",
+      // An upstream that compresses anyway sends bytes that are not JSON: a 502, not a body inflated without bound.
+      decompress: false,
     });
   }
 

@@ -9,6 +9,8 @@ import { anyFieldValue, startSluice, type TestSluice } from "../helpers";
 /** What the scripted upstream answers next: a whole body as text, or a stream's events as `data:` payloads. */
 let whole = "{}";
 let events: string[] = [];
+/** The Accept-Encoding of the latest request the upstream received. */
+let lastAcceptEncoding: string | null = null;
 /** When set, answers in place of the script above (see `withAnswer`). */
 let answer: (() => Response) | undefined;
 
@@ -26,6 +28,7 @@ const upstream = Bun.serve({
   port: 0,
   async fetch(request) {
     const body = (await request.json()) as { stream?: boolean };
+    lastAcceptEncoding = request.headers.get("accept-encoding");
     if (answer) return answer();
     if (!body.stream) return new Response(whole, { headers: { "content-type": "application/json" } });
     const text = `${events.map((data) => `data: ${data}\n\n`).join("")}data: [DONE]\n\n`;
@@ -351,6 +354,38 @@ describe("an upstream that redirects", () => {
       expect(reached).toEqual([]);
     } finally {
       elsewhere.stop(true);
+    }
+  });
+});
+
+describe("an upstream that compresses", () => {
+  test("is asked for no compression, and what it compresses anyway is never inflated: a 502, not 64 MB from 64 KB", async () => {
+    whole = JSON.stringify(goodWhole());
+    expect((await call("chat", false)).status).toBe(200);
+    expect(lastAcceptEncoding).toBe("identity");
+    // Each a valid answer once inflated, 64 MB of it padding: inflated, it would be answered with a 200.
+    const padding = 64 * 1024 * 1024;
+    const bombs = {
+      whole: Bun.gzipSync(`${JSON.stringify(goodWhole())}${" ".repeat(padding)}`),
+      stream: Bun.gzipSync(
+        `${": padding\n".repeat(padding / 10)}\n${goodChunks()
+          .map((chunk) => `data: ${JSON.stringify(chunk)}\n\n`)
+          .join("")}data: [DONE]\n\n`,
+      ),
+    };
+    expect(bombs.whole.length + bombs.stream.length).toBeLessThan(1024 * 1024);
+    for (const stream of [false, true]) {
+      await withAnswer(
+        () =>
+          new Response(stream ? bombs.stream : bombs.whole, {
+            headers: { "content-type": stream ? "text/event-stream" : "application/json", "content-encoding": "gzip" },
+          }),
+        async () => {
+          const response = await call("chat", stream);
+          expect({ stream, status: response.status }).toEqual({ stream, status: 502 });
+          await response.arrayBuffer();
+        },
+      );
     }
   });
 });
