@@ -215,10 +215,10 @@ export interface RequestLogRepository {
   page(filter: RequestLogFilter): Promise<RequestLogRow[]>;
 }
 
-/** The usage ledger: a row per request that reached an upstream, committed before the answer's last byte. */
 /** Told of a ledger commit that failed: the database's error, and how many rows (requests) it refused. */
 export type LedgerRefusalListener = (error: unknown, rows: number) => void;
 
+/** The usage ledger: a row per request that reached an upstream, committed before the answer's last byte. */
 export interface LedgerStore {
   /** Resolves once the row is committed; rejects if it cannot be. */
   record(row: LedgerRow): Promise<void>;

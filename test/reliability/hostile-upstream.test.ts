@@ -172,7 +172,7 @@ function withRaw(body: Record<string, unknown>, path: (string | number)[], raw: 
   return JSON.stringify(body).replace(JSON.stringify(placeholder), raw);
 }
 
-/** Fails unless the text is an API's answer as its client could read it; returns the parsed error code, if any. */
+/** Fails unless the response is an API's answer as its client could read it: valid JSON or events, whole counts. */
 async function expectReadable(api: Api, response: Response, stream: boolean, what: string): Promise<void> {
   const text = await response.text();
   if (response.status !== 200) {
