@@ -256,8 +256,12 @@ export class Ledger {
     }
     const worker = this.writerThread();
     if (!worker) {
-      const refused = new RowNotRecorded(notWritten, new LedgerWriteError(this.failure ?? "the ledger is closed"));
+      const cause = new LedgerWriteError(this.failure ?? "the ledger is closed");
+      const refused = new RowNotRecorded(notWritten, cause);
       for (const waiter of waiters) waiter.reject(refused);
+      // Counted as every refused row is. Few come here: once the writer is gone, requests are refused before their
+      // upstream is called (SQLite storage's `available`), so these are the ones already past that check.
+      if (waiters.length > 0) this.onRefused(cause, waiters.length);
       return;
     }
     this.sendToWriter(worker, values, waiters, urgent);

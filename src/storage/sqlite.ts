@@ -367,7 +367,9 @@ export function sqliteStorage(database: DatabaseHandle): SqliteStorage {
       if (ledger.staging) database.readChangesOn(ledger.staging);
       return ledgerStore(ledger);
     },
-    available: () => true,
+    // A writer thread that could not start records nothing: requests are refused before their upstream is called
+    // rather than answered by the model and then withheld for want of their row.
+    available: () => ledger?.problem() === undefined,
     async problems() {
       const ledgerProblem = ledger?.problem();
       if (ledgerProblem) return [`ledger not recording: ${ledgerProblem}`];

@@ -525,12 +525,18 @@ test("a writer thread that dies or ends unasked leaves no row waiting: a new thr
   }
 
   // A thread that ends in its first second (its database cannot be opened, say) is not started again in a loop: rows
-  // are refused, not left waiting.
-  const { ledger } = setup();
+  // are refused, not left waiting, and the listener hears of each (the metric of refused rows counts them).
+  const told: number[] = [];
+  const { ledger } = setup((_error, rows) => told.push(rows));
   await Promise.all(Array.from({ length: 30 }, () => ledger.record(row())));
   await eventually(() => writerStarted(ledger), 2000);
   (ledger as unknown as { worker: Worker }).worker.terminate();
   await eventually(() => !writerStarted(ledger), 2000);
+  // The thread's end, with no row in flight.
+  expect(told).toEqual([0]);
   expect((await refusal(ledger.record(row()))).cause).toContain("writer stopped");
+  const refusedTogether = await Promise.all([refusal(ledger.record(row())), refusal(ledger.record(row()))]);
+  expect(refusedTogether.map((error) => error.cause)).toEqual([expect.stringContaining("writer stopped"), expect.stringContaining("writer stopped")]);
+  expect(told).toEqual([0, 1, 2]);
   expect(ledger.problem()).toMatch(/writer stopped/);
 });

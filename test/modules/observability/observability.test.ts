@@ -88,7 +88,7 @@ test("a row the database refuses (a full disk, say): the whole answer is withhel
   }
 });
 
-test("/readyz reports a ledger that cannot record (its writer thread cannot open the database); answers are then withheld, never given unrecorded", async () => {
+test("/readyz reports a ledger that cannot record (its writer thread cannot open the database); requests are then refused before their upstream is called, never answered unrecorded", async () => {
   const lines: string[] = [];
   const logger = new Logger("info", (text) => lines.push(...text.trim().split("\n")));
   const sluice = await startSluice({ models: [fakeModel(upstream.url, "m", "usage-10-5")], plans: [{ id: "default", models: ["*"] }] }, { logger });
@@ -107,8 +107,11 @@ test("/readyz reports a ledger that cannot record (its writer thread cannot open
     }
     expect(ready.status).toBe(503);
     expect(((await ready.json()) as { problems: string[] }).problems).toEqual([expect.stringMatching(/^ledger not recording: the ledger's writer stopped/)]);
-    // A request now cannot be recorded: its answer is withheld (503), not sent without its row.
+    // A request now cannot be recorded: it is refused (503) before its upstream is called, never answered without
+    // its row, nor answered by the model and then withheld.
+    const sent = upstream.bodies.length;
     const refused = await sluice.post("/v1/chat/completions", { model: "m", messages });
+    expect(upstream.bodies.length).toBe(sent);
     expect(refused.status).toBe(503);
     expect(refused.headers.get("retry-after")).toBe("2");
     expect(((await refused.json()) as { error: { code: string } }).error.code).toBe("server_overloaded");
