@@ -60,7 +60,13 @@ export interface RunningServer {
 }
 
 /** `sluice serve` could not listen: another process (often another Sluice) has the address. */
-export class PortInUseError extends Error {
+/** The address in SLUICE_HOST and SLUICE_PORT cannot be listened on: a name that does not resolve, an address not this machine's. */
+export class ListenError extends Error {
+  override name = "ListenError";
+}
+
+export class PortInUseError extends ListenError {
+  override name = "PortInUseError";
   constructor(hostname: string, port: number) {
     super(`${hostname}:${port} is already in use (is another sluice serve running?); set SLUICE_PORT or SLUICE_HOST to another address`);
   }
@@ -159,7 +165,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   } catch (error) {
     await closeServices();
     if ((error as { code?: unknown })?.code === "EADDRINUSE") throw new PortInUseError(hostname, port);
-    throw error;
+    throw new ListenError(`cannot listen on ${hostname}:${port}: ${(error as Error).message} (set SLUICE_HOST to an address of this machine)`);
   }
   const server = app.server;
   if (!server) throw new Error("server did not start");

@@ -1,3 +1,4 @@
+import { serveSettings } from "../config/environment";
 import { type ConfigError, loadConfig } from "../config/load";
 import type { Config } from "../config/schema";
 import { openDatabase } from "../db/client";
@@ -121,6 +122,12 @@ export async function runDoctor(): Promise<number> {
     findings.push({ ok: true, text: `configuration: ${config.models.length} model(s), ${config.plans.length} plan(s)` });
   } catch (error) {
     findings.push({ ok: false, text: `configuration: ${(error as ConfigError).message}` });
+  }
+  try {
+    const settings = serveSettings();
+    findings.push({ ok: true, text: `environment: serve listens on ${settings.hostname}:${settings.port}` });
+  } catch (error) {
+    findings.push({ ok: false, text: `environment: ${(error as ConfigError).message}` });
   }
   const database = process.env.SLUICE_DB;
   if (isPostgresUrl(database)) {

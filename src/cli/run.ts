@@ -1,7 +1,7 @@
 import { ConfigError } from "../config/load";
 import { DatabaseTooNewError } from "../db/migrate";
 import { BackendError } from "../storage/open";
-import { PortInUseError } from "../server";
+import { ListenError } from "../server";
 import { KeyError } from "../modules/keys/service";
 import { OrganizationError } from "../modules/organizations/service";
 import { runKey } from "./key";
@@ -14,7 +14,7 @@ import { runUsage } from "./usage-command";
 import { runBackup } from "./backup";
 import { runDoctor } from "./doctor";
 import { runOperator } from "./operator";
-import { UsageError, parseCommand, usageText } from "./usage";
+import { CommandError, UsageError, parseCommand, usageText } from "./usage";
 
 const commands: Record<string, (args: string[]) => number | Promise<number>> = {
   serve: runServe,
@@ -52,7 +52,13 @@ export async function runCommand(argv: string[]): Promise<number> {
       console.error(`sluice: ${error.message}`);
       return 2;
     }
-    if (error instanceof ConfigError || error instanceof DatabaseTooNewError || error instanceof BackendError || error instanceof PortInUseError) {
+    if (
+      error instanceof CommandError ||
+      error instanceof ConfigError ||
+      error instanceof DatabaseTooNewError ||
+      error instanceof BackendError ||
+      error instanceof ListenError
+    ) {
       console.error(`sluice: ${error.message}`);
       return 1;
     }

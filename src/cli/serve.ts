@@ -1,4 +1,6 @@
+import { serveSettings } from "../config/environment";
 import { loadConfig } from "../config/load";
+import { Logger } from "../modules/observability/logger";
 import { startServer } from "../server";
 import { openBackends } from "../storage/open";
 import { parseCommand } from "./usage";
@@ -6,15 +8,21 @@ import { parseCommand } from "./usage";
 /** `sluice serve`: listens on SLUICE_HOST:SLUICE_PORT until SIGINT or SIGTERM. */
 export async function runServe(args: string[]): Promise<number> {
   parseCommand(args, {}, 0);
+  const settings = serveSettings();
   const config = loadConfig();
   const { storage, redis } = await openBackends();
   const server = await startServer({
     config,
     storage,
     redis,
-    hostname: process.env.SLUICE_HOST ?? "127.0.0.1",
-    port: Number(process.env.SLUICE_PORT ?? 8080),
-    metricsToken: process.env.SLUICE_METRICS_TOKEN || undefined,
+    hostname: settings.hostname,
+    port: settings.port,
+    metricsToken: settings.metricsToken,
+    logger: new Logger(settings.logLevel),
+  }).catch(async (error: unknown) => {
+    await storage.close();
+    redis?.close();
+    throw error;
   });
   console.error(
     JSON.stringify({
@@ -26,7 +34,7 @@ export async function runServe(args: string[]): Promise<number> {
       accept_queue: server.acceptQueue,
     }),
   );
-  const drainMs = Number(process.env.SLUICE_DRAIN_MS ?? 30_000);
+  const { drainMs } = settings;
   let stopping = false;
   const stop = async (signal: string) => {
     if (stopping) return;

@@ -5,6 +5,11 @@ export class UsageError extends Error {
   override name = "UsageError";
 }
 
+/** The command was understood but could not be carried out (a file it cannot write): printed alone, exit code 1. */
+export class CommandError extends Error {
+  override name = "CommandError";
+}
+
 export const usageText = `Usage: sluice <command>
 
   serve                                   start the server (the default)

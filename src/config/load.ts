@@ -123,9 +123,18 @@ export function resolveConfig(file: unknown): Config {
   };
 }
 
-/** Reads SLUICE_CONFIG (default data/sluice.toml); when the file is absent the built-in defaults apply. */
-export function loadConfig(path = process.env.SLUICE_CONFIG ?? "data/sluice.toml"): Config {
-  if (!existsSync(path)) return resolveConfig(defaultConfigFile);
+const defaultConfigPath = "data/sluice.toml";
+
+/**
+ * Reads SLUICE_CONFIG (default data/sluice.toml). When the default file is absent the built-in defaults apply (a
+ * first `make run`); a file that SLUICE_CONFIG names must exist, or a typo in a unit file would start a server on
+ * the demo model and the default plan.
+ */
+export function loadConfig(path = process.env.SLUICE_CONFIG || defaultConfigPath): Config {
+  if (!existsSync(path)) {
+    if (path !== defaultConfigPath) throw new ConfigError(`${path} does not exist (SLUICE_CONFIG names it; unset SLUICE_CONFIG for the built-in defaults)`);
+    return resolveConfig(defaultConfigFile);
+  }
   let parsed: unknown;
   try {
     parsed = Bun.TOML.parse(readFileSync(path, "utf8"));

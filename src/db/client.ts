@@ -29,17 +29,25 @@ export interface DatabaseHandle {
   close(): void;
 }
 
+/** Where the database lives when SLUICE_DB is unset or empty. */
+export const defaultDatabasePath = "data/sluice.db";
+
 /** Opens (creating if needed) the SQLite file, sets WAL and the pragmas, and applies pending migrations. */
-export function openDatabase(path = process.env.SLUICE_DB ?? "data/sluice.db"): DatabaseHandle {
+export function openDatabase(path = process.env.SLUICE_DB || defaultDatabasePath): DatabaseHandle {
   if (path !== ":memory:") mkdirSync(dirname(path), { recursive: true });
   const sqlite = new Database(path, { create: true, strict: true });
-  sqlite.run("PRAGMA journal_mode = WAL");
-  sqlite.run("PRAGMA synchronous = NORMAL");
-  sqlite.run("PRAGMA busy_timeout = 5000");
-  sqlite.run("PRAGMA foreign_keys = ON");
-  migrate(sqlite);
-  // Rows a crash left staged count before anything reads usage (ledger/inbox.ts).
-  moveStagedRows(sqlite);
+  try {
+    sqlite.run("PRAGMA journal_mode = WAL");
+    sqlite.run("PRAGMA synchronous = NORMAL");
+    sqlite.run("PRAGMA busy_timeout = 5000");
+    sqlite.run("PRAGMA foreign_keys = ON");
+    migrate(sqlite);
+    // Rows a crash left staged count before anything reads usage (ledger/inbox.ts).
+    moveStagedRows(sqlite);
+  } catch (error) {
+    sqlite.close();
+    throw error;
+  }
   const changeVersion = sqlite.query<{ version: number }, []>(changeVersionSql);
   let changeVersionElsewhere: Statement<{ version: number }, []> | undefined;
   const readChange = (): number => {

@@ -1,5 +1,5 @@
 import { ConfigError } from "../config/load";
-import { openDatabase } from "../db/client";
+import { defaultDatabasePath, openDatabase } from "../db/client";
 import { DatabaseTooNewError } from "../db/migrate";
 import { isPostgresUrl } from "./mode";
 import { RedisConnection, redisChangeFeed } from "./redis";
@@ -14,6 +14,16 @@ export class BackendError extends Error {
 /** A connection URL without its password, for messages. */
 export function redactUrl(url: string): string {
   return url.replace(/\/\/([^:@/]+):[^@/]*@/, "//$1:***@");
+}
+
+/** SQLite's own words for a file it cannot use (not a database, a directory, unreadable), with the path. */
+function openSqlite(path: string) {
+  try {
+    return openDatabase(path);
+  } catch (error) {
+    if (error instanceof DatabaseTooNewError) throw error;
+    throw new BackendError(`cannot open the SQLite database at ${path}: ${(error as Error).message} (SLUICE_DB names the file)`);
+  }
 }
 
 export interface Backends {
@@ -35,7 +45,7 @@ export async function openBackends(environment: Record<string, string | undefine
       throw new ConfigError(
         "SLUICE_REDIS_URL is set but SLUICE_DB is a SQLite file: shared mode needs SLUICE_DB=postgres://... as well (unset SLUICE_REDIS_URL to run one instance on SQLite)",
       );
-    return { storage: sqliteStorage(openDatabase(database ?? "data/sluice.db")) };
+    return { storage: sqliteStorage(openSqlite(database || defaultDatabasePath)) };
   }
   if (!redisUrl || !/^rediss?:\/\//.test(redisUrl)) {
     throw new ConfigError(

@@ -8,12 +8,28 @@ afterAll(() => directory.remove());
 const environment = {
   ...process.env,
   SLUICE_DB: join(directory.path, "cli.db"),
-  SLUICE_CONFIG: join(directory.path, "absent.toml"),
+  SLUICE_CONFIG: join(repositoryRoot, "test/fixtures/demo.toml"),
 };
 
-function sluice(...args: string[]) {
-  const result = Bun.spawnSync([process.execPath, join(repositoryRoot, "src/main.ts"), ...args], { env: environment, stdout: "pipe", stderr: "pipe" });
+function sluiceWith(overrides: Record<string, string | undefined>, ...args: string[]) {
+  const result = Bun.spawnSync([process.execPath, join(repositoryRoot, "src/main.ts"), ...args], {
+    env: { ...environment, ...overrides },
+    stdout: "pipe",
+    stderr: "pipe",
+    timeout: 20_000,
+  });
   return { code: result.exitCode, stdout: result.stdout.toString(), stderr: result.stderr.toString() };
+}
+
+function sluice(...args: string[]) {
+  return sluiceWith({}, ...args);
+}
+
+/** The command stopped with `code` and one plain line naming the problem: no runtime stack trace, no source listing. */
+function expectPlainFailure(result: ReturnType<typeof sluice>, code: number, message: string) {
+  expect(result.code).toBe(code);
+  expect(result.stderr).toStartWith(`sluice: ${message}`);
+  expect(result.stderr).not.toMatch(/^\s+at |Bun v\d|^\d+ \| /m);
 }
 
 describe("sluice org", () => {
@@ -159,5 +175,75 @@ describe("sluice backup and doctor", () => {
     expect(output).toContain("model far: cannot reach http://127.0.0.1:1/v1");
     expect(output).toContain("SLUICE_TEST_MISSING_KEY is not set");
     expect(output).toContain('organization acme: its plan "default" is not in the configuration');
+  });
+});
+
+describe("a mistyped environment or file stops the command with the variable or file named, never a stack trace", () => {
+  test("serve: SLUICE_PORT, SLUICE_LOG_LEVEL and SLUICE_DRAIN_MS are checked before anything opens", () => {
+    for (const port of ["abc", "99999", "-1", "1.5", "0x50"]) {
+      expectPlainFailure(sluiceWith({ SLUICE_PORT: port }, "serve"), 1, `SLUICE_PORT must be a port number from 0 to 65535, got "${port}"`);
+    }
+    expectPlainFailure(
+      sluiceWith({ SLUICE_PORT: "0", SLUICE_LOG_LEVEL: "loud" }, "serve"),
+      1,
+      'SLUICE_LOG_LEVEL must be one of debug, info, warn, error, silent, got "loud"',
+    );
+    for (const drain of ["abc", "-5", "1e3", "99999999999"]) {
+      expectPlainFailure(sluiceWith({ SLUICE_PORT: "0", SLUICE_DRAIN_MS: drain }, "serve"), 1, "SLUICE_DRAIN_MS must be a whole number of milliseconds");
+    }
+  });
+
+  test("serve: an address that is not this machine's, or a name that does not resolve, is refused with the address named", () => {
+    expectPlainFailure(sluiceWith({ SLUICE_PORT: "0", SLUICE_HOST: "192.0.2.1" }, "serve"), 1, "cannot listen on 192.0.2.1:0: ");
+    expectPlainFailure(sluiceWith({ SLUICE_PORT: "0", SLUICE_HOST: "not..a..host" }, "serve"), 1, "cannot listen on not..a..host:0: ");
+  });
+
+  test("a configuration file that SLUICE_CONFIG names must exist; with SLUICE_CONFIG unset the built-in defaults apply", () => {
+    const missing = join(directory.path, "typo.toml");
+    expectPlainFailure(sluiceWith({ SLUICE_CONFIG: missing, SLUICE_PORT: "0" }, "serve"), 1, `${missing} does not exist`);
+    expectPlainFailure(sluiceWith({ SLUICE_CONFIG: missing }, "org", "list"), 1, `${missing} does not exist`);
+    // From a directory without data/sluice.toml, as a first `make run` is.
+    const fresh = Bun.spawnSync([process.execPath, join(repositoryRoot, "src/main.ts"), "org", "list"], {
+      env: { ...environment, SLUICE_CONFIG: undefined },
+      cwd: directory.path,
+      stderr: "pipe",
+    });
+    expect(fresh.exitCode).toBe(0);
+  });
+
+  test("SLUICE_DB naming a file that is not a database, or a directory, is refused and the file is left as it was", async () => {
+    const notDatabase = join(directory.path, "notes.txt");
+    await Bun.write(notDatabase, "not a database, an operator's notes\n".repeat(200));
+    const before = await Bun.file(notDatabase).text();
+    for (const command of [["org", "list"], ["serve"]]) {
+      expectPlainFailure(
+        sluiceWith({ SLUICE_DB: notDatabase, SLUICE_PORT: "0" }, ...command),
+        1,
+        `cannot open the SQLite database at ${notDatabase}: file is not a database`,
+      );
+    }
+    expect(await Bun.file(notDatabase).text()).toBe(before);
+    expectPlainFailure(sluiceWith({ SLUICE_DB: directory.path }, "org", "list"), 1, `cannot open the SQLite database at ${directory.path}: `);
+  });
+
+  test("backup: an empty path, a target that cannot be written and a database that does not exist are refused, and nothing is created", async () => {
+    const { existsSync } = await import("node:fs");
+    expectPlainFailure(sluice("backup", ""), 2, "the backup's path must not be empty");
+    const unwritable = join(directory.path, "no-such-directory", "copy.db");
+    expectPlainFailure(sluice("backup", unwritable), 1, `cannot write the backup to ${unwritable}: `);
+    const absent = join(directory.path, "typo.db");
+    expectPlainFailure(
+      sluiceWith({ SLUICE_DB: absent }, "backup", join(directory.path, "copy-of-nothing.db")),
+      1,
+      `there is no database at ${absent} to back up`,
+    );
+    expect(existsSync(absent)).toBe(false);
+    expect(existsSync(join(directory.path, "copy-of-nothing.db"))).toBe(false);
+  });
+
+  test("doctor names a mistyped serve variable", () => {
+    const result = sluiceWith({ SLUICE_PORT: "eighty" }, "doctor");
+    expect(result.code).toBe(1);
+    expect(result.stdout).toContain('environment: SLUICE_PORT must be a port number from 0 to 65535, got "eighty"');
   });
 });

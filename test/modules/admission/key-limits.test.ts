@@ -182,7 +182,7 @@ describe("caps over time", () => {
       for (let index = 0; index < 4; index++) expect((await post(sluice, secret)).status).toBe(200);
       const cli = (...args: string[]) =>
         sluiceCommand(
-          { ...process.env, SLUICE_DB: sluice.database.sqlite.filename, SLUICE_CONFIG: join(repositoryRoot, "test/fixtures/absent.toml") },
+          { ...process.env, SLUICE_DB: sluice.database.sqlite.filename, SLUICE_CONFIG: join(repositoryRoot, "test/fixtures/demo.toml") },
           "key",
           ...args,
         );

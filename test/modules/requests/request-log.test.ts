@@ -208,7 +208,7 @@ describe("the console's request log", () => {
 describe("sluice requests", () => {
   function cli(...args: string[]) {
     return sluiceCommand(
-      { ...process.env, SLUICE_DB: sluice.database.sqlite.filename, SLUICE_CONFIG: join(repositoryRoot, "test/fixtures/absent.toml") },
+      { ...process.env, SLUICE_DB: sluice.database.sqlite.filename, SLUICE_CONFIG: join(repositoryRoot, "test/fixtures/demo.toml") },
       "requests",
       ...args,
     );

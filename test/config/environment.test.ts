@@ -1,0 +1,44 @@
+import { describe, expect, test } from "bun:test";
+import { type ServeSettings, serveSettings } from "../../src/config/environment";
+import { ConfigError } from "../../src/config/load";
+
+describe("serveSettings", () => {
+  test("unset and empty values take the defaults (a unit file's `SLUICE_PORT=` is not port 0)", () => {
+    const defaults: ServeSettings = { hostname: "127.0.0.1", port: 8080, drainMs: 30_000, logLevel: "info", metricsToken: undefined };
+    expect(serveSettings({})).toEqual(defaults);
+    expect(serveSettings({ SLUICE_HOST: "", SLUICE_PORT: "", SLUICE_DRAIN_MS: " ", SLUICE_LOG_LEVEL: "", SLUICE_METRICS_TOKEN: "" })).toEqual(defaults);
+  });
+
+  test("values as an operator writes them", () => {
+    expect(serveSettings({ SLUICE_HOST: "0.0.0.0", SLUICE_PORT: "0", SLUICE_DRAIN_MS: "0", SLUICE_LOG_LEVEL: "warn", SLUICE_METRICS_TOKEN: "t" })).toEqual({
+      hostname: "0.0.0.0",
+      port: 0,
+      drainMs: 0,
+      logLevel: "warn",
+      metricsToken: "t",
+    });
+    expect(serveSettings({ SLUICE_PORT: "65535", SLUICE_DRAIN_MS: "3600000", SLUICE_LOG_LEVEL: "WARN" })).toMatchObject({
+      port: 65_535,
+      drainMs: 3_600_000,
+      logLevel: "warn",
+    });
+  });
+
+  test("anything else is a ConfigError naming the variable and the value", () => {
+    const cases: [string, string][] = [
+      ["SLUICE_PORT", "65536"],
+      ["SLUICE_PORT", "80 80"],
+      ["SLUICE_PORT", "+80"],
+      ["SLUICE_PORT", "Infinity"],
+      ["SLUICE_DRAIN_MS", "3600001"],
+      ["SLUICE_DRAIN_MS", "NaN"],
+      ["SLUICE_LOG_LEVEL", "verbose"],
+      ["SLUICE_LOG_LEVEL", "trace"],
+    ];
+    for (const [name, value] of cases) {
+      expect(() => serveSettings({ [name]: value })).toThrow(ConfigError);
+      expect(() => serveSettings({ [name]: value })).toThrow(`${name} must be`);
+      expect(() => serveSettings({ [name]: value })).toThrow(`"${value}"`);
+    }
+  });
+});
