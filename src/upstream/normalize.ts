@@ -46,13 +46,48 @@ export function usageOf(value: unknown): Usage | undefined {
   return { promptTokens, completionTokens, reasoningTokens };
 }
 
+/** A call's `arguments` as OpenAI's format has them, JSON text; undefined when the call carries none. */
+function argumentsText(value: unknown): string | undefined {
+  if (typeof value === "string") return value;
+  if (value === undefined || value === null) return undefined;
+  // TGI's Messages API, and llama.cpp with --tool-args-object, send the arguments as a JSON object.
+  return JSON.stringify(value);
+}
+
 /**
- * The tool calls of a message or delta: its entries that are objects (a call's fields are each read with their type
- * checked, see toolCallParts); undefined when there are none, so that `[null]` is no call rather than a broken one.
+ * One tool call in OpenAI's chat shape, whatever shape the upstream wrote it in: a whole answer's call is `id` (when
+ * the upstream sent one; the API that answers fills in its own otherwise), `type` and `function` with `name` and
+ * `arguments` as text; a streamed delta carries its `index` (its place when the upstream sent none), and only the
+ * parts it has. An empty `id` and a null `name` (as TGI streams them) are parts it does not have.
  */
-export function toolCallsOf(value: unknown): ToolCallDelta[] | undefined {
-  if (!Array.isArray(value) || value.length === 0) return undefined;
-  const calls = value.every(isObject) ? (value as ToolCallDelta[]) : (value.filter(isObject) as ToolCallDelta[]);
+function toolCallOf(call: JsonObject, position: number, whole: boolean): ToolCallDelta {
+  // Another kind of tool (OpenAI's custom tools): its shape is not read here, and goes on as it came.
+  if (typeof call.type === "string" && call.type !== "function") return call;
+  const fields = isObject(call.function) ? call.function : {};
+  const id = typeof call.id === "string" && call.id !== "" ? call.id : undefined;
+  const name = typeof fields.name === "string" ? fields.name : undefined;
+  const argumentsPart = argumentsText(fields.arguments);
+  if (whole) return { ...(id === undefined ? {} : { id }), type: "function", function: { name: name ?? "", arguments: argumentsPart ?? "{}" } };
+  const delta: ToolCallDelta = { index: Number.isSafeInteger(call.index) && (call.index as number) >= 0 ? call.index : position };
+  if (id !== undefined) delta.id = id;
+  if (id !== undefined || name !== undefined) delta.type = "function";
+  const functionPart: JsonObject = {};
+  if (name !== undefined) functionPart.name = name;
+  if (argumentsPart !== undefined) functionPart.arguments = argumentsPart;
+  delta.function = functionPart;
+  return delta;
+}
+
+/**
+ * The tool calls of a whole message or a streamed delta, in OpenAI's shape (see toolCallOf); undefined when there are
+ * none, so that `[null]` is no call rather than a broken one. A lone call not in a list (TGI streams them so) is a
+ * list of one.
+ */
+export function toolCallsOf(value: unknown, whole: boolean): ToolCallDelta[] | undefined {
+  const list = Array.isArray(value) ? value : isObject(value) ? [value] : undefined;
+  if (list === undefined) return undefined;
+  const calls: ToolCallDelta[] = [];
+  for (const call of list) if (isObject(call)) calls.push(toolCallOf(call, calls.length, whole));
   return calls.length > 0 ? calls : undefined;
 }
 
@@ -67,7 +102,7 @@ export function eventsOfChunk(chunk: unknown, events: CompletionEvent[]): void {
     const delta = isObject(choice.delta) ? choice.delta : {};
     const content = text(delta.content);
     const reasoning = reasoningOf(delta);
-    const toolCalls = toolCallsOf(delta.tool_calls);
+    const toolCalls = toolCallsOf(delta.tool_calls, false);
     if (content !== undefined || reasoning !== undefined || toolCalls !== undefined) {
       events.push({ type: "delta", content, reasoning, toolCalls });
     }

@@ -223,7 +223,7 @@ export class OpenAIBackend implements Backend {
       throw new UpstreamError(`The upstream for model ${this.modelId} sent an answer without choices.`, { isRetryable: true });
     }
     const message = choice.message;
-    const toolCalls = toolCallsOf(message.tool_calls) ?? null;
+    const toolCalls = toolCallsOf(message.tool_calls, true) ?? null;
     return {
       content: typeof message.content === "string" ? message.content : null,
       reasoning: reasoningOf(message) ?? null,

@@ -1,6 +1,6 @@
 import type { SluiceError } from "../../errors";
 import { doneEvent, serverSentData } from "../../upstream/sse";
-import type { Completion, Usage } from "../../upstream/types";
+import type { Completion, ToolCallDelta, Usage } from "../../upstream/types";
 import type { AnswerEvent, AnswerFormat, ResponseIdentity, StreamEncoder, StreamStart } from "./format";
 
 function completionId(identity: ResponseIdentity): string {
@@ -14,11 +14,24 @@ function completionId(identity: ResponseIdentity): string {
  * name, content, reasoning, tool calls, finish reason) go through JSON.stringify.
  */
 export function completionText(identity: ResponseIdentity, completion: Completion, usage: Usage): string {
-  const toolCalls = completion.toolCalls ? `,"tool_calls":${JSON.stringify(completion.toolCalls)}` : "";
+  const toolCalls = completion.toolCalls ? `,"tool_calls":${JSON.stringify(withIds(identity, completion.toolCalls))}` : "";
   return (
     `{"id":${JSON.stringify(completionId(identity))},"object":"chat.completion","created":${identity.created},"model":${JSON.stringify(identity.model)},` +
     `"choices":[{"index":0,"message":{"role":"assistant","content":${JSON.stringify(completion.content)},"reasoning_content":${JSON.stringify(completion.reasoning)},"refusal":null${toolCalls}},` +
     `"logprobs":null,"finish_reason":${JSON.stringify(completion.finishReason)}}],"usage":${usageText(usage)}}`
+  );
+}
+
+/**
+ * A function call's `id` is how the caller answers it (the tool message's `tool_call_id`): one the upstream left out
+ * (TGI sends "") is made here, for a whole answer's call and for the delta that opens a streamed one (the one with
+ * `type`, see toolCallsOf). Made from the request id and the call's place, as the Responses and Messages APIs make theirs.
+ */
+function withIds(identity: ResponseIdentity, calls: ToolCallDelta[]): ToolCallDelta[] {
+  const lacksId = (call: ToolCallDelta) => call.type === "function" && call.id === undefined;
+  if (!calls.some(lacksId)) return calls;
+  return calls.map((call, position) =>
+    lacksId(call) ? { id: `call_${identity.requestId.slice(4)}_${typeof call.index === "number" ? call.index : position}`, ...call } : call,
   );
 }
 
@@ -44,7 +57,10 @@ export class ChunkEncoder implements StreamEncoder {
   private readonly deltaStart: string;
   private readonly includeUsage: boolean;
 
-  constructor(identity: ResponseIdentity, start: StreamStart) {
+  constructor(
+    private readonly identity: ResponseIdentity,
+    start: StreamStart,
+  ) {
     this.head = `{"id":${JSON.stringify(completionId(identity))},"object":"chat.completion.chunk","created":${identity.created},"model":${JSON.stringify(identity.model)},"choices":`;
     this.deltaStart = `data: ${this.head}[{"index":0,"delta":{`;
     this.includeUsage = start.includeUsage;
@@ -70,7 +86,7 @@ export class ChunkEncoder implements StreamEncoder {
       out.push(separator ? ',"content":' : '"content":', JSON.stringify(event.content));
       separator = ",";
     }
-    if (event.toolCalls !== undefined) out.push(separator ? ',"tool_calls":' : '"tool_calls":', JSON.stringify(event.toolCalls));
+    if (event.toolCalls !== undefined) out.push(separator ? ',"tool_calls":' : '"tool_calls":', JSON.stringify(withIds(this.identity, event.toolCalls)));
     out.push(deltaEnd);
   }
 

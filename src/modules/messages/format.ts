@@ -6,7 +6,11 @@ import { toolCallParts, type AnswerEvent, type AnswerFormat, type ResponseIdenti
 type Json = Record<string, unknown>;
 
 /** Chat's finish reason as Anthropic's stop reason. */
-function stopReasonOf(finishReason: string | undefined, stopSequence: string | undefined): string {
+/**
+ * `calledTools`: the answer holds tool_use blocks. An agent's loop runs the tools when the stop reason says
+ * `tool_use`, and some servers end a call with `stop` rather than `tool_calls` (TGI does).
+ */
+function stopReasonOf(finishReason: string | undefined, stopSequence: string | undefined, calledTools: boolean): string {
   switch (finishReason) {
     case "length":
       return "max_tokens";
@@ -15,7 +19,8 @@ function stopReasonOf(finishReason: string | undefined, stopSequence: string | u
     case "content_filter":
       return "refusal";
     default:
-      return stopSequence === undefined ? "end_turn" : "stop_sequence";
+      if (stopSequence !== undefined) return "stop_sequence";
+      return calledTools ? "tool_use" : "end_turn";
   }
 }
 
@@ -58,7 +63,11 @@ function wholeMessage(identity: ResponseIdentity, completion: Completion, usage:
     role: "assistant",
     model: identity.model,
     content,
-    stop_reason: stopReasonOf(completion.finishReason, completion.stopSequence),
+    stop_reason: stopReasonOf(
+      completion.finishReason,
+      completion.stopSequence,
+      content.some((block) => block.type === "tool_use"),
+    ),
     stop_sequence: completion.finishReason === "stop" ? (completion.stopSequence ?? null) : null,
     usage: usageBody(usage.promptTokens, usage.completionTokens),
   };
@@ -120,7 +129,7 @@ class MessagesStreamEncoder implements StreamEncoder {
 
   end(usage: Usage, out: string[]): void {
     this.stopAll(out);
-    const stopReason = stopReasonOf(this.finishReason, this.stopSequence);
+    const stopReason = stopReasonOf(this.finishReason, this.stopSequence, this.calls.size > 0);
     const delta = { stop_reason: stopReason, stop_sequence: stopReason === "stop_sequence" ? (this.stopSequence ?? null) : null };
     this.emit(out, "message_delta", { delta, usage: usageBody(usage.promptTokens, usage.completionTokens) });
     this.emit(out, "message_stop", {});

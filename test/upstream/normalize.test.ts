@@ -1,0 +1,126 @@
+// Tool calls as model servers write them, read into OpenAI's chat shape: each API then answers in its own format,
+// through the official SDKs, with the call's name and arguments intact.
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import Anthropic from "@anthropic-ai/sdk";
+import type OpenAI from "openai";
+import { toolCallsOf } from "../../src/upstream/normalize";
+import { startFakeUpstream, type FakeUpstream } from "../fake-upstream";
+import { fakeModel, schemaErrors, startSluice, type TestSluice } from "../helpers";
+
+describe("toolCallsOf", () => {
+  test("a whole answer's calls: arguments as text, type and name always there, an empty id left for the API to make", () => {
+    expect(
+      toolCallsOf(
+        [
+          { id: "0", type: "function", function: { description: null, name: "get_weather", arguments: { city: "Paris" } } },
+          { id: "", function: { name: "no_arguments" } },
+          { id: "c", type: "function", function: { name: "listed", arguments: [1, 2] } },
+          null,
+          "call",
+        ],
+        true,
+      ),
+    ).toEqual([
+      { id: "0", type: "function", function: { name: "get_weather", arguments: '{"city":"Paris"}' } },
+      { type: "function", function: { name: "no_arguments", arguments: "{}" } },
+      { id: "c", type: "function", function: { name: "listed", arguments: "[1,2]" } },
+    ]);
+  });
+
+  test("a streamed delta keeps only the parts it has; a lone call not in a list is a list of one", () => {
+    expect(toolCallsOf({ index: 0, id: "", type: "function", function: { name: "get_weather", arguments: "" } }, false)).toEqual([
+      { index: 0, type: "function", function: { name: "get_weather", arguments: "" } },
+    ]);
+    expect(toolCallsOf({ index: 0, id: "", type: "function", function: { name: null, arguments: '{"city": ' } }, false)).toEqual([
+      { index: 0, function: { arguments: '{"city": ' } },
+    ]);
+    expect(
+      toolCallsOf(
+        [
+          { id: "x", function: { name: "f", arguments: { a: 1 } } },
+          { index: -1, function: { arguments: "}" } },
+        ],
+        false,
+      ),
+    ).toEqual([
+      { index: 0, id: "x", type: "function", function: { name: "f", arguments: '{"a":1}' } },
+      { index: 1, function: { arguments: "}" } },
+    ]);
+  });
+
+  test("another kind of tool goes on as it came; nothing that is a call gives undefined", () => {
+    const custom = { id: "ct_1", type: "custom", custom: { name: "grammar", input: "x" } };
+    expect(toolCallsOf([custom], true)).toEqual([custom]);
+    for (const nothing of [undefined, null, [], [null, 1, "x"], "calls", 5]) expect(toolCallsOf(nothing, false)).toBeUndefined();
+  });
+});
+
+describe("TGI's tool calls (arguments as an object; a stream's calls not in a list, with empty ids and null names)", () => {
+  let upstream: FakeUpstream;
+  let sluice: TestSluice;
+  const tools = [{ type: "function" as const, function: { name: "get_weather", parameters: { type: "object", properties: { city: { type: "string" } } } } }];
+  const messages = [{ role: "user" as const, content: "Weather in Paris?" }];
+  const arguments_ = { city: "Paris", unit: "celsius" };
+
+  beforeAll(async () => {
+    upstream = startFakeUpstream();
+    sluice = await startSluice({ models: [fakeModel(upstream.url, "tgi", "tgi-tools")], plans: [{ id: "default", models: ["*"] }] });
+  });
+  afterAll(async () => {
+    await sluice.stop();
+    await upstream.stop();
+  });
+
+  test("chat, whole: OpenAI's shape (valid by its schema), the arguments as JSON text, the id kept", async () => {
+    const response = await sluice.post("/v1/chat/completions", { model: "tgi", messages, tools });
+    const body = (await response.json()) as OpenAI.ChatCompletion;
+    expect(schemaErrors("CreateChatCompletionResponse", body)).toEqual([]);
+    const calls = body.choices[0]?.message.tool_calls as OpenAI.ChatCompletionMessageFunctionToolCall[];
+    expect(calls).toEqual([{ id: "0", type: "function", function: { name: "get_weather", arguments: expect.any(String) } }]);
+    expect(JSON.parse(calls[0]?.function.arguments as string)).toEqual(arguments_);
+  });
+
+  test("chat, streamed: the SDK assembles one call with its name, an id made by Sluice, and the whole arguments", async () => {
+    const stream = sluice.client().chat.completions.stream({ model: "tgi", messages, tools });
+    const chunks: OpenAI.ChatCompletionChunk[] = [];
+    for await (const chunk of stream) chunks.push(chunk);
+    for (const chunk of chunks) expect(schemaErrors("CreateChatCompletionStreamResponse", chunk)).toEqual([]);
+    const final = await stream.finalChatCompletion();
+    const calls = final.choices[0]?.message.tool_calls as OpenAI.ChatCompletionMessageFunctionToolCall[];
+    expect(calls).toHaveLength(1);
+    expect(calls[0]?.id).toMatch(/^call_.+_0$/);
+    expect(calls[0]?.function.name).toBe("get_weather");
+    expect(JSON.parse(calls[0]?.function.arguments as string)).toEqual(arguments_);
+  });
+
+  test("Responses, whole and streamed: one function_call item with the arguments as text", async () => {
+    const client = sluice.client();
+    const responsesTools = [{ type: "function" as const, name: "get_weather", parameters: tools[0]?.function.parameters ?? null, strict: false }];
+    const whole = await client.responses.create({ model: "tgi", input: "Weather in Paris?", tools: responsesTools });
+    const stream = client.responses.stream({ model: "tgi", input: "Weather in Paris?", tools: responsesTools });
+    for await (const _event of stream) {
+      // read to the end
+    }
+    for (const response of [whole, await stream.finalResponse()]) {
+      const calls = response.output.filter((item) => item.type === "function_call") as { name: string; status: string; arguments: string }[];
+      expect(calls).toHaveLength(1);
+      expect(calls[0]).toMatchObject({ name: "get_weather", status: "completed" });
+      expect(JSON.parse(calls[0]?.arguments as string)).toEqual(arguments_);
+    }
+  });
+
+  test("Messages, whole and streamed: one tool_use block with its input, and stop_reason tool_use though TGI said stop", async () => {
+    const client = new Anthropic({ baseURL: sluice.url, apiKey: sluice.key, maxRetries: 0 });
+    const anthropicTools = [{ name: "get_weather", input_schema: { type: "object" as const, properties: { city: { type: "string" } } } }];
+    const request = { model: "tgi", max_tokens: 1024, messages, tools: anthropicTools };
+    const whole = await client.messages.create(request);
+    const streamed = await client.messages.stream(request).finalMessage();
+    for (const message of [whole, streamed]) {
+      expect(message.stop_reason).toBe("tool_use");
+      const uses = message.content.filter((block) => block.type === "tool_use");
+      expect(uses).toHaveLength(1);
+      expect(uses[0]).toMatchObject({ name: "get_weather", input: arguments_ });
+    }
+    expect(sluice.server.admission.inFlight()).toBe(0);
+  });
+});
