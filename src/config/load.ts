@@ -21,17 +21,53 @@ export function compilePattern(pattern: string): RegExp {
   return new RegExp(source, `${caseless ? "i" : ""}${unicode ? "u" : ""}`);
 }
 
+/**
+ * A pattern is matched against every prompt by a backtracking engine: one with a repetition inside a repeated group,
+ * such as `(a+)+` or `(\w+\s?)*`, can take exponential time on a crafted prompt of a few dozen characters. Bun's
+ * engine gives up after about half a second and answers "no match": the event loop, and so every request, held that
+ * long, and the rule passed over. safe-regex2 (fastify's) finds that nesting; it does not find every
+ * slow pattern (an alternation whose branches overlap, `(a|aa)+`, passes). Its count of repetitions is not used: a
+ * long list of words with their plurals (`agents?`) is many repetitions and no risk.
+ */
+function checkPatternNesting(pattern: RegExp, where: string): void {
+  // Loaded only for an operator's own rules (test/config/load.test.ts checks the shipped ones): loading it at every
+  // start cost about 2 ms of start-up and 0.5 MB of idle memory.
+  const isSafePattern = require("safe-regex2") as typeof import("safe-regex2");
+  if (!isSafePattern(pattern, { limit: Number.POSITIVE_INFINITY })) {
+    throw new ConfigError(
+      `invalid configuration key ${where}: /${pattern.source}/ repeats a group that itself holds a repetition (as (a+)+ does), which can take exponential time on a crafted prompt: every request held for about half a second each time, and the rule passed over; write it without the nesting`,
+    );
+  }
+}
+
+/** An upstream's or the checker's address: fetch takes http and https only, so anything else would fail every request. */
+function checkHttpUrl(value: string, where: string): void {
+  let protocol: string | undefined;
+  try {
+    protocol = new URL(value).protocol;
+  } catch {
+    protocol = undefined;
+  }
+  if (protocol !== "http:" && protocol !== "https:")
+    throw new ConfigError(`invalid configuration key ${where}: expected an http:// or https:// URL, got "${value}"`);
+}
+
 function resolveSafety(safety: ConfigFile["safety"]): SafetyConfig {
+  if (safety?.moderation_url) checkHttpUrl(safety.moderation_url, "safety.moderation_url");
   const rules = (safety?.rules ?? defaultSafetyRules).map((rule, ruleIndex) => ({
     appliesTo: { input: (rule.applies_to ?? ["input"]).includes("input"), output: (rule.applies_to ?? ["output"]).includes("output") },
     id: rule.id,
     name: rule.name,
     patterns: (rule.patterns ?? []).map((pattern, patternIndex) => {
+      const where = `safety.rules[${ruleIndex}].patterns[${patternIndex}]`;
+      let compiled: RegExp;
       try {
-        return compilePattern(pattern);
+        compiled = compilePattern(pattern);
       } catch (error) {
-        throw new ConfigError(`invalid configuration key safety.rules[${ruleIndex}].patterns[${patternIndex}]: ${(error as Error).message}`);
+        throw new ConfigError(`invalid configuration key ${where}: ${(error as Error).message}`);
       }
+      if (safety?.rules) checkPatternNesting(compiled, where);
+      return compiled;
     }),
     categories: rule.categories ?? [],
   }));
@@ -67,6 +103,8 @@ export function resolveConfig(file: unknown): Config {
   const checked = file as ConfigFile;
   const models: ModelConfig[] = (checked.models ?? defaultConfigFile.models ?? []).map((model, index) => {
     if (model.backend === "openai" && !model.base_url) throw new ConfigError(`models[${index}].base_url is required for backend "openai"`);
+    if (typeof model.base_url === "string") checkHttpUrl(model.base_url, `models[${index}].base_url`);
+    else for (const [position, url] of (model.base_url ?? []).entries()) checkHttpUrl(url, `models[${index}].base_url[${position}]`);
     const contextWindow = model.context_window ?? modelDefaults.contextWindow;
     return {
       id: model.id,
@@ -105,7 +143,11 @@ export function resolveConfig(file: unknown): Config {
     }
   }
   const plans = checked.plans ?? defaultConfigFile.plans ?? [];
+  const planIds = new Set<string>();
   for (const plan of plans) {
+    // Organizations name their plan by id: with two of one id, which limits apply would be the file's order.
+    if (planIds.has(plan.id)) throw new ConfigError(`plans: duplicate id "${plan.id}"`);
+    planIds.add(plan.id);
     for (const modelId of plan.models) {
       if (modelId !== "*" && !seen.has(modelId)) throw new ConfigError(`plans "${plan.id}": unknown model "${modelId}"`);
     }

@@ -2,6 +2,17 @@ import { Type, type Static } from "@sinclair/typebox";
 
 const strict = { additionalProperties: false } as const;
 
+/**
+ * A duration in milliseconds. Timers hold 32 bits: a longer one fires at once (Bun sets it to 1 ms), so a
+ * `timeout_ms` of 2^31 would time out every request rather than none.
+ */
+function milliseconds(minimum: number) {
+  return Type.Integer({ minimum, maximum: 2 ** 31 - 1 });
+}
+
+/** A token quota: counted exactly in a double, as the ledger's sums are. */
+const tokenQuota = Type.Integer({ minimum: 1, maximum: Number.MAX_SAFE_INTEGER });
+
 export const ModelConfigSchema = Type.Object(
   {
     id: Type.String({ minLength: 1, description: "What clients send as `model`" }),
@@ -16,23 +27,23 @@ export const ModelConfigSchema = Type.Object(
     context_window: Type.Optional(Type.Integer({ minimum: 1 })),
     max_output_tokens: Type.Optional(Type.Integer({ minimum: 1 })),
     enabled: Type.Optional(Type.Boolean()),
-    timeout_ms: Type.Optional(Type.Integer({ minimum: 1 })),
+    timeout_ms: Type.Optional(milliseconds(1)),
     /** Demo backend only: pause between streamed tokens. */
-    stream_delay_ms: Type.Optional(Type.Integer({ minimum: 0 })),
+    stream_delay_ms: Type.Optional(milliseconds(0)),
     /** Requests in flight to this upstream; omitted = unlimited. */
     max_concurrency: Type.Optional(Type.Integer({ minimum: 1 })),
     /** Requests waiting beyond max_concurrency. */
     queue_size: Type.Optional(Type.Integer({ minimum: 0 })),
     /** Longest wait in the queue. */
-    queue_timeout_ms: Type.Optional(Type.Integer({ minimum: 1 })),
+    queue_timeout_ms: Type.Optional(milliseconds(1)),
     /** Longest wait for the upstream's status line (connection included). */
-    first_byte_timeout_ms: Type.Optional(Type.Integer({ minimum: 1 })),
+    first_byte_timeout_ms: Type.Optional(milliseconds(1)),
     /** Longest silence between two chunks of a streamed answer. */
-    idle_timeout_ms: Type.Optional(Type.Integer({ minimum: 1 })),
+    idle_timeout_ms: Type.Optional(milliseconds(1)),
     /** Consecutive failures that open an upstream's circuit breaker. */
     breaker_failures: Type.Optional(Type.Integer({ minimum: 1 })),
     /** How long an open breaker keeps an upstream out before one probe request is let through. */
-    breaker_cooldown_ms: Type.Optional(Type.Integer({ minimum: 1 })),
+    breaker_cooldown_ms: Type.Optional(milliseconds(1)),
   },
   strict,
 );
@@ -42,9 +53,9 @@ export const PlanConfigSchema = Type.Object(
     id: Type.String({ minLength: 1 }),
     models: Type.Array(Type.String({ minLength: 1 })),
     /** Rolling 5-hour window; omitted = unlimited. */
-    tokens_per_5h: Type.Optional(Type.Integer({ minimum: 1 })),
+    tokens_per_5h: Type.Optional(tokenQuota),
     /** Calendar month in UTC; omitted = unlimited. */
-    tokens_per_month: Type.Optional(Type.Integer({ minimum: 1 })),
+    tokens_per_month: Type.Optional(tokenQuota),
     /** Requests in flight for one organization; omitted = unlimited. */
     max_concurrency: Type.Optional(Type.Integer({ minimum: 1 })),
   },
@@ -67,7 +78,7 @@ export const SafetyRuleSchema = Type.Object(
 export const SafetyConfigSchema = Type.Object(
   {
     enabled: Type.Optional(Type.Boolean()),
-    timeout_ms: Type.Optional(Type.Integer({ minimum: 1 })),
+    timeout_ms: Type.Optional(milliseconds(1)),
     moderation_url: Type.Optional(Type.String({ minLength: 1 })),
     moderation_model: Type.Optional(Type.String({ minLength: 1 })),
     moderation_api_key_env: Type.Optional(Type.String({ minLength: 1 })),

@@ -1,4 +1,5 @@
 import { expect, test } from "bun:test";
+import { defaultSafetyRules } from "../../src/config/default-rules";
 import { ConfigError, resolveConfig } from "../../src/config/load";
 
 test("no file: the built-in demo model and a default plan that includes it", () => {
@@ -58,4 +59,58 @@ test("refused with the key named: unknown keys, wrong types, missing base_url, u
     expect(() => resolveConfig(file)).toThrow(ConfigError);
     expect(() => resolveConfig(file)).toThrow(named);
   }
+});
+
+test("refused with the key named: addresses fetch cannot call, durations past a timer's 32 bits, quotas past exact integers, two plans of one id", () => {
+  const model = (fields: Record<string, unknown>) => ({ models: [{ id: "a", backend: "openai", base_url: "http://127.0.0.1:8000/v1", ...fields }] });
+  const cases: [unknown, string][] = [
+    [model({ base_url: "ftp://models.internal/v1" }), 'models[0].base_url: expected an http:// or https:// URL, got "ftp://models.internal/v1"'],
+    [model({ base_url: "models.internal:8000/v1" }), "models[0].base_url: expected an http:// or https:// URL"],
+    [model({ base_url: ["http://a:8000/v1", "not a url"] }), 'models[0].base_url[1]: expected an http:// or https:// URL, got "not a url"'],
+    [{ safety: { moderation_url: "javascript:alert(1)" } }, "safety.moderation_url: expected an http:// or https:// URL"],
+    // 2^31 ms: Bun would fire such a timer at once, and every request would time out.
+    ...["timeout_ms", "queue_timeout_ms", "first_byte_timeout_ms", "idle_timeout_ms", "breaker_cooldown_ms", "stream_delay_ms"].map(
+      (key): [unknown, string] => [model({ [key]: 2 ** 31 }), `models[0].${key}`],
+    ),
+    [{ safety: { timeout_ms: 2 ** 31 } }, "safety.timeout_ms"],
+    [{ plans: [{ id: "p", models: ["*"], tokens_per_month: 2 ** 53 }] }, "plans[0].tokens_per_month"],
+    [{ plans: [{ id: "p", models: ["*"], tokens_per_5h: 1e300 }] }, "plans[0].tokens_per_5h"],
+    [
+      {
+        plans: [
+          { id: "p", models: ["*"] },
+          { id: "p", models: ["*"], tokens_per_month: 10 },
+        ],
+      },
+      'plans: duplicate id "p"',
+    ],
+  ];
+  for (const [file, named] of cases) {
+    expect(() => resolveConfig(file)).toThrow(ConfigError);
+    expect(() => resolveConfig(file)).toThrow(named);
+  }
+  // The largest of each is taken.
+  const largest = resolveConfig({
+    ...model({ base_url: ["https://a/v1", "http://[::1]:8000/v1"], timeout_ms: 2 ** 31 - 1, stream_delay_ms: 0 }),
+    plans: [{ id: "p", models: ["*"], tokens_per_month: Number.MAX_SAFE_INTEGER }],
+  });
+  expect(largest.models[0]?.timeoutMs).toBe(2 ** 31 - 1);
+  expect(largest.plans[0]?.tokensPerMonth).toBe(Number.MAX_SAFE_INTEGER);
+});
+
+test("a red-line pattern that repeats a group holding a repetition is refused, with the rule and the pattern named; the shipped rules and common shapes pass", () => {
+  const rules = (patterns: string[]) => ({ safety: { rules: [{ id: "R", name: "rule", patterns }] } });
+  for (const pattern of ["(a+)+$", "(?i)(\\w+\\s?)+!", "(\\s*\\w+)*", "(.*a){20}", "((ab)*c)+"]) {
+    expect(() => resolveConfig(rules(["\\bfine\\b", pattern]))).toThrow("safety.rules[0].patterns[1]");
+    expect(() => resolveConfig(rules(["\\bfine\\b", pattern]))).toThrow("exponential time");
+  }
+  const accepted = [
+    "(?i)\\b(nerve agents?|precursors?|recipes?|steps?|guides?|manuals?|methods?|ways?|plans?|tools?|kits?|parts?|designs?|labs?|routes?)\\b",
+    "(?i)\\b(how to|instructions? (for|to))\\b[^.?!]{0,60}\\b(bomb a|mass shooting)\\b",
+    "[a-z0-9._%+-]+@[a-z0-9.-]+\\.[a-z]{2,}",
+    "\\b\\d{3}-\\d{2}-\\d{4}\\b",
+  ];
+  expect(resolveConfig(rules(accepted)).safety.rules[0]?.patterns).toHaveLength(accepted.length);
+  // The shipped rules, written in the file as an operator's own (without [safety] they are not checked at start).
+  expect(resolveConfig({ safety: { rules: defaultSafetyRules } }).safety.rules).toHaveLength(defaultSafetyRules.length);
 });
