@@ -1,5 +1,6 @@
 import { Elysia } from "elysia";
 import { SluiceError } from "../../errors";
+import { secretsEqual } from "../keys/secret";
 import type { AccountService, Actor } from "./accounts";
 import {
   AuditQuery,
@@ -56,7 +57,7 @@ export const consoleRoutes = (service: ConsoleService, accounts: AccountService)
       .resolve(async ({ cookie, request }) => {
         const actor = await accounts.actorOf(cookie[sessionCookie]?.value as string | undefined);
         if (!actor) throw new SluiceError("not_signed_in", "Sign in first.");
-        if (request.method !== "GET" && request.headers.get("x-csrf-token") !== actor.csrfToken) {
+        if (request.method !== "GET" && !secretsEqual(request.headers.get("x-csrf-token") ?? "", actor.csrfToken)) {
           throw new SluiceError("csrf_token_invalid", "Missing or wrong CSRF token; reload the page.");
         }
         return { actor: actor as Actor };

@@ -33,3 +33,11 @@ export function hashesEqual(stored: Uint8Array, hash: string): boolean {
   // Bun's crypto.timingSafeEqual (as node:crypto's, without loading node:crypto at start-up).
   return crypto.timingSafeEqual(stored, given);
 }
+
+/**
+ * Constant-time equality of two secrets given as text (the metrics token, a session's CSRF token): their SHA-256
+ * digests are compared, so neither where they first differ nor their lengths show in the time taken.
+ */
+export function secretsEqual(given: string, expected: string): boolean {
+  return crypto.timingSafeEqual(Bun.SHA256.hash(given) as Uint8Array, Bun.SHA256.hash(expected) as Uint8Array);
+}

@@ -1,5 +1,6 @@
 import { Elysia } from "elysia";
 import { SluiceError } from "../../errors";
+import { secretsEqual } from "../keys/secret";
 import type { Logger } from "./logger";
 import type { Metrics } from "./metrics";
 import type { RequestRecord } from "./request-record";
@@ -34,7 +35,7 @@ export const observabilityRoutes = (options: ObservabilityOptions) =>
       return { status: "not_ready", problems };
     })
     .get("/metrics", ({ headers }) => {
-      if (options.metricsToken && headers.authorization !== `Bearer ${options.metricsToken}`) {
+      if (options.metricsToken && !secretsEqual(headers.authorization ?? "", `Bearer ${options.metricsToken}`)) {
         throw new SluiceError(
           headers.authorization ? "invalid_api_key" : "missing_api_key",
           "The metrics endpoint needs the token in SLUICE_METRICS_TOKEN as a bearer token.",

@@ -1,5 +1,5 @@
 import { expect, test } from "bun:test";
-import { generateKeySecret, hashesEqual, hashKeySecret } from "../../../src/modules/keys/secret";
+import { generateKeySecret, hashesEqual, hashKeySecret, secretsEqual } from "../../../src/modules/keys/secret";
 
 test("a key's hash is its SHA-256 in hex, and the comparison accepts only the same hash", () => {
   const secret = generateKeySecret();
@@ -30,4 +30,15 @@ test("the comparison's reused bytes carry nothing from one comparison into the n
   expect(hashesEqual(stored, hash)).toBe(true);
   expect(hashesEqual(Buffer.from(other), other)).toBe(true);
   expect(hashesEqual(Buffer.from(other), hash)).toBe(false);
+});
+
+test("secretsEqual: the same text only, whatever the lengths and characters", () => {
+  const token = "b64url_token-of-the-metrics_or_a-session";
+  expect(secretsEqual(token, token)).toBe(true);
+  expect(secretsEqual(`${token}`, token.slice(0))).toBe(true);
+  for (const other of ["", token.slice(0, -1), `${token}x`, token.toUpperCase(), `${token.slice(0, -1)}é`, "\u0000".repeat(token.length)]) {
+    expect(secretsEqual(other, token)).toBe(false);
+    expect(secretsEqual(token, other)).toBe(false);
+  }
+  expect(secretsEqual("", "")).toBe(true);
 });
