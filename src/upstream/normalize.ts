@@ -12,10 +12,43 @@ function text(value: unknown): string | undefined {
 
 /**
  * The reasoning text of a message or delta. DeepSeek and older vLLM send `reasoning_content`; vLLM now sends
- * `reasoning`; Sluice always answers with `reasoning_content`.
+ * `reasoning`; Mistral's reasoning models send `thinking` parts in `content` (see contentOf); Sluice always answers
+ * with `reasoning_content`.
  */
 export function reasoningOf(message: JsonObject): string | undefined {
-  return text(message.reasoning_content) ?? text(message.reasoning);
+  const named = text(message.reasoning_content) ?? text(message.reasoning);
+  if (!Array.isArray(message.content)) return named;
+  const thinking = partsText(message.content, "thinking");
+  return named === undefined ? thinking : thinking === undefined ? named : named + thinking;
+}
+
+/** The texts of a text part (`{type: "text", text}`), a string, or a list of either. */
+function textOfParts(value: unknown): string {
+  if (typeof value === "string") return value;
+  if (Array.isArray(value)) return value.map(textOfParts).join("");
+  return isObject(value) && value.type === "text" && typeof value.text === "string" ? value.text : "";
+}
+
+/**
+ * What the parts of a content list hold of one kind: the `text` parts' texts, or the `thinking` parts' (whose
+ * `thinking` is a list of text parts). Mistral's reasoning models (Magistral; Mistral Small with a reasoning effort)
+ * answer so, in whole answers and in stream deltas; undefined when no part of that kind has text.
+ */
+function partsText(parts: unknown[], kind: "text" | "thinking"): string | undefined {
+  let joined = "";
+  for (const part of parts) {
+    if (!isObject(part)) continue;
+    if (kind === "text" && part.type === "text" && typeof part.text === "string") joined += part.text;
+    else if (kind === "thinking" && part.type === "thinking") joined += textOfParts(part.thinking);
+  }
+  return joined.length > 0 ? joined : undefined;
+}
+
+/** The answer text of a message or delta: a string, or the text parts of a content list (see partsText). */
+export function contentOf(message: JsonObject): string | undefined {
+  const content = message.content;
+  if (typeof content === "string") return content.length > 0 ? content : undefined;
+  return Array.isArray(content) ? partsText(content, "text") : undefined;
 }
 
 /**
@@ -100,7 +133,7 @@ export function eventsOfChunk(chunk: unknown, events: CompletionEvent[]): void {
   const choice = Array.isArray(chunk.choices) && isObject(chunk.choices[0]) ? chunk.choices[0] : undefined;
   if (choice) {
     const delta = isObject(choice.delta) ? choice.delta : {};
-    const content = text(delta.content);
+    const content = contentOf(delta);
     const reasoning = reasoningOf(delta);
     const toolCalls = toolCallsOf(delta.tool_calls, false);
     if (content !== undefined || reasoning !== undefined || toolCalls !== undefined) {

@@ -1,7 +1,7 @@
 import { UpstreamError } from "../errors";
 import { clearDeadline, setDeadline } from "./deadlines";
 import { errorFromFailure, errorFromStatus } from "./errors";
-import { eventsOfChunk, reasoningOf, toolCallsOf, usageOf } from "./normalize";
+import { contentOf, eventsOfChunk, reasoningOf, toolCallsOf, usageOf } from "./normalize";
 import { maxEventLength, ServerSentEventDecoder } from "./sse";
 import { readTextWithin } from "../http/read-body";
 import type { Backend, BackendRequest, Completion, CompletionEvent, StreamEnding } from "./types";
@@ -225,7 +225,7 @@ export class OpenAIBackend implements Backend {
     const message = choice.message;
     const toolCalls = toolCallsOf(message.tool_calls, true) ?? null;
     return {
-      content: typeof message.content === "string" ? message.content : null,
+      content: typeof message.content === "string" ? message.content : (contentOf(message) ?? null),
       reasoning: reasoningOf(message) ?? null,
       toolCalls,
       finishReason: typeof choice.finish_reason === "string" ? choice.finish_reason : "stop",

@@ -3,7 +3,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import Anthropic from "@anthropic-ai/sdk";
 import type OpenAI from "openai";
-import { toolCallsOf } from "../../src/upstream/normalize";
+import { contentOf, reasoningOf, toolCallsOf } from "../../src/upstream/normalize";
 import { startFakeUpstream, type FakeUpstream } from "../fake-upstream";
 import { fakeModel, schemaErrors, startSluice, type TestSluice } from "../helpers";
 
@@ -120,6 +120,84 @@ describe("TGI's tool calls (arguments as an object; a stream's calls not in a li
       const uses = message.content.filter((block) => block.type === "tool_use");
       expect(uses).toHaveLength(1);
       expect(uses[0]).toMatchObject({ name: "get_weather", input: arguments_ });
+    }
+    expect(sluice.server.admission.inFlight()).toBe(0);
+  });
+});
+
+describe("contentOf and reasoningOf: content as a list of parts (Mistral's reasoning models)", () => {
+  test("text parts are the answer, thinking parts the reasoning; strings and the named reasoning fields as before", () => {
+    const message = {
+      content: [
+        {
+          type: "thinking",
+          thinking: [
+            { type: "text", text: "Two plus two." },
+            { type: "text", text: " Four." },
+          ],
+        },
+        { type: "text", text: "2 + 2" },
+        { type: "image_url", image_url: { url: "data:" } },
+        null,
+        { type: "text", text: " = 4." },
+      ],
+    };
+    expect(contentOf(message)).toBe("2 + 2 = 4.");
+    expect(reasoningOf(message)).toBe("Two plus two. Four.");
+    expect(reasoningOf({ reasoning_content: "Named. ", content: [{ type: "thinking", thinking: "As a string." }] })).toBe("Named. As a string.");
+    expect(contentOf({ content: "plain" })).toBe("plain");
+    expect(reasoningOf({ reasoning: "vLLM's", content: "plain" })).toBe("vLLM's");
+    for (const nothing of [[], [{ type: "thinking", thinking: [] }], [{ type: "text", text: 5 }], "", null, { text: "x" }]) {
+      expect(contentOf({ content: nothing })).toBeUndefined();
+    }
+    expect(reasoningOf({ content: [{ type: "text", text: "only text" }] })).toBeUndefined();
+  });
+});
+
+describe("Mistral's content parts through every API", () => {
+  let upstream: FakeUpstream;
+  let sluice: TestSluice;
+  const messages = [{ role: "user" as const, content: "What is 2 + 2?" }];
+  const reasoning = "Two plus two. Adding them gives four.";
+
+  beforeAll(async () => {
+    upstream = startFakeUpstream();
+    sluice = await startSluice({ models: [fakeModel(upstream.url, "magistral", "mistral")], plans: [{ id: "default", models: ["*"] }] });
+  });
+  afterAll(async () => {
+    await sluice.stop();
+    await upstream.stop();
+  });
+
+  test("chat, whole and streamed: the answer in content and the thinking in reasoning_content, valid by OpenAI's schemas", async () => {
+    const response = await sluice.post("/v1/chat/completions", { model: "magistral", messages });
+    const body = (await response.json()) as OpenAI.ChatCompletion & { choices: { message: { reasoning_content: string } }[] };
+    expect(schemaErrors("CreateChatCompletionResponse", body)).toEqual([]);
+    expect(body.choices[0]?.message).toMatchObject({ content: "2 + 2 = 4.", reasoning_content: reasoning });
+    const stream = await sluice.client().chat.completions.create({ model: "magistral", messages, stream: true });
+    let content = "";
+    let thinking = "";
+    for await (const chunk of stream) {
+      expect(schemaErrors("CreateChatCompletionStreamResponse", chunk)).toEqual([]);
+      const delta = chunk.choices[0]?.delta as { content?: string; reasoning_content?: string } | undefined;
+      content += delta?.content ?? "";
+      thinking += delta?.reasoning_content ?? "";
+    }
+    expect(content).toBe("2 + 2 = 4.");
+    expect(thinking).toBe(reasoning);
+  });
+
+  test("Responses and Messages: the answer as text, the thinking as reasoning and thinking blocks", async () => {
+    const response = await sluice.client().responses.create({ model: "magistral", input: "What is 2 + 2?" });
+    expect(response.output_text).toBe("2 + 2 = 4.");
+    const anthropic = new Anthropic({ baseURL: sluice.url, apiKey: sluice.key, maxRetries: 0 });
+    const request = { model: "magistral", max_tokens: 1024, messages };
+    for (const message of [await anthropic.messages.create(request), await anthropic.messages.stream(request).finalMessage()]) {
+      expect(message.content).toHaveLength(2);
+      expect(message.content).toMatchObject([
+        { type: "thinking", thinking: reasoning },
+        { type: "text", text: "2 + 2 = 4." },
+      ]);
     }
     expect(sluice.server.admission.inFlight()).toBe(0);
   });
