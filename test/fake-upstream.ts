@@ -92,7 +92,7 @@ function sse(body: string | ReadableStream<Uint8Array>): Response {
 /**
  * Models: `vllm`, `deepseek`, `mistral`, `vllm-tools`, `tgi-tools` (fixtures), `agent-tools` (calls get_weather, then answers with its result), `namespaced-call` (calls weather__get_weather), `stop-sequence` (ended by the stop string `###`), `echo` (answers with the body it got), `slow-N-D` (N words, D ms apart),
  * `usage-P-C[-D]` (reports P prompt and C completion tokens, after D ms),
- * `fail-500`, `overloaded-429`, `hang`, `context-400`, `bad-400`, `no-usage`, `html-200`, `midstream-error`,
+ * `completion-tokens-only` (a 400 for max_tokens, as OpenAI's reasoning models answer), `fail-500`, `overloaded-429`, `hang`, `context-400`, `bad-400`, `no-usage`, `html-200`, `midstream-error`,
  * `malformed-stream`, `no-done`.
  */
 export function startFakeUpstream(): FakeUpstream {
@@ -190,6 +190,22 @@ export function startFakeUpstream(): FakeUpstream {
       return sse(`${chunk(model, { role: "assistant", tool_calls: [{ index: 0, ...call }] }) + chunk(model, {}, "tool_calls", usage)}data: [DONE]\n\n`);
     }
     if (model === "deepseek") return stream ? sse(fixture("deepseek-stream.sse")) : Response.json(JSON.parse(fixture("deepseek-whole.json")));
+    if (model === "completion-tokens-only") {
+      // OpenAI's reasoning models (o-series, GPT-5): the output limit only as max_completion_tokens.
+      if (body.max_tokens !== undefined) {
+        const error = {
+          message: "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.",
+          type: "invalid_request_error",
+          param: "max_tokens",
+          code: "unsupported_parameter",
+        };
+        return Response.json({ error }, { status: 400 });
+      }
+      const text = `limit ${String(body.max_completion_tokens)}`;
+      return stream
+        ? sse(`${chunk(model, { role: "assistant", content: text }) + chunk(model, {}, "stop", usage)}data: [DONE]\n\n`)
+        : Response.json(whole(model, text, null, usage));
+    }
     if (model === "echo") {
       const text = JSON.stringify(body);
       return stream

@@ -116,6 +116,7 @@ export function resolveConfig(file: unknown): Config {
       ownedBy: model.owned_by ?? "sluice",
       contextWindow,
       maxOutputTokens: Math.min(model.max_output_tokens ?? modelDefaults.maxOutputTokens, contextWindow),
+      maxTokensField: model.max_tokens_field,
       enabled: model.enabled ?? true,
       timeoutMs: model.timeout_ms ?? modelDefaults.timeoutMs,
       streamDelayMs: model.stream_delay_ms ?? modelDefaults.streamDelayMs,

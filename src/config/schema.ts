@@ -26,6 +26,8 @@ export const ModelConfigSchema = Type.Object(
     owned_by: Type.Optional(Type.String()),
     context_window: Type.Optional(Type.Integer({ minimum: 1 })),
     max_output_tokens: Type.Optional(Type.Integer({ minimum: 1 })),
+    /** The name the output limit is sent upstream under; omitted = the caller's name (max_tokens when none). */
+    max_tokens_field: Type.Optional(Type.Union([Type.Literal("max_tokens"), Type.Literal("max_completion_tokens")])),
     enabled: Type.Optional(Type.Boolean()),
     timeout_ms: Type.Optional(milliseconds(1)),
     /** Demo backend only: pause between streamed tokens. */
@@ -113,6 +115,8 @@ export interface ModelConfig {
   ownedBy: string;
   contextWindow: number;
   maxOutputTokens: number;
+  /** Undefined: the output limit goes upstream under the name the caller used. */
+  maxTokensField: "max_tokens" | "max_completion_tokens" | undefined;
   enabled: boolean;
   timeoutMs: number;
   streamDelayMs: number;

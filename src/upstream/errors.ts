@@ -55,6 +55,15 @@ export function errorFromStatus(modelId: string, status: number, body: string, r
   });
 }
 
+/**
+ * Whether an upstream's 400 says it takes the output limit only as `max_completion_tokens`, as OpenAI's reasoning
+ * models (o-series, GPT-5) and Azure's answer `max_tokens`: "Unsupported parameter: 'max_tokens' is not supported
+ * with this model. Use 'max_completion_tokens' instead."
+ */
+export function asksForCompletionTokens(status: number, body: string): boolean {
+  return status === 400 && /\bmax_tokens\b[\s\S]*\bmax_completion_tokens\b/.test(messageOf(body));
+}
+
 /** The abort reason of requests still open when the server's drain time is over. */
 export class ServerShutdown extends Error {
   override name = "ServerShutdown";

@@ -1,6 +1,6 @@
 import { UpstreamError } from "../errors";
 import { clearDeadline, setDeadline } from "./deadlines";
-import { errorFromFailure, errorFromStatus } from "./errors";
+import { asksForCompletionTokens, errorFromFailure, errorFromStatus } from "./errors";
 import { contentOf, eventsOfChunk, reasoningOf, toolCallsOf, usageOf } from "./normalize";
 import { maxEventLength, ServerSentEventDecoder } from "./sse";
 import { readTextWithin } from "../http/read-body";
@@ -49,6 +49,12 @@ function timedSignal(request: BackendRequest): TimedSignal | undefined {
 export class OpenAIBackend implements Backend {
   private readonly url: string;
   private readonly headers: Record<string, string>;
+  /**
+   * Learned from the upstream's own refusal (see asksForCompletionTokens): it takes the output limit only as
+   * `max_completion_tokens`, so a `max_tokens` is renamed before it is sent. The model's `max_tokens_field` says so
+   * from the start.
+   */
+  private completionTokensOnly = false;
 
   constructor(
     private readonly modelId: string,
@@ -68,8 +74,8 @@ export class OpenAIBackend implements Backend {
     const signal = timed ? timed.signal : request.signal;
     timed?.arm(request.model.firstByteTimeoutMs);
     try {
-      const response = await this.send(request, signal);
-      if (response.status !== 200) throw await this.statusError(response);
+      let response = await this.send(request, signal);
+      if (response.status !== 200) response = await this.afterRefusal(response, request, signal);
       let parsed: unknown;
       try {
         // Read whole, not counted as it arrives (as an error's body and a stream's events are): reading the length
@@ -103,8 +109,8 @@ export class OpenAIBackend implements Backend {
     const idle = request.model.idleTimeoutMs;
     timed?.arm(request.model.firstByteTimeoutMs);
     try {
-      const response = await this.send(request, signal);
-      if (response.status !== 200) throw await this.statusError(response);
+      let response = await this.send(request, signal);
+      if (response.status !== 200) response = await this.afterRefusal(response, request, signal);
       answered = true;
       timed?.arm(idle);
       if (!response.body) throw new UpstreamError(`The upstream for model ${this.modelId} sent no body.`, { isRetryable: true });
@@ -190,6 +196,10 @@ export class OpenAIBackend implements Backend {
    * answer inflated (see the constructor).
    */
   private send(request: BackendRequest, signal: AbortSignal): Promise<Response> {
+    if (this.completionTokensOnly && request.body.max_tokens !== undefined) {
+      request.body.max_completion_tokens = request.body.max_tokens;
+      delete request.body.max_tokens;
+    }
     return fetch(this.url, {
       method: "POST",
       headers: this.headers,
@@ -201,18 +211,36 @@ export class OpenAIBackend implements Backend {
     });
   }
 
+  /**
+   * What follows an answer whose status is not 200: its error, thrown, or, when the upstream refused `max_tokens` for
+   * `max_completion_tokens` (nothing was generated), the answer to the same request sent once more with the limit
+   * renamed, which this backend then does for every request.
+   */
+  private async afterRefusal(response: Response, request: BackendRequest, signal: AbortSignal): Promise<Response> {
+    const { error, body } = await this.refusalOf(response);
+    if (this.completionTokensOnly || request.body.max_tokens === undefined || !asksForCompletionTokens(response.status, body)) throw error;
+    this.completionTokensOnly = true;
+    const retried = await this.send(request, signal);
+    if (retried.status !== 200) throw (await this.refusalOf(retried)).error;
+    return retried;
+  }
+
   /** The error of an answer whose status is not 200, from its body (its first `maxErrorBodyBytes`) and Retry-After. */
-  private async statusError(response: Response): Promise<UpstreamError> {
+  private async refusalOf(response: Response): Promise<{ error: UpstreamError; body: string }> {
     if (response.status >= 300 && response.status < 400) {
       await response.body?.cancel().catch(() => undefined);
       // The address it names stays out of the message, which the caller sees: it may be the operator's network.
-      return new UpstreamError(`The upstream for model ${this.modelId} answered with a redirect (HTTP ${response.status}), which Sluice does not follow.`, {
-        isRetryable: true,
-        upstreamStatus: response.status,
-      });
+      const error = new UpstreamError(
+        `The upstream for model ${this.modelId} answered with a redirect (HTTP ${response.status}), which Sluice does not follow.`,
+        {
+          isRetryable: true,
+          upstreamStatus: response.status,
+        },
+      );
+      return { error, body: "" };
     }
     const body = (await readTextWithin(response.body, maxErrorBodyBytes).catch(() => "")) ?? "";
-    return errorFromStatus(this.modelId, response.status, body, response.headers.get("retry-after"));
+    return { error: errorFromStatus(this.modelId, response.status, body, response.headers.get("retry-after")), body };
   }
 
   private completionOf(parsed: unknown): Completion {

@@ -18,6 +18,7 @@ function model(baseUrls: string[]): ModelConfig {
     ownedBy: "test",
     contextWindow: 100_000,
     maxOutputTokens: 1000,
+    maxTokensField: undefined,
     enabled: true,
     timeoutMs: 10_000,
     streamDelayMs: 0,

@@ -59,7 +59,7 @@ export function prepareRequest(request: ChatRequest, entry: ModelEntry): Prepare
   });
 }
 
-/** The prepared request, its output limit sent upstream under the name the caller used. */
+/** The prepared request, its output limit sent upstream under the name the caller used, or the one the model's configuration names. */
 function prepared(
   request: ChatRequest,
   entry: ModelEntry,
@@ -70,7 +70,7 @@ function prepared(
 ): PreparedRequest {
   const model = entry.config;
   const stream = request.stream === true;
-  const upstreamBody: Record<string, unknown> = { model: model.upstreamModel, messages: request.messages, [limitName]: maxTokens };
+  const upstreamBody: Record<string, unknown> = { model: model.upstreamModel, messages: request.messages, [model.maxTokensField ?? limitName]: maxTokens };
   if (stream) {
     upstreamBody.stream = true;
     upstreamBody.stream_options = { include_usage: true };
