@@ -22,11 +22,18 @@ export function reasoningOf(message: JsonObject): string | undefined {
   return named === undefined ? thinking : thinking === undefined ? named : named + thinking;
 }
 
-/** The texts of a text part (`{type: "text", text}`), a string, or a list of either. */
-function textOfParts(value: unknown): string {
+/** The text of a string or a text part (`{type: "text", text}`). */
+function textOfPart(value: unknown): string {
   if (typeof value === "string") return value;
-  if (Array.isArray(value)) return value.map(textOfParts).join("");
   return isObject(value) && value.type === "text" && typeof value.text === "string" ? value.text : "";
+}
+
+/** The texts of a thinking part's `thinking`: a list of text parts (or strings), or one. A list within it is no text. */
+function textOfParts(value: unknown): string {
+  if (!Array.isArray(value)) return textOfPart(value);
+  let joined = "";
+  for (const part of value) joined += textOfPart(part);
+  return joined;
 }
 
 /**
@@ -124,6 +131,19 @@ export function toolCallsOf(value: unknown, whole: boolean): ToolCallDelta[] | u
   return calls.length > 0 ? calls : undefined;
 }
 
+/** The finish reasons of OpenAI's chat format, which clients with typed responses parse as an enum. */
+const openAIFinishReasons = new Set(["stop", "length", "tool_calls", "content_filter", "function_call"]);
+
+/**
+ * An upstream's finish reason as OpenAI names it. Other servers have their own: TGI ends with `eos_token` or
+ * `stop_sequence`, vLLM an aborted request with `abort`; a client that parses the reason as OpenAI's enum (the Rust
+ * and Go SDKs, say) fails on them. A cut by the limit (`max_tokens`) is `length`; any other is `stop`.
+ */
+export function finishReasonOf(reason: string): string {
+  if (openAIFinishReasons.has(reason)) return reason;
+  return reason === "max_tokens" ? "length" : "stop";
+}
+
 /**
  * Appends the events one upstream `chat.completion.chunk` carries to `events` (a read's batch, so that a chunk
  * makes no array of its own). Throws on a chunk that is not an object, before appending anything.
@@ -142,8 +162,8 @@ export function eventsOfChunk(chunk: unknown, events: CompletionEvent[]): void {
     if (typeof choice.finish_reason === "string") {
       events.push(
         typeof choice.stop_reason === "string"
-          ? { type: "finish", reason: choice.finish_reason, stopSequence: choice.stop_reason }
-          : { type: "finish", reason: choice.finish_reason },
+          ? { type: "finish", reason: finishReasonOf(choice.finish_reason), stopSequence: choice.stop_reason }
+          : { type: "finish", reason: finishReasonOf(choice.finish_reason) },
       );
     }
   }

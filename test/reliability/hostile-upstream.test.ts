@@ -4,7 +4,7 @@
 // JSON or a clean 502, ends every stream properly, bills only whole token counts in range, and frees every slot.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import fc from "fast-check";
-import { anyFieldValue, startSluice, type TestSluice } from "../helpers";
+import { anyFieldValue, eventually, startSluice, type TestSluice } from "../helpers";
 
 /** What the scripted upstream answers next: a whole body as text, or a stream's events as `data:` payloads. */
 let whole = "{}";
@@ -278,6 +278,43 @@ function endless(chunk: string, chunks: number, pulled: { count: number }, first
 
 /** The first chunk of a stream, so that the stream has begun when the upstream goes wrong. */
 const firstChunk = `data: ${JSON.stringify({ choices: [{ index: 0, delta: { content: "hel" } }] })}\n\n`;
+
+describe("an upstream that nests without end", () => {
+  // JSON.parse takes 100,000 levels; JSON.stringify and any recursion over them run out of stack. The two tool-call
+  // tests passed on the code before them too: they guard that such an answer stays a 502 (an answer that cannot be
+  // written), never a 500.
+  const deep = `${"[".repeat(100_000)}${"]".repeat(100_000)}`;
+  const shapes: [string, string][] = [
+    ["a function call's arguments", `[{"id": "c", "type": "function", "function": {"name": "f", "arguments": ${deep}}}]`],
+    ["another kind of tool call", `[{"id": "c", "type": "custom", "custom": {"name": "f", "input": ${deep}}}]`],
+  ];
+
+  for (const [what, calls] of shapes) {
+    test(`${what}, in a whole answer and in a stream: 502 or an error event, never a 500, nothing left held`, async () => {
+      whole = withRaw(goodWhole(), ["choices", 0, "message", "tool_calls"], calls);
+      events = [`{"choices": [{"index": 0, "delta": {"tool_calls": ${calls}}}]}`];
+      for (const api of ["chat", "responses", "messages"] as const) {
+        const answered = await call(api, false);
+        expect([200, 502]).toContain(answered.status);
+        await answered.arrayBuffer();
+        const streamed = await call(api, true);
+        expect([200, 502]).toContain(streamed.status);
+        await streamed.arrayBuffer();
+      }
+      await eventually(() => sluice.server.admission.inFlight() === 0);
+    });
+  }
+
+  test("content parts nested within a thinking part are no text, and not followed down", async () => {
+    whole = withRaw(
+      goodWhole(),
+      ["choices", 0, "message", "content"],
+      `[{"type": "thinking", "thinking": [{"type": "text", "text": "kept"}, ${deep}]}, {"type": "text", "text": "answer"}]`,
+    );
+    const chat = (await (await call("chat", false)).json()) as { choices: { message: { content: string; reasoning_content: string } }[] };
+    expect(chat.choices[0]?.message).toMatchObject({ content: "answer", reasoning_content: "kept" });
+  });
+});
 
 describe("an upstream that sends too much", () => {
   const megabyte = "x".repeat(1024 * 1024);

@@ -3,7 +3,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import Anthropic from "@anthropic-ai/sdk";
 import type OpenAI from "openai";
-import { contentOf, reasoningOf, toolCallsOf } from "../../src/upstream/normalize";
+import { contentOf, finishReasonOf, reasoningOf, toolCallsOf } from "../../src/upstream/normalize";
 import { startFakeUpstream, type FakeUpstream } from "../fake-upstream";
 import { fakeModel, schemaErrors, startSluice, type TestSluice } from "../helpers";
 
@@ -55,6 +55,12 @@ describe("toolCallsOf", () => {
   });
 });
 
+test("finishReasonOf: OpenAI's reasons as they are, a cut by the limit as length, any other server's own as stop", () => {
+  for (const reason of ["stop", "length", "tool_calls", "content_filter", "function_call"]) expect(finishReasonOf(reason)).toBe(reason);
+  expect(finishReasonOf("max_tokens")).toBe("length");
+  for (const reason of ["eos_token", "stop_sequence", "abort", "", "STOP"]) expect(finishReasonOf(reason)).toBe("stop");
+});
+
 describe("TGI's tool calls (arguments as an object; a stream's calls not in a list, with empty ids and null names)", () => {
   let upstream: FakeUpstream;
   let sluice: TestSluice;
@@ -71,13 +77,14 @@ describe("TGI's tool calls (arguments as an object; a stream's calls not in a li
     await upstream.stop();
   });
 
-  test("chat, whole: OpenAI's shape (valid by its schema), the arguments as JSON text, the id kept", async () => {
+  test("chat, whole: OpenAI's shape (valid by its schema: TGI's finish reason eos_token is stop), the arguments as JSON text, the id kept", async () => {
     const response = await sluice.post("/v1/chat/completions", { model: "tgi", messages, tools });
     const body = (await response.json()) as OpenAI.ChatCompletion;
     expect(schemaErrors("CreateChatCompletionResponse", body)).toEqual([]);
     const calls = body.choices[0]?.message.tool_calls as OpenAI.ChatCompletionMessageFunctionToolCall[];
     expect(calls).toEqual([{ id: "0", type: "function", function: { name: "get_weather", arguments: expect.any(String) } }]);
     expect(JSON.parse(calls[0]?.function.arguments as string)).toEqual(arguments_);
+    expect(body.choices[0]?.finish_reason).toBe("stop");
   });
 
   test("chat, streamed: the SDK assembles one call with its name, an id made by Sluice, and the whole arguments", async () => {
@@ -91,6 +98,7 @@ describe("TGI's tool calls (arguments as an object; a stream's calls not in a li
     expect(calls[0]?.id).toMatch(/^call_.+_0$/);
     expect(calls[0]?.function.name).toBe("get_weather");
     expect(JSON.parse(calls[0]?.function.arguments as string)).toEqual(arguments_);
+    expect(final.choices[0]?.finish_reason).toBe("stop");
   });
 
   test("Responses, whole and streamed: one function_call item with the arguments as text", async () => {
@@ -151,6 +159,10 @@ describe("contentOf and reasoningOf: content as a list of parts (Mistral's reaso
       expect(contentOf({ content: nothing })).toBeUndefined();
     }
     expect(reasoningOf({ content: [{ type: "text", text: "only text" }] })).toBeUndefined();
+    // Lists within a thinking part's list are no text: an upstream's nesting is never followed down.
+    let nested: unknown = [{ type: "text", text: "deep" }];
+    for (let depth = 0; depth < 100_000; depth++) nested = [nested];
+    expect(reasoningOf({ content: [{ type: "thinking", thinking: [{ type: "text", text: "top" }, nested] }] })).toBe("top");
   });
 });
 
