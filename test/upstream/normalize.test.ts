@@ -7,6 +7,21 @@ import { contentOf, finishReasonOf, reasoningOf, toolCallsOf } from "../../src/u
 import { startFakeUpstream, type FakeUpstream } from "../fake-upstream";
 import { fakeModel, schemaErrors, startSluice, type TestSluice } from "../helpers";
 
+let upstream: FakeUpstream;
+let sluice: TestSluice;
+
+beforeAll(async () => {
+  upstream = startFakeUpstream();
+  sluice = await startSluice({
+    models: [fakeModel(upstream.url, "tgi", "tgi-tools"), fakeModel(upstream.url, "magistral", "mistral")],
+    plans: [{ id: "default", models: ["*"] }],
+  });
+});
+afterAll(async () => {
+  await sluice.stop();
+  await upstream.stop();
+});
+
 describe("toolCallsOf", () => {
   test("a whole answer's calls: arguments as text, type and name always there, an empty id left for the API to make", () => {
     expect(
@@ -62,20 +77,9 @@ test("finishReasonOf: OpenAI's reasons as they are, a cut by the limit as length
 });
 
 describe("TGI's tool calls (arguments as an object; a stream's calls not in a list, with empty ids and null names)", () => {
-  let upstream: FakeUpstream;
-  let sluice: TestSluice;
   const tools = [{ type: "function" as const, function: { name: "get_weather", parameters: { type: "object", properties: { city: { type: "string" } } } } }];
   const messages = [{ role: "user" as const, content: "Weather in Paris?" }];
   const arguments_ = { city: "Paris", unit: "celsius" };
-
-  beforeAll(async () => {
-    upstream = startFakeUpstream();
-    sluice = await startSluice({ models: [fakeModel(upstream.url, "tgi", "tgi-tools")], plans: [{ id: "default", models: ["*"] }] });
-  });
-  afterAll(async () => {
-    await sluice.stop();
-    await upstream.stop();
-  });
 
   test("chat, whole: OpenAI's shape (valid by its schema: TGI's finish reason eos_token is stop), the arguments as JSON text, the id kept", async () => {
     const response = await sluice.post("/v1/chat/completions", { model: "tgi", messages, tools });
@@ -167,19 +171,8 @@ describe("contentOf and reasoningOf: content as a list of parts (Mistral's reaso
 });
 
 describe("Mistral's content parts through every API", () => {
-  let upstream: FakeUpstream;
-  let sluice: TestSluice;
   const messages = [{ role: "user" as const, content: "What is 2 + 2?" }];
   const reasoning = "Two plus two. Adding them gives four.";
-
-  beforeAll(async () => {
-    upstream = startFakeUpstream();
-    sluice = await startSluice({ models: [fakeModel(upstream.url, "magistral", "mistral")], plans: [{ id: "default", models: ["*"] }] });
-  });
-  afterAll(async () => {
-    await sluice.stop();
-    await upstream.stop();
-  });
 
   test("chat, whole and streamed: the answer in content and the thinking in reasoning_content, valid by OpenAI's schemas", async () => {
     const response = await sluice.post("/v1/chat/completions", { model: "magistral", messages });
