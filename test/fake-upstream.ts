@@ -90,7 +90,7 @@ function sse(body: string | ReadableStream<Uint8Array>): Response {
 }
 
 /**
- * Models: `vllm`, `deepseek`, `mistral`, `vllm-tools`, `tgi-tools` (fixtures), `agent-tools` (calls get_weather, then answers with its result), `namespaced-call` (calls weather__get_weather), `stop-sequence` (ended by the stop string `###`), `echo` (answers with the body it got), `slow-N-D` (N words, D ms apart),
+ * Models: `vllm`, `deepseek`, `mistral`, `vllm-tools`, `tgi-tools`, `ollama-tools` (streams only) (fixtures), `agent-tools` (calls get_weather, then answers with its result), `namespaced-call` (calls weather__get_weather), `stop-sequence` (ended by the stop string `###`), `echo` (answers with the body it got), `slow-N-D` (N words, D ms apart),
  * `usage-P-C[-D]` (reports P prompt and C completion tokens, after D ms),
  * `completion-tokens-only` (a 400 for max_tokens, as OpenAI's reasoning models answer), `fail-500`, `overloaded-429`, `hang`, `context-400`, `bad-400`, `no-usage`, `html-200`, `midstream-error`,
  * `malformed-stream`, `no-done`.
@@ -153,6 +153,7 @@ export function startFakeUpstream(): FakeUpstream {
     if (model === "vllm") return stream ? sse(fixture("vllm-stream.sse")) : Response.json(JSON.parse(fixture("vllm-whole.json")));
     if (model === "vllm-tools") return stream ? sse(fixture("vllm-tools-stream.sse")) : Response.json(JSON.parse(fixture("vllm-tools-whole.json")));
     if (model === "mistral") return stream ? sse(fixture("mistral-stream.sse")) : Response.json(JSON.parse(fixture("mistral-whole.json")));
+    if (model === "ollama-tools" && stream) return sse(fixture("ollama-tools-stream.sse"));
     if (model === "tgi-tools") return stream ? sse(fixture("tgi-tools-stream.sse")) : Response.json(JSON.parse(fixture("tgi-tools-whole.json")));
     if (model === "stop-sequence") {
       // vLLM names the stop string that ended the answer in `stop_reason`.

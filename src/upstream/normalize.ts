@@ -131,6 +131,32 @@ export function toolCallsOf(value: unknown, whole: boolean): ToolCallDelta[] | u
   return calls.length > 0 ? calls : undefined;
 }
 
+/**
+ * Numbers a stream's tool calls as OpenAI does, 0, 1, 2… in the order they open, whatever the upstream's indices.
+ * Ollama gives every call of an answer index 0 (each call whole, with an id of its own), which clients merge into one
+ * call: names run together ("write_filewrite_file"), arguments too. A delta with an id other than the one of the call
+ * open at its index opens a new call; a delta without an id continues the call opened last at its index.
+ */
+export class ToolCallNumbering {
+  /** The upstream's index → the number given to the call opened there last, and that call's id. */
+  private readonly open = new Map<number, { number: number; id: string | undefined }>();
+  private opened = 0;
+
+  renumber(calls: ToolCallDelta[]): void {
+    for (const call of calls) {
+      // Another kind of tool's call without a number: passed on as it came.
+      if (typeof call.index !== "number") continue;
+      const id = typeof call.id === "string" ? call.id : undefined;
+      let open = this.open.get(call.index);
+      if (open === undefined || (id !== undefined && open.id !== undefined && id !== open.id)) {
+        open = { number: this.opened++, id };
+        this.open.set(call.index, open);
+      } else if (open.id === undefined) open.id = id;
+      call.index = open.number;
+    }
+  }
+}
+
 /** The finish reasons of OpenAI's chat format, which clients with typed responses parse as an enum. */
 const openAIFinishReasons = new Set(["stop", "length", "tool_calls", "content_filter", "function_call"]);
 

@@ -1,7 +1,7 @@
 import { UpstreamError } from "../errors";
 import { clearDeadline, setDeadline } from "./deadlines";
 import { asksForCompletionTokens, errorFromFailure, errorFromStatus } from "./errors";
-import { contentOf, eventsOfChunk, finishReasonOf, reasoningOf, toolCallsOf, usageOf } from "./normalize";
+import { contentOf, eventsOfChunk, finishReasonOf, reasoningOf, ToolCallNumbering, toolCallsOf, usageOf } from "./normalize";
 import { maxEventLength, ServerSentEventDecoder } from "./sse";
 import { readTextWithin } from "../http/read-body";
 import type { Backend, BackendRequest, Completion, CompletionEvent, StreamEnding } from "./types";
@@ -115,6 +115,7 @@ export class OpenAIBackend implements Backend {
       timed?.arm(idle);
       if (!response.body) throw new UpstreamError(`The upstream for model ${this.modelId} sent no body.`, { isRetryable: true });
       const decoder = new ServerSentEventDecoder();
+      let numbering: ToolCallNumbering | undefined;
       // The body's reader itself, not its async iterator, which wraps every read in a promise of its own.
       const reader = response.body.getReader();
       let ended = false;
@@ -135,8 +136,17 @@ export class OpenAIBackend implements Backend {
               ending = "finished";
               return;
             }
+            const before = events.length;
             failure = this.collect(data, events);
             if (failure) break;
+            for (let index = before; index < events.length; index++) {
+              const event = events[index] as CompletionEvent;
+              if (event.type === "delta" && event.toolCalls) {
+                // Made at a stream's first tool call: most streams have none.
+                numbering ??= new ToolCallNumbering();
+                numbering.renumber(event.toolCalls);
+              }
+            }
           }
           // The event texts are not kept past this read (the decoder's array would hold them while the next one waits).
           batch.length = 0;

@@ -3,7 +3,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import Anthropic from "@anthropic-ai/sdk";
 import type OpenAI from "openai";
-import { contentOf, finishReasonOf, reasoningOf, toolCallsOf } from "../../src/upstream/normalize";
+import { contentOf, finishReasonOf, reasoningOf, ToolCallNumbering, toolCallsOf } from "../../src/upstream/normalize";
 import { startFakeUpstream, type FakeUpstream } from "../fake-upstream";
 import { fakeModel, schemaErrors, startSluice, type TestSluice } from "../helpers";
 
@@ -13,7 +13,7 @@ let sluice: TestSluice;
 beforeAll(async () => {
   upstream = startFakeUpstream();
   sluice = await startSluice({
-    models: [fakeModel(upstream.url, "tgi", "tgi-tools"), fakeModel(upstream.url, "magistral", "mistral")],
+    models: [fakeModel(upstream.url, "tgi", "tgi-tools"), fakeModel(upstream.url, "magistral", "mistral"), fakeModel(upstream.url, "ollama", "ollama-tools")],
     plans: [{ id: "default", models: ["*"] }],
   });
 });
@@ -206,4 +206,52 @@ describe("Mistral's content parts through every API", () => {
     }
     expect(sluice.server.admission.inFlight()).toBe(0);
   });
+});
+
+test("ToolCallNumbering: calls numbered 0, 1, 2 as they open; a new id at a used index opens a new call; a delta without one continues the last", () => {
+  const numbering = new ToolCallNumbering();
+  const stream = [
+    [{ index: 0, id: "a", function: { name: "f", arguments: "" } }],
+    [{ index: 0, function: { arguments: "{}" } }],
+    // Ollama: the next call at the same index, with its own id.
+    [{ index: 0, id: "b", function: { name: "g", arguments: "{" } }],
+    [{ index: 0, function: { arguments: "}" } }],
+    // A well-numbered server's next call, and a call that repeats its id on every delta.
+    [{ index: 5, id: "c", function: { name: "h" } }],
+    [{ index: 5, id: "c", function: { arguments: "{}" } }],
+    [{ id: "custom", type: "custom", custom: { input: "x" } }],
+  ];
+  for (const calls of stream) numbering.renumber(calls);
+  expect(stream.map((calls) => (calls[0] as { index?: number }).index)).toEqual([0, 0, 1, 1, 2, 2, undefined]);
+});
+
+test("Ollama's parallel calls all at index 0: every API gets two calls, each with its own name and arguments", async () => {
+  const tools = [{ type: "function" as const, function: { name: "file_write", parameters: { type: "object" } } }];
+  const messages = [{ role: "user" as const, content: "Create hello.py and world.py." }];
+  const expected = [
+    { name: "file_write", arguments: { filePath: "hello.py", content: 'print("hello")' } },
+    { name: "file_write", arguments: { filePath: "world.py", content: 'print("world")' } },
+  ];
+  const stream = sluice.client().chat.completions.stream({ model: "ollama", messages, tools });
+  for await (const chunk of stream) expect(schemaErrors("CreateChatCompletionStreamResponse", chunk)).toEqual([]);
+  const calls = (await stream.finalChatCompletion()).choices[0]?.message.tool_calls as OpenAI.ChatCompletionMessageFunctionToolCall[];
+  expect(calls.map((call) => ({ name: call.function.name, arguments: JSON.parse(call.function.arguments) }))).toEqual(expected);
+  expect(calls.map((call) => call.id)).toEqual(["call_jd8kq2xw", "call_m3v9zt1c"]);
+  const responses = sluice.client().responses.stream({
+    model: "ollama",
+    input: "Create hello.py and world.py.",
+    tools: [{ type: "function", name: "file_write", parameters: { type: "object" }, strict: false }],
+  });
+  for await (const _event of responses) {
+    // read to the end
+  }
+  const items = (await responses.finalResponse()).output.filter((item) => item.type === "function_call") as { name: string; arguments: string }[];
+  expect(items.map((item) => ({ name: item.name, arguments: JSON.parse(item.arguments) }))).toEqual(expected);
+  const anthropic = new Anthropic({ baseURL: sluice.url, apiKey: sluice.key, maxRetries: 0 });
+  const message = await anthropic.messages
+    .stream({ model: "ollama", max_tokens: 1024, messages, tools: [{ name: "file_write", input_schema: { type: "object" } }] })
+    .finalMessage();
+  const uses = message.content.filter((block) => block.type === "tool_use");
+  expect(uses.map((block) => ({ name: block.name, arguments: block.input }))).toEqual(expected);
+  expect(message.stop_reason).toBe("tool_use");
 });
