@@ -92,7 +92,7 @@ function sse(body: string | ReadableStream<Uint8Array>): Response {
 /**
  * Models: `vllm`, `deepseek`, `mistral`, `vllm-tools`, `tgi-tools`, `ollama-tools` (streams only) (fixtures), `agent-tools` (calls get_weather, then answers with its result), `namespaced-call` (calls weather__get_weather), `stop-sequence` (ended by the stop string `###`), `echo` (answers with the body it got), `slow-N-D` (N words, D ms apart),
  * `usage-P-C[-D]` (reports P prompt and C completion tokens, after D ms),
- * `completion-tokens-only` (a 400 for max_tokens, as OpenAI's reasoning models answer), `fail-500`, `overloaded-429`, `hang`, `context-400`, `bad-400`, `no-usage`, `html-200`, `midstream-error`,
+ * `completion-tokens-only` (a 400 for max_tokens, as OpenAI's reasoning models answer), `fail-500`, `overloaded-429`, `hang`, `context-400`, `bad-400`, `no-usage`, `html-200`, `error-200`, `midstream-error`,
  * `malformed-stream`, `no-done`.
  */
 export function startFakeUpstream(): FakeUpstream {
@@ -287,6 +287,9 @@ export function startFakeUpstream(): FakeUpstream {
         return sse(slowPieces(model, ["hello ", "there "], signal, onAbort));
       case "endless":
         return sse(slowStream(model, 1_000_000, 10, signal, false, onAbort));
+      case "error-200":
+        // A server that reports its failure in a 200's body, as a stream reports one mid-way.
+        return Response.json({ error: { message: "CUDA out of memory", type: "server_error" } });
       case "html-200":
         return new Response("<html><body>Bad gateway</body></html>", { headers: { "content-type": "text/html" } });
       case "midstream-error":

@@ -258,6 +258,9 @@ export class OpenAIBackend implements Backend {
       | { message?: Record<string, unknown>; finish_reason?: unknown; stop_reason?: unknown }
       | undefined;
     if (!choice || typeof choice.message !== "object" || choice.message === null) {
+      // Some servers report a failure in a 200's body: its reason is given on, as a stream's error event's is.
+      const reported = (parsed as { error?: { message?: unknown } } | null)?.error?.message;
+      if (typeof reported === "string") throw new UpstreamError(`The upstream for model ${this.modelId} failed: ${reported}`, { isRetryable: true });
       throw new UpstreamError(`The upstream for model ${this.modelId} sent an answer without choices.`, { isRetryable: true });
     }
     const message = choice.message;

@@ -8,7 +8,7 @@ let sluice: TestSluice;
 
 beforeAll(async () => {
   upstream = startFakeUpstream();
-  const models = ["fail-500", "overloaded-429", "context-400", "bad-400", "html-200", "midstream-error", "malformed-stream", "no-done"].map((id) =>
+  const models = ["fail-500", "overloaded-429", "context-400", "bad-400", "html-200", "error-200", "midstream-error", "malformed-stream", "no-done"].map((id) =>
     fakeModel(upstream.url, id),
   );
   sluice = await startSluice({
@@ -83,6 +83,14 @@ describe("failures before the first byte", () => {
 
   test("a 200 with an HTML body is 502 upstream_error", async () => {
     expect(await errorOf(await sluice.post("/v1/chat/completions", { model: "html-200", messages }))).toMatchObject({ status: 502, code: "upstream_error" });
+  });
+
+  test("a 200 whose body is an error is 502 upstream_error with the upstream's reason, as a stream's error event is", async () => {
+    const response = await sluice.post("/v1/chat/completions", { model: "error-200", messages });
+    expect(response.status).toBe(502);
+    const body = (await response.json()) as { error: { code: string; message: string } };
+    expect(body.error.code).toBe("upstream_error");
+    expect(body.error.message).toContain("CUDA out of memory");
   });
 
   test("the SDK sees InternalServerError-family errors for 502 and retries them", async () => {
