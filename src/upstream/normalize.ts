@@ -51,6 +51,11 @@ function partsText(parts: unknown[], kind: "text" | "thinking"): string | undefi
   return joined.length > 0 ? joined : undefined;
 }
 
+/** The refusal of a message or delta: OpenAI's models give it apart from the content, under Structured Outputs. */
+export function refusalOf(message: JsonObject): string | undefined {
+  return text(message.refusal);
+}
+
 /** The answer text of a message or delta: a string, or the text parts of a content list (see partsText). */
 export function contentOf(message: JsonObject): string | undefined {
   const content = message.content;
@@ -182,9 +187,10 @@ export function eventsOfChunk(chunk: unknown, events: CompletionEvent[]): void {
     const content = contentOf(delta);
     const reasoning = reasoningOf(delta);
     const toolCalls = toolCallsOf(delta.tool_calls, false);
+    const refusal = refusalOf(delta);
     if (content !== undefined || reasoning !== undefined || toolCalls !== undefined) {
-      events.push({ type: "delta", content, reasoning, toolCalls });
-    }
+      events.push(refusal === undefined ? { type: "delta", content, reasoning, toolCalls } : { type: "delta", content, reasoning, toolCalls, refusal });
+    } else if (refusal !== undefined) events.push({ type: "delta", refusal });
     if (typeof choice.finish_reason === "string") {
       events.push(
         typeof choice.stop_reason === "string"

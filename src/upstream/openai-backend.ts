@@ -1,7 +1,7 @@
 import { UpstreamError } from "../errors";
 import { clearDeadline, setDeadline } from "./deadlines";
 import { asksForCompletionTokens, errorFromFailure, errorFromStatus } from "./errors";
-import { contentOf, eventsOfChunk, finishReasonOf, reasoningOf, ToolCallNumbering, toolCallsOf, usageOf } from "./normalize";
+import { contentOf, eventsOfChunk, finishReasonOf, reasoningOf, refusalOf, ToolCallNumbering, toolCallsOf, usageOf } from "./normalize";
 import { maxEventLength, ServerSentEventDecoder } from "./sse";
 import { readTextWithin } from "../http/read-body";
 import type { Backend, BackendRequest, Completion, CompletionEvent, StreamEnding } from "./types";
@@ -269,6 +269,7 @@ export class OpenAIBackend implements Backend {
       content: typeof message.content === "string" ? message.content : (contentOf(message) ?? null),
       reasoning: reasoningOf(message) ?? null,
       toolCalls,
+      refusal: refusalOf(message),
       finishReason: typeof choice.finish_reason === "string" ? finishReasonOf(choice.finish_reason) : "stop",
       stopSequence: typeof choice.stop_reason === "string" ? choice.stop_reason : undefined,
       usage: usageOf((parsed as { usage?: unknown }).usage),

@@ -11,7 +11,8 @@ export type ToolCallDelta = Record<string, unknown>;
 
 /** One step of a streamed answer, whatever backend produced it. */
 export type CompletionEvent =
-  | { type: "delta"; content?: string; reasoning?: string; toolCalls?: ToolCallDelta[] }
+  /** `refusal`: the model's refusal as OpenAI's models give it (under Structured Outputs), apart from the content. */
+  | { type: "delta"; content?: string; reasoning?: string; toolCalls?: ToolCallDelta[]; refusal?: string }
   /** `stopSequence`: which of the request's stop strings ended the answer, when the upstream says (vLLM does). */
   | { type: "finish"; reason: string; stopSequence?: string }
   | { type: "usage"; usage: Usage };
@@ -21,6 +22,8 @@ export interface Completion {
   content: string | null;
   reasoning: string | null;
   toolCalls: ToolCallDelta[] | null;
+  /** The model's refusal, when it gave one apart from the content (OpenAI's `message.refusal`). */
+  refusal?: string;
   finishReason: string;
   /** Which of the request's stop strings ended the answer, when the upstream says (vLLM's `stop_reason`). */
   stopSequence?: string;

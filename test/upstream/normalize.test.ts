@@ -13,7 +13,13 @@ let sluice: TestSluice;
 beforeAll(async () => {
   upstream = startFakeUpstream();
   sluice = await startSluice({
-    models: [fakeModel(upstream.url, "tgi", "tgi-tools"), fakeModel(upstream.url, "magistral", "mistral"), fakeModel(upstream.url, "ollama", "ollama-tools")],
+    models: [
+      fakeModel(upstream.url, "tgi", "tgi-tools"),
+      fakeModel(upstream.url, "magistral", "mistral"),
+      fakeModel(upstream.url, "ollama", "ollama-tools"),
+      fakeModel(upstream.url, "refuses", "refusal"),
+      fakeModel(upstream.url, "refuses-badly", "refusal-redline"),
+    ],
     plans: [{ id: "default", models: ["*"] }],
   });
 });
@@ -254,4 +260,44 @@ test("Ollama's parallel calls all at index 0: every API gets two calls, each wit
   const uses = message.content.filter((block) => block.type === "tool_use");
   expect(uses.map((block) => ({ name: block.name, arguments: block.input }))).toEqual(expected);
   expect(message.stop_reason).toBe("tool_use");
+});
+
+describe("a refusal given apart from the content (OpenAI's refusal field)", () => {
+  const messages = [{ role: "user" as const, content: "Answer in the schema." }];
+  const refusal = "I'm sorry, I can't help with that.";
+
+  test("chat, whole and streamed: message.refusal and the refusal deltas, valid by OpenAI's schemas", async () => {
+    const body = (await (await sluice.post("/v1/chat/completions", { model: "refuses", messages })).json()) as OpenAI.ChatCompletion;
+    expect(schemaErrors("CreateChatCompletionResponse", body)).toEqual([]);
+    expect(body.choices[0]?.message).toMatchObject({ content: null, refusal });
+    const stream = sluice.client().chat.completions.stream({ model: "refuses", messages });
+    for await (const chunk of stream) expect(schemaErrors("CreateChatCompletionStreamResponse", chunk)).toEqual([]);
+    expect((await stream.finalChatCompletion()).choices[0]?.message.refusal).toBe(refusal);
+  });
+
+  test("Responses and Messages, which Sluice gives no refusal field: the refusal is the answer's text", async () => {
+    expect((await sluice.client().responses.create({ model: "refuses", input: "Answer." })).output_text).toBe(refusal);
+    const anthropic = new Anthropic({ baseURL: sluice.url, apiKey: sluice.key, maxRetries: 0 });
+    const request = { model: "refuses", max_tokens: 100, messages };
+    for (const message of [await anthropic.messages.create(request), await anthropic.messages.stream(request).finalMessage()]) {
+      expect(message.content).toMatchObject([{ type: "text", text: refusal }]);
+    }
+  });
+
+  test("text in the refusal field is held to the red-line rules as content is: whole and streamed, it is stopped", async () => {
+    const body = (await (await sluice.post("/v1/chat/completions", { model: "refuses-badly", messages })).json()) as OpenAI.ChatCompletion;
+    expect(body.choices[0]?.finish_reason).toBe("content_filter");
+    expect(JSON.stringify(body)).not.toContain("sarin");
+    const stream = await sluice.client().chat.completions.create({ model: "refuses-badly", messages, stream: true });
+    let sent = "";
+    let finish: string | null | undefined;
+    for await (const chunk of stream) {
+      const delta = chunk.choices[0]?.delta as { content?: string; refusal?: string } | undefined;
+      sent += (delta?.content ?? "") + (delta?.refusal ?? "");
+      finish = chunk.choices[0]?.finish_reason ?? finish;
+    }
+    expect(finish).toBe("content_filter");
+    expect(sent).not.toContain("sarin");
+    expect(sluice.server.admission.inFlight()).toBe(0);
+  });
 });

@@ -50,6 +50,8 @@ export class UsageMeter {
     if (event.type === "usage") this.reported = event.usage;
     else if (event.type === "delta") {
       if (event.content) this.content = withPiece(this.content, event.content);
+      // A refusal is output too, billed as content when the upstream reports no usage.
+      if (event.refusal) this.content = withPiece(this.content, event.refusal);
       if (event.reasoning) this.reasoning = withPiece(this.reasoning, event.reasoning);
       if (event.toolCalls) this.toolText = withPiece(this.toolText, JSON.stringify(event.toolCalls));
     }
@@ -58,7 +60,7 @@ export class UsageMeter {
   /** Whether the upstream produced anything (or reported usage) for this request. */
   producedAnything(): boolean {
     const whole = this.whole;
-    if (whole) return this.reported !== undefined || Boolean(whole.content) || Boolean(whole.reasoning) || whole.toolCalls !== null;
+    if (whole) return this.reported !== undefined || Boolean(whole.content) || Boolean(whole.reasoning) || whole.toolCalls !== null || Boolean(whole.refusal);
     return this.reported !== undefined || this.content !== undefined || this.reasoning !== undefined || this.toolText !== undefined;
   }
 
@@ -107,7 +109,7 @@ export class UsageMeter {
   }
 
   private contentText(): string {
-    return this.whole ? (this.whole.content ?? "") : textOf(this.content);
+    return this.whole ? (this.whole.content ?? "") + (this.whole.refusal ?? "") : textOf(this.content);
   }
 
   private toolCallsText(): string {

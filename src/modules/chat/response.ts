@@ -17,7 +17,7 @@ export function completionText(identity: ResponseIdentity, completion: Completio
   const toolCalls = completion.toolCalls ? `,"tool_calls":${JSON.stringify(withIds(identity, completion.toolCalls))}` : "";
   return (
     `{"id":${JSON.stringify(completionId(identity))},"object":"chat.completion","created":${identity.created},"model":${JSON.stringify(identity.model)},` +
-    `"choices":[{"index":0,"message":{"role":"assistant","content":${JSON.stringify(completion.content)},"reasoning_content":${JSON.stringify(completion.reasoning)},"refusal":null${toolCalls}},` +
+    `"choices":[{"index":0,"message":{"role":"assistant","content":${JSON.stringify(completion.content)},"reasoning_content":${JSON.stringify(completion.reasoning)},"refusal":${completion.refusal === undefined ? "null" : JSON.stringify(completion.refusal)}${toolCalls}},` +
     `"logprobs":null,"finish_reason":${JSON.stringify(completion.finishReason)}}],"usage":${usageText(usage)}}`
   );
 }
@@ -86,7 +86,11 @@ export class ChunkEncoder implements StreamEncoder {
       out.push(separator ? ',"content":' : '"content":', JSON.stringify(event.content));
       separator = ",";
     }
-    if (event.toolCalls !== undefined) out.push(separator ? ',"tool_calls":' : '"tool_calls":', JSON.stringify(withIds(this.identity, event.toolCalls)));
+    if (event.toolCalls !== undefined) {
+      out.push(separator ? ',"tool_calls":' : '"tool_calls":', JSON.stringify(withIds(this.identity, event.toolCalls)));
+      separator = ",";
+    }
+    if (event.refusal !== undefined) out.push(separator ? ',"refusal":' : '"refusal":', JSON.stringify(event.refusal));
     out.push(deltaEnd);
   }
 

@@ -188,7 +188,7 @@ export class ChatService implements RunSettler {
     try {
       let completion = await prepared.entry.backend.complete({ model: prepared.entry.config, body: prepared.upstreamBody, signal: context.abort.signal });
       run.meter.observeCompletion(completion);
-      const checking = this.deps.safety.checkOutput([completion.content ?? "", completion.reasoning ?? ""], context.abort.signal);
+      const checking = this.deps.safety.checkOutput([completion.content ?? "", completion.reasoning ?? "", completion.refusal ?? ""], context.abort.signal);
       const rule = checking instanceof Promise ? await checking : checking;
       if (rule)
         completion = { content: refusalText(rule, "output"), reasoning: null, toolCalls: null, finishReason: "content_filter", usage: completion.usage };

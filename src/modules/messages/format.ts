@@ -1,7 +1,7 @@
 import type { SluiceError } from "../../errors";
 import { serverSentEvent } from "../../upstream/sse";
 import type { Completion, ToolCallDelta, Usage } from "../../upstream/types";
-import { toolCallParts, type AnswerEvent, type AnswerFormat, type ResponseIdentity, type StreamEncoder, type StreamStart } from "../chat/format";
+import { answerText, toolCallParts, type AnswerEvent, type AnswerFormat, type ResponseIdentity, type StreamEncoder, type StreamStart } from "../chat/format";
 
 type Json = Record<string, unknown>;
 
@@ -52,7 +52,8 @@ function toolUseId(identity: ResponseIdentity, index: number, id: string | undef
 function wholeMessage(identity: ResponseIdentity, completion: Completion, usage: Usage): Json {
   const content: Json[] = [];
   if (completion.reasoning) content.push({ type: "thinking", thinking: completion.reasoning, signature: "" });
-  if (completion.content) content.push({ type: "text", text: completion.content });
+  const text = answerText(completion.content, completion.refusal);
+  if (text) content.push({ type: "text", text });
   for (const call of (completion.toolCalls ?? []).map(toolCallParts)) {
     content.push({ type: "tool_use", id: toolUseId(identity, call.index, call.id), name: call.name, input: inputOf(call.arguments) });
   }
@@ -123,7 +124,8 @@ class MessagesStreamEncoder implements StreamEncoder {
       return;
     }
     if (event.reasoning) this.extend("thinking", { type: "thinking_delta", thinking: event.reasoning }, out);
-    if (event.content) this.extend("text", { type: "text_delta", text: event.content }, out);
+    const text = answerText(event.content, event.refusal);
+    if (text) this.extend("text", { type: "text_delta", text }, out);
     if (event.toolCalls) for (const call of event.toolCalls) this.extendCall(call, out);
   }
 

@@ -1,7 +1,7 @@
 import type { SluiceError } from "../../errors";
 import { serverSentEvent } from "../../upstream/sse";
 import type { Completion, ToolCallDelta, Usage } from "../../upstream/types";
-import { toolCallParts, type AnswerEvent, type AnswerFormat, type ResponseIdentity, type StreamEncoder } from "../chat/format";
+import { answerText, toolCallParts, type AnswerEvent, type AnswerFormat, type ResponseIdentity, type StreamEncoder } from "../chat/format";
 import { splitToolName, type ResponsesRequest } from "./model";
 
 type Json = Record<string, unknown>;
@@ -86,8 +86,8 @@ function wholeResponse(identity: ResponseIdentity, echo: Json, namespaces: Names
   const output: Json[] = [];
   if (completion.reasoning) output.push(reasoningItem(ids.reasoning(), completion.reasoning));
   const calls = (completion.toolCalls ?? []).map(toolCallParts);
-  if (completion.content || calls.length === 0)
-    output.push(messageItem(ids.message(0), status === "completed" ? "completed" : "incomplete", completion.content ?? ""));
+  const text = answerText(completion.content, completion.refusal);
+  if (text || calls.length === 0) output.push(messageItem(ids.message(0), status === "completed" ? "completed" : "incomplete", text ?? ""));
   for (const [index, call] of calls.entries()) {
     output.push(functionCallItem(ids.call(index), call.id ?? `call_${ids.suffix}_${index}`, call.name, call.arguments, "completed", namespaces));
   }
@@ -154,7 +154,8 @@ class ResponsesStreamEncoder implements StreamEncoder {
       return;
     }
     if (event.reasoning) this.extend("reasoning", event.reasoning, out);
-    if (event.content) this.extend("message", event.content, out);
+    const text = answerText(event.content, event.refusal);
+    if (text) this.extend("message", text, out);
     if (event.toolCalls) for (const call of event.toolCalls) this.extendCall(call, out);
   }
 

@@ -140,6 +140,8 @@ export class OutputMonitor {
       deltas++;
       last = index;
       if (event.content) content += event.content;
+      // A refusal is the answer's text too: a rule must not be passed by text sent in that field instead.
+      if (event.refusal) content += event.refusal;
       if (event.reasoning) reasoning += event.reasoning;
     }
     if (deltas === 0) return undefined;
@@ -154,7 +156,7 @@ export class OutputMonitor {
       this.reasoning.rollback();
       for (let index = 0; index < events.length; index++) {
         const event = events[index] as CompletionEvent;
-        const found = event.type === "delta" ? this.observe(event.content, event.reasoning) : undefined;
+        const found = event.type === "delta" ? this.observe(event.refusal ? (event.content ?? "") + event.refusal : event.content, event.reasoning) : undefined;
         if (found) return { rule: found, index };
       }
     }
