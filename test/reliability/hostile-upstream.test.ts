@@ -318,6 +318,12 @@ describe("an upstream that nests without end", () => {
 
 describe("an upstream that sends too much", () => {
   const megabyte = "x".repeat(1024 * 1024);
+  /**
+   * Megabytes the upstream may have sent when the stream is cut: the bound itself is 16, and the upstream's server
+   * and the sockets' buffers run ahead of the cancel (40 once, in a clean clone's run). Without the bound all 1,000
+   * were read.
+   */
+  const pulledAtMost = 100;
 
   test("a stream line that never ends: the stream ends with an error event at 16 Mi characters", async () => {
     const pulled = { count: 0 };
@@ -330,7 +336,7 @@ describe("an upstream that sends too much", () => {
         expect(text).toContain('"content":"hel"');
         expect(text).toContain('"code":"upstream_error"');
         expect(text.endsWith("data: [DONE]\n\n")).toBe(true);
-        expect(pulled.count).toBeLessThan(40);
+        expect(pulled.count).toBeLessThan(pulledAtMost);
       },
     );
   }, 30_000);
@@ -345,7 +351,7 @@ describe("an upstream that sends too much", () => {
         expect(response.status).toBe(200);
         const text = await response.text();
         expect(text).toContain("event: error");
-        expect(pulled.count).toBeLessThan(40);
+        expect(pulled.count).toBeLessThan(pulledAtMost);
       },
     );
   }, 30_000);
