@@ -1,5 +1,6 @@
-// Tool calls as model servers write them, read into OpenAI's chat shape: each API then answers in its own format,
-// through the official SDKs, with the call's name and arguments intact.
+// What model servers send in their own shapes (TGI's and Ollama's tool calls, Mistral's content parts, OpenAI's
+// refusal field, finish reasons outside OpenAI's enum), read into OpenAI's chat shape: each API then answers in its
+// own format, through the official SDKs, with nothing of the answer lost.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import Anthropic from "@anthropic-ai/sdk";
 import type OpenAI from "openai";
