@@ -59,12 +59,12 @@ export interface RunningServer {
   stop(options?: { drainMs?: number }): Promise<void>;
 }
 
-/** `sluice serve` could not listen: another process (often another Sluice) has the address. */
 /** The address in SLUICE_HOST and SLUICE_PORT cannot be listened on: a name that does not resolve, an address not this machine's. */
 export class ListenError extends Error {
   override name = "ListenError";
 }
 
+/** `sluice serve` could not listen: another process (often another Sluice) has the address. */
 export class PortInUseError extends ListenError {
   override name = "PortInUseError";
   constructor(hostname: string, port: number) {

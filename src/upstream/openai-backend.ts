@@ -224,11 +224,12 @@ export class OpenAIBackend implements Backend {
   /**
    * What follows an answer whose status is not 200: its error, thrown, or, when the upstream refused `max_tokens` for
    * `max_completion_tokens` (nothing was generated), the answer to the same request sent once more with the limit
-   * renamed, which this backend then does for every request.
+   * renamed, which this backend then does for every request. Every request sent with `max_tokens` before the first
+   * such refusal came back gets it too, and is sent again the same way: the rename in `send` makes it once a request.
    */
   private async afterRefusal(response: Response, request: BackendRequest, signal: AbortSignal): Promise<Response> {
     const { error, body } = await this.refusalOf(response);
-    if (this.completionTokensOnly || request.body.max_tokens === undefined || !asksForCompletionTokens(response.status, body)) throw error;
+    if (request.body.max_tokens === undefined || !asksForCompletionTokens(response.status, body)) throw error;
     this.completionTokensOnly = true;
     const retried = await this.send(request, signal);
     if (retried.status !== 200) throw (await this.refusalOf(retried)).error;

@@ -17,6 +17,15 @@ export type CompletionEvent =
   | { type: "finish"; reason: string; stopSequence?: string }
   | { type: "usage"; usage: Usage };
 
+/**
+ * The answer's text with a model's refusal (OpenAI's `refusal`, given apart from the content) after it: for an API
+ * with no place of its own for a refusal, and for the red-line rules, which hold it to them as content.
+ */
+export function answerText(content: string | null | undefined, refusal: string | undefined): string | undefined {
+  if (refusal === undefined) return content ?? undefined;
+  return content ? content + refusal : refusal;
+}
+
 /** A whole answer. */
 export interface Completion {
   content: string | null;

@@ -14,6 +14,7 @@ beforeAll(async () => {
     models: [
       fakeModel(upstream.url, "learns", "completion-tokens-only"),
       fakeModel(upstream.url, "learns-too", "completion-tokens-only"),
+      fakeModel(upstream.url, "learns-at-once", "completion-tokens-only"),
       fakeModel(upstream.url, "configured", "completion-tokens-only", { max_tokens_field: "max_completion_tokens" }),
       fakeModel(upstream.url, "old-name", "echo", { max_tokens_field: "max_tokens" }),
       fakeModel(upstream.url, "echo"),
@@ -62,6 +63,19 @@ describe("an upstream that refuses max_tokens for max_completion_tokens", () => 
     const message = await anthropic.messages.create({ model: "learns-too", max_tokens: 30, messages });
     expect(message.content).toMatchObject([{ type: "text", text: "limit 30" }]);
     expect(limitsSent().slice(2)).toEqual([{ max_completion_tokens: 40 }, { max_completion_tokens: 30 }]);
+  });
+
+  test("requests sent before the first refusal came back are each sent again renamed, not failed: 40 at once, all answered", async () => {
+    const answers = await Promise.all(
+      Array.from({ length: 40 }, () => sluice.post("/v1/chat/completions", { model: "learns-at-once", messages, max_tokens: 9 })),
+    );
+    expect(answers.map((answer) => answer.status)).toEqual(Array.from({ length: 40 }, () => 200));
+    // Each at most twice: once as max_tokens, once renamed.
+    const sent = limitsSent();
+    expect(sent.filter((limit) => "max_completion_tokens" in limit)).toHaveLength(40);
+    expect(sent.length).toBeLessThanOrEqual(80);
+    await Promise.all(answers.map((answer) => answer.arrayBuffer()));
+    expect(sluice.server.admission.inFlight()).toBe(0);
   });
 
   test("max_tokens_field names the limit from the first request, whatever name the caller used", async () => {

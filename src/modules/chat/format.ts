@@ -40,15 +40,6 @@ export function toolCallParts(call: ToolCallDelta, position: number): ToolCallPa
   };
 }
 
-/**
- * The answer's text for an API with no place of its own for a model's refusal (OpenAI's `refusal`, given apart from
- * the content): the refusal follows the content, so it is never lost.
- */
-export function answerText(content: string | null | undefined, refusal: string | undefined): string | undefined {
-  if (refusal === undefined) return content ?? undefined;
-  return content ? content + refusal : refusal;
-}
-
 /** One streamed event of the answer, usage aside (usage ends the stream, see `end`). */
 export type AnswerEvent = Exclude<CompletionEvent, { type: "usage" }>;
 

@@ -1,7 +1,7 @@
 import type { SluiceError } from "../../errors";
 import { serverSentEvent } from "../../upstream/sse";
-import type { Completion, ToolCallDelta, Usage } from "../../upstream/types";
-import { answerText, toolCallParts, type AnswerEvent, type AnswerFormat, type ResponseIdentity, type StreamEncoder, type StreamStart } from "../chat/format";
+import { answerText, type Completion, type ToolCallDelta, type Usage } from "../../upstream/types";
+import { toolCallParts, type AnswerEvent, type AnswerFormat, type ResponseIdentity, type StreamEncoder, type StreamStart } from "../chat/format";
 
 type Json = Record<string, unknown>;
 

@@ -1,5 +1,5 @@
 import type { SafetyRuleConfig } from "../../config/schema";
-import type { CompletionEvent } from "../../upstream/types";
+import { answerText, type CompletionEvent } from "../../upstream/types";
 
 export type Direction = "input" | "output";
 
@@ -156,7 +156,7 @@ export class OutputMonitor {
       this.reasoning.rollback();
       for (let index = 0; index < events.length; index++) {
         const event = events[index] as CompletionEvent;
-        const found = event.type === "delta" ? this.observe(event.refusal ? (event.content ?? "") + event.refusal : event.content, event.reasoning) : undefined;
+        const found = event.type === "delta" ? this.observe(answerText(event.content, event.refusal), event.reasoning) : undefined;
         if (found) return { rule: found, index };
       }
     }
