@@ -92,7 +92,7 @@ function sse(body: string | ReadableStream<Uint8Array>): Response {
 /**
  * Models: `vllm`, `deepseek`, `mistral`, `vllm-tools`, `tgi-tools`, `ollama-tools` (streams only) (fixtures), `agent-tools` (calls get_weather, then answers with its result), `namespaced-call` (calls weather__get_weather), `stop-sequence` (ended by the stop string `###`), `echo` (answers with the body it got), `slow-N-D` (N words, D ms apart),
  * `usage-P-C[-D]` (reports P prompt and C completion tokens, after D ms),
- * `completion-tokens-only` (a 400 for max_tokens, as OpenAI's reasoning models answer), `fail-500`, `overloaded-429`, `hang`, `context-400`, `bad-400`, `no-usage`, `html-200`, `error-200`, `refusal` and `refusal-redline` (OpenAI's refusal field), `midstream-error`,
+ * `completion-tokens-only` (a 400 for max_tokens, as OpenAI's reasoning models answer), `fail-500`, `overloaded-429`, `hang`, `context-400`, `bad-400`, `no-usage`, `html-200`, `error-200`, `refusal` and `refusal-redline` (OpenAI's refusal field), `custom-call` (whole answers only), `midstream-error`,
  * `malformed-stream`, `no-done`.
  */
 export function startFakeUpstream(): FakeUpstream {
@@ -295,6 +295,12 @@ export function startFakeUpstream(): FakeUpstream {
         if (!stream) return Response.json({ ...whole(model, "", null, usage), choices: [{ index: 0, message, logprobs: null, finish_reason: "stop" }] });
         const pieces = [refusal.slice(0, 20), refusal.slice(20)].map((piece) => chunk(model, { refusal: piece }));
         return sse(`${chunk(model, { role: "assistant", content: null, refusal: "" }) + pieces.join("") + chunk(model, {}, "stop", usage)}data: [DONE]\n\n`);
+      }
+      case "custom-call": {
+        // A call of one of OpenAI's custom tools: free text under `custom.input`, no `function`.
+        const call = { id: "call_custom_1", type: "custom", custom: { name: "apply_patch", input: "*** Begin Patch\n*** End Patch" } };
+        const message = { role: "assistant", content: null, tool_calls: [call] };
+        return Response.json({ ...whole(model, "", null, usage), choices: [{ index: 0, message, logprobs: null, finish_reason: "tool_calls" }] });
       }
       case "error-200":
         // A server that reports its failure in a 200's body, as a stream reports one mid-way.

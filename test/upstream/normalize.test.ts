@@ -20,6 +20,7 @@ beforeAll(async () => {
       fakeModel(upstream.url, "ollama", "ollama-tools"),
       fakeModel(upstream.url, "refuses", "refusal"),
       fakeModel(upstream.url, "refuses-badly", "refusal-redline"),
+      fakeModel(upstream.url, "custom", "custom-call"),
     ],
     plans: [{ id: "default", models: ["*"] }],
   });
@@ -276,12 +277,34 @@ describe("a refusal given apart from the content (OpenAI's refusal field)", () =
     expect((await stream.finalChatCompletion()).choices[0]?.message.refusal).toBe(refusal);
   });
 
-  test("Responses and Messages, which Sluice gives no refusal field: the refusal is the answer's text", async () => {
-    expect((await sluice.client().responses.create({ model: "refuses", input: "Answer." })).output_text).toBe(refusal);
+  test("Responses, whole and streamed: the message's refusal part, and the refusal's delta and done events", async () => {
+    const expected = [{ type: "message", status: "completed", content: [{ type: "refusal", refusal }] }];
+    const whole = await sluice.client().responses.create({ model: "refuses", input: "Answer." });
+    expect(whole.output).toMatchObject(expected);
+    expect(whole.output_text).toBe("");
+    const stream = sluice.client().responses.stream({ model: "refuses", input: "Answer." });
+    const events: OpenAI.Responses.ResponseStreamEvent[] = [];
+    for await (const event of stream) events.push(event);
+    expect((await stream.finalResponse()).output).toMatchObject(expected);
+    const deltas = events.filter((event) => event.type === "response.refusal.delta");
+    expect(deltas.map((event) => event.delta).join("")).toBe(refusal);
+    expect(deltas.every((event) => event.content_index === 0)).toBe(true);
+    expect(events.filter((event) => event.type === "response.refusal.done").map((event) => event.refusal)).toEqual([refusal]);
+    const parts = events.filter((event) => event.type === "response.content_part.added" || event.type === "response.content_part.done");
+    expect(parts.map((event) => [event.type, event.part])).toEqual([
+      ["response.content_part.added", { type: "refusal", refusal: "" }],
+      ["response.content_part.done", { type: "refusal", refusal }],
+    ]);
+    expect(events.some((event) => event.type === "response.output_text.delta")).toBe(false);
+  });
+
+  test("Messages, whole and streamed: the refusal is the text, and the stop reason is refusal", async () => {
     const anthropic = new Anthropic({ baseURL: sluice.url, apiKey: sluice.key, maxRetries: 0 });
     const request = { model: "refuses", max_tokens: 100, messages };
     for (const message of [await anthropic.messages.create(request), await anthropic.messages.stream(request).finalMessage()]) {
       expect(message.content).toMatchObject([{ type: "text", text: refusal }]);
+      expect(message.stop_reason).toBe("refusal");
+      expect(message.stop_sequence).toBeNull();
     }
   });
 
@@ -300,5 +323,27 @@ describe("a refusal given apart from the content (OpenAI's refusal field)", () =
     expect(finish).toBe("content_filter");
     expect(sent).not.toContain("sarin");
     expect(sluice.server.admission.inFlight()).toBe(0);
+  });
+});
+
+describe("a call of one of OpenAI's custom tools (free text, no function)", () => {
+  const input = "*** Begin Patch\n*** End Patch";
+
+  test("chat passes it on as OpenAI's custom tool call, valid by OpenAI's schemas", async () => {
+    const body = (await (
+      await sluice.post("/v1/chat/completions", { model: "custom", messages: [{ role: "user", content: "Patch it." }] })
+    ).json()) as OpenAI.ChatCompletion;
+    expect(schemaErrors("CreateChatCompletionResponse", body)).toEqual([]);
+    expect(body.choices[0]?.message.tool_calls).toEqual([{ id: "call_custom_1", type: "custom", custom: { name: "apply_patch", input } }]);
+  });
+
+  test("Responses and Messages name the tool and carry its input", async () => {
+    const response = await sluice.client().responses.create({ model: "custom", input: "Patch it." });
+    expect(response.output).toMatchObject([{ type: "function_call", call_id: "call_custom_1", name: "apply_patch", arguments: input }]);
+    const anthropic = new Anthropic({ baseURL: sluice.url, apiKey: sluice.key, maxRetries: 0 });
+    const message = await anthropic.messages.create({ model: "custom", max_tokens: 100, messages: [{ role: "user", content: "Patch it." }] });
+    expect(message.content).toMatchObject([{ type: "tool_use", id: "call_custom_1", name: "apply_patch", input: { arguments: input } }]);
+    expect(message.content).toHaveLength(1);
+    expect(message.stop_reason).toBe("tool_use");
   });
 });

@@ -28,15 +28,25 @@ export interface ToolCallParts {
   arguments: string;
 }
 
-/** The parts of a chat tool call or delta; `position` stands in for a missing `index` (a whole answer's order). */
+function objectOf(value: unknown): Record<string, unknown> {
+  return typeof value === "object" && value !== null ? (value as Record<string, unknown>) : {};
+}
+
+/**
+ * The parts of a chat tool call or delta; `position` stands in for a missing `index` (a whole answer's order). A call
+ * of one of OpenAI's custom tools (`custom: {name, input}`) is read as a function whose arguments are its input.
+ */
 export function toolCallParts(call: ToolCallDelta, position: number): ToolCallParts {
-  const fields = (typeof call.function === "object" && call.function !== null ? call.function : {}) as { name?: unknown; arguments?: unknown };
+  const custom = call.type === "custom" ? objectOf(call.custom) : undefined;
+  const fields = objectOf(call.function);
+  const name = custom ? custom.name : fields.name;
+  const argumentsPart = custom ? custom.input : fields.arguments;
   return {
     // A place among the calls: a whole number (the id of an Anthropic tool_use block is built from it).
     index: Number.isSafeInteger(call.index) && (call.index as number) >= 0 ? (call.index as number) : position,
     id: typeof call.id === "string" && call.id !== "" ? call.id : undefined,
-    name: typeof fields.name === "string" ? fields.name : "",
-    arguments: typeof fields.arguments === "string" ? fields.arguments : "",
+    name: typeof name === "string" ? name : "",
+    arguments: typeof argumentsPart === "string" ? argumentsPart : "",
   };
 }
 

@@ -5,12 +5,20 @@ import { toolCallParts, type AnswerEvent, type AnswerFormat, type ResponseIdenti
 
 type Json = Record<string, unknown>;
 
-/** Chat's finish reason as Anthropic's stop reason. */
+/** What the answer held, beyond its finish reason, that decides its stop reason. */
+interface AnswerShape {
+  /** The answer holds tool_use blocks. */
+  calledTools: boolean;
+  /** The model refused apart from its content (OpenAI's `refusal` field). */
+  refused: boolean;
+}
+
 /**
- * `calledTools`: the answer holds tool_use blocks. An agent's loop runs the tools when the stop reason says
- * `tool_use`, and some servers end a call with `stop` rather than `tool_calls` (TGI does).
+ * Chat's finish reason as Anthropic's stop reason. An agent's loop runs the tools when it says `tool_use`, and some
+ * servers end a call with `stop` rather than `tool_calls` (TGI does); a model's own refusal is Anthropic's `refusal`,
+ * as a red-line refusal is.
  */
-function stopReasonOf(finishReason: string | undefined, stopSequence: string | undefined, calledTools: boolean): string {
+function stopReasonOf(finishReason: string | undefined, stopSequence: string | undefined, shape: AnswerShape): string {
   switch (finishReason) {
     case "length":
       return "max_tokens";
@@ -19,8 +27,9 @@ function stopReasonOf(finishReason: string | undefined, stopSequence: string | u
     case "content_filter":
       return "refusal";
     default:
+      if (shape.refused) return "refusal";
       if (stopSequence !== undefined) return "stop_sequence";
-      return calledTools ? "tool_use" : "end_turn";
+      return shape.calledTools ? "tool_use" : "end_turn";
   }
 }
 
@@ -58,18 +67,18 @@ function wholeMessage(identity: ResponseIdentity, completion: Completion, usage:
     content.push({ type: "tool_use", id: toolUseId(identity, call.index, call.id), name: call.name, input: inputOf(call.arguments) });
   }
   if (content.length === 0) content.push({ type: "text", text: "" });
+  const stopReason = stopReasonOf(completion.finishReason, completion.stopSequence, {
+    calledTools: content.some((block) => block.type === "tool_use"),
+    refused: Boolean(completion.refusal),
+  });
   return {
     id: messageId(identity),
     type: "message",
     role: "assistant",
     model: identity.model,
     content,
-    stop_reason: stopReasonOf(
-      completion.finishReason,
-      completion.stopSequence,
-      content.some((block) => block.type === "tool_use"),
-    ),
-    stop_sequence: completion.finishReason === "stop" ? (completion.stopSequence ?? null) : null,
+    stop_reason: stopReason,
+    stop_sequence: stopReason === "stop_sequence" ? (completion.stopSequence ?? null) : null,
     usage: usageBody(usage.promptTokens, usage.completionTokens),
   };
 }
@@ -96,6 +105,7 @@ class MessagesStreamEncoder implements StreamEncoder {
   private readonly calls = new Map<number, OpenBlock>();
   private finishReason: string | undefined;
   private stopSequence: string | undefined;
+  private refused = false;
 
   constructor(
     private readonly identity: ResponseIdentity,
@@ -126,12 +136,13 @@ class MessagesStreamEncoder implements StreamEncoder {
     if (event.reasoning) this.extend("thinking", { type: "thinking_delta", thinking: event.reasoning }, out);
     const text = answerText(event.content, event.refusal);
     if (text) this.extend("text", { type: "text_delta", text }, out);
+    if (event.refusal) this.refused = true;
     if (event.toolCalls) for (const call of event.toolCalls) this.extendCall(call, out);
   }
 
   end(usage: Usage, out: string[]): void {
     this.stopAll(out);
-    const stopReason = stopReasonOf(this.finishReason, this.stopSequence, this.calls.size > 0);
+    const stopReason = stopReasonOf(this.finishReason, this.stopSequence, { calledTools: this.calls.size > 0, refused: this.refused });
     const delta = { stop_reason: stopReason, stop_sequence: stopReason === "stop_sequence" ? (this.stopSequence ?? null) : null };
     this.emit(out, "message_delta", { delta, usage: usageBody(usage.promptTokens, usage.completionTokens) });
     this.emit(out, "message_stop", {});

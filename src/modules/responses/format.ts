@@ -1,6 +1,6 @@
 import type { SluiceError } from "../../errors";
 import { serverSentEvent } from "../../upstream/sse";
-import { answerText, type Completion, type ToolCallDelta, type Usage } from "../../upstream/types";
+import type { Completion, ToolCallDelta, Usage } from "../../upstream/types";
 import { toolCallParts, type AnswerEvent, type AnswerFormat, type ResponseIdentity, type StreamEncoder } from "../chat/format";
 import { splitToolName, type ResponsesRequest } from "./model";
 
@@ -63,8 +63,20 @@ function textPart(text: string): Json {
   return { type: "output_text", text, annotations: [], logprobs: [] };
 }
 
-function messageItem(id: string, status: string, text: string): Json {
-  return { type: "message", id, status, role: "assistant", content: [textPart(text)] };
+/** A model's refusal (OpenAI's `refusal`, given apart from the content) as the message's own content part. */
+function refusalPart(refusal: string): Json {
+  return { type: "refusal", refusal };
+}
+
+/** The kinds of a message's content parts. */
+type PartKind = "output_text" | "refusal";
+
+function partOf(kind: PartKind, text: string): Json {
+  return kind === "output_text" ? textPart(text) : refusalPart(text);
+}
+
+function messageItem(id: string, status: string, content: Json[]): Json {
+  return { type: "message", id, status, role: "assistant", content };
 }
 
 /** The request's tool namespaces: a call of `namespace__name` is given back as `name` in `namespace`. */
@@ -86,8 +98,13 @@ function wholeResponse(identity: ResponseIdentity, echo: Json, namespaces: Names
   const output: Json[] = [];
   if (completion.reasoning) output.push(reasoningItem(ids.reasoning(), completion.reasoning));
   const calls = (completion.toolCalls ?? []).map(toolCallParts);
-  const text = answerText(completion.content, completion.refusal);
-  if (text || calls.length === 0) output.push(messageItem(ids.message(0), status === "completed" ? "completed" : "incomplete", text ?? ""));
+  const refused = completion.refusal !== undefined;
+  if (completion.content || refused || calls.length === 0) {
+    const content: Json[] = [];
+    if (completion.content || !refused) content.push(textPart(completion.content ?? ""));
+    if (refused) content.push(refusalPart(completion.refusal as string));
+    output.push(messageItem(ids.message(0), status === "completed" ? "completed" : "incomplete", content));
+  }
   for (const [index, call] of calls.entries()) {
     output.push(functionCallItem(ids.call(index), call.id ?? `call_${ids.suffix}_${index}`, call.name, call.arguments, "completed", namespaces));
   }
@@ -111,10 +128,14 @@ interface OpenItem {
   kind: "reasoning" | "message" | "function_call";
   outputIndex: number;
   id: string;
+  /** What the open part (a message's) or the item (reasoning, a call's arguments) holds so far. */
   text: string;
   callId?: string;
   name?: string;
   closed?: boolean;
+  /** A message's parts already closed, and the kind of the open one: text, then a refusal, as OpenAI gives them. */
+  parts?: Json[];
+  partKind?: PartKind;
 }
 
 /**
@@ -154,8 +175,8 @@ class ResponsesStreamEncoder implements StreamEncoder {
       return;
     }
     if (event.reasoning) this.extend("reasoning", event.reasoning, out);
-    const text = answerText(event.content, event.refusal);
-    if (text) this.extend("message", text, out);
+    if (event.content) this.extend("output_text", event.content, out);
+    if (event.refusal) this.extend("refusal", event.refusal, out);
     if (event.toolCalls) for (const call of event.toolCalls) this.extendCall(call, out);
   }
 
@@ -191,31 +212,59 @@ class ResponsesStreamEncoder implements StreamEncoder {
     out.push(serverSentEvent(type, JSON.stringify({ type, sequence_number: this.sequence++, ...fields })));
   }
 
-  private extend(kind: "reasoning" | "message", delta: string, out: string[]): void {
-    if (this.current?.kind !== kind) {
+  /** Extends the open reasoning item, or the open message's part of this kind; another kind closes it first. */
+  private extend(kind: "reasoning" | PartKind, delta: string, out: string[]): void {
+    const itemKind = kind === "reasoning" ? "reasoning" : "message";
+    if (this.current?.kind !== itemKind) {
       this.closeCurrent(out);
-      this.current = this.open(kind, out);
+      this.current = this.open(itemKind, out);
     }
     const item = this.current as OpenItem;
+    if (kind !== "reasoning" && item.partKind !== kind) this.openPart(item, kind, out);
     item.text += delta;
-    const place = { item_id: item.id, output_index: item.outputIndex, content_index: 0 };
+    const place = { item_id: item.id, output_index: item.outputIndex, content_index: item.parts?.length ?? 0 };
     if (kind === "reasoning") this.emit(out, "response.reasoning_text.delta", { ...place, delta });
-    else this.emit(out, "response.output_text.delta", { ...place, delta, logprobs: [] });
+    else if (kind === "output_text") this.emit(out, "response.output_text.delta", { ...place, delta, logprobs: [] });
+    else this.emit(out, "response.refusal.delta", { ...place, delta });
   }
 
   private open(kind: "reasoning" | "message", out: string[]): OpenItem {
     const outputIndex = this.output.length;
-    const id = kind === "reasoning" ? `${this.ids.reasoning()}${outputIndex === 0 ? "" : `_${outputIndex}`}` : this.ids.message(this.messages++);
-    const item: OpenItem = { kind, outputIndex, id, text: "" };
-    const added =
-      kind === "reasoning"
-        ? { type: "reasoning", id, summary: [], content: [] }
-        : { type: "message", id, status: "in_progress", role: "assistant", content: [] };
+    if (kind === "message") {
+      const id = this.ids.message(this.messages++);
+      const added = messageItem(id, "in_progress", []);
+      this.output.push(added);
+      this.emit(out, "response.output_item.added", { output_index: outputIndex, item: added });
+      return { kind, outputIndex, id, text: "", parts: [] };
+    }
+    const id = `${this.ids.reasoning()}${outputIndex === 0 ? "" : `_${outputIndex}`}`;
+    const added = { type: "reasoning", id, summary: [], content: [] };
     this.output.push(added);
     this.emit(out, "response.output_item.added", { output_index: outputIndex, item: added });
-    const part = kind === "reasoning" ? { type: "reasoning_text", text: "" } : textPart("");
-    this.emit(out, "response.content_part.added", { item_id: id, output_index: outputIndex, content_index: 0, part });
-    return item;
+    this.emit(out, "response.content_part.added", { item_id: id, output_index: outputIndex, content_index: 0, part: { type: "reasoning_text", text: "" } });
+    return { kind, outputIndex, id, text: "" };
+  }
+
+  /** Closes the message's open part, if any, and opens one of this kind after it. */
+  private openPart(item: OpenItem, kind: PartKind, out: string[]): void {
+    this.closePart(item, out);
+    item.partKind = kind;
+    item.text = "";
+    const place = { item_id: item.id, output_index: item.outputIndex, content_index: item.parts?.length ?? 0 };
+    this.emit(out, "response.content_part.added", { ...place, part: partOf(kind, "") });
+  }
+
+  private closePart(item: OpenItem, out: string[]): void {
+    const kind = item.partKind;
+    const parts = item.parts as Json[];
+    if (!kind) return;
+    item.partKind = undefined;
+    const place = { item_id: item.id, output_index: item.outputIndex, content_index: parts.length };
+    if (kind === "output_text") this.emit(out, "response.output_text.done", { ...place, text: item.text, logprobs: [] });
+    else this.emit(out, "response.refusal.done", { ...place, refusal: item.text });
+    const part = partOf(kind, item.text);
+    this.emit(out, "response.content_part.done", { ...place, part });
+    parts.push(part);
   }
 
   private extendCall(call: ToolCallDelta, out: string[]): void {
@@ -244,17 +293,16 @@ class ResponsesStreamEncoder implements StreamEncoder {
     const item = this.current;
     if (!item) return;
     this.current = undefined;
-    const place = { item_id: item.id, output_index: item.outputIndex, content_index: 0 };
     let done: Json;
     if (item.kind === "reasoning") {
+      const place = { item_id: item.id, output_index: item.outputIndex, content_index: 0 };
       this.emit(out, "response.reasoning_text.done", { ...place, text: item.text });
       this.emit(out, "response.content_part.done", { ...place, part: { type: "reasoning_text", text: item.text } });
       done = reasoningItem(item.id, item.text);
     } else {
-      this.emit(out, "response.output_text.done", { ...place, text: item.text, logprobs: [] });
-      this.emit(out, "response.content_part.done", { ...place, part: textPart(item.text) });
+      this.closePart(item, out);
       // Closed by the end of an answer cut short, the message is as incomplete as the response.
-      done = messageItem(item.id, statusOf(this.finishReason).status === "completed" ? "completed" : "incomplete", item.text);
+      done = messageItem(item.id, statusOf(this.finishReason).status === "completed" ? "completed" : "incomplete", item.parts as Json[]);
     }
     this.output[item.outputIndex] = done;
     this.emit(out, "response.output_item.done", { output_index: item.outputIndex, item: done });
