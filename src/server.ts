@@ -1,4 +1,5 @@
-import type { Config } from "./config/schema";
+import { auditedChanges, configChanges, type ConfigChanges } from "./config/changes";
+import type { Config, ModelConfig } from "./config/schema";
 import { createApp } from "./http/app";
 import { raiseListenBacklog } from "./http/listen-backlog";
 import { MemoryAdmissionStore } from "./modules/admission/memory-store";
@@ -7,7 +8,7 @@ import { LeaseKeeper } from "./modules/admission/lease-keeper";
 import { syncAdmissionWithLedger } from "./modules/admission/service";
 import type { AdmissionStore } from "./modules/admission/store";
 import { AuthService } from "./modules/auth/service";
-import { AuditLog } from "./modules/audit/service";
+import { AuditLog, type AuditActor } from "./modules/audit/service";
 import { AccountService } from "./modules/console/accounts";
 import { ConsoleService } from "./modules/console/service";
 import { KeyService } from "./modules/keys/service";
@@ -52,6 +53,12 @@ export interface RunningServer {
   /** Connections the kernel holds for this server before it accepts them (src/http/listen-backlog.ts). */
   acceptQueue: number;
   /**
+   * Serves a new configuration from the next request on: models (added, removed, changed: a changed model gets new
+   * upstream connections), their concurrency limits and queues, plans and the red-line rules. Requests under way
+   * finish under the configuration they started with. Records what changed in the audit trail, as `actor`.
+   */
+  reconfigure(config: Config, actor: AuditActor): Promise<ConfigChanges>;
+  /**
    * Stops gracefully: new requests get 503 and /readyz turns 503 at once; requests in flight may finish for up to
    * `drainMs`; the rest are ended cleanly (a stream gets a final error event); everything is settled and the
    * ledger committed.
@@ -85,14 +92,17 @@ async function waitUntil(condition: () => boolean, timeoutMs: number): Promise<v
 export async function startServer(options: ServerOptions): Promise<RunningServer> {
   const clock = options.clock ?? Date.now;
   const { storage, redis } = options;
-  const plans = new Map(options.config.plans.map((plan) => [plan.id, plan]));
+  let config = options.config;
+  // Shared by the services that read plans, and filled again when the configuration is reloaded.
+  const plans = new Map(config.plans.map((plan) => [plan.id, plan]));
+  const planIds = new Set(plans.keys());
   const logger = options.logger ?? new Logger();
-  const models = new ModelRegistry(options.config, options.environment);
+  const models = new ModelRegistry(config, options.environment);
   // One keeper renews every lease this instance holds: organizations' concurrency leases and model slots.
   const keeper = redis ? new LeaseKeeper(redis) : undefined;
-  const queues = new Map<string, Queue>(
-    options.config.models.map((model) => [model.id, redis && keeper ? new SharedModelQueue(model, redis, keeper) : new ModelQueue(model)]),
-  );
+  const newQueue = (model: ModelConfig): Queue => (redis && keeper ? new SharedModelQueue(model, redis, keeper) : new ModelQueue(model));
+  // A model removed by a reload keeps its queue: requests under way release their slots to it.
+  const queues = new Map<string, Queue>(config.models.map((model) => [model.id, newQueue(model)]));
   const metrics = new Metrics(queues);
   // A failed commit refuses its rows' requests (503); the database's own error is the operator's clue, logged once a commit.
   const ledger = storage.openLedger((error, rows) => {
@@ -102,12 +112,12 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const auth = new AuthService(storage.keys, storage.changes, plans, (entries) => ledger.touchKeys(entries));
   const admission: AdmissionStore = redis ? new RedisAdmissionStore(redis, storage.usage, storage.keys, keeper) : new MemoryAdmissionStore();
   await syncAdmissionWithLedger(admission, storage, ledger, clock);
-  const safety = new SafetyService(options.config.safety, options.environment);
+  const safety = new SafetyService(config.safety, options.environment);
   const lifecycle: Lifecycle = { draining: false, openAnswers: 0 };
   const chat = new ChatService({ models, ledger, admission, queues, safety, clock, metrics, ledgerAvailable: () => storage.available() });
   const maxBodyBytes = options.maxBodyBytes ?? defaultMaxBodyBytes;
   const audit = new AuditLog(storage.audit);
-  const organizations = new OrganizationService(storage.organizations, new Set(plans.keys()), audit, storage.changes);
+  const organizations = new OrganizationService(storage.organizations, planIds, audit, storage.changes);
   const keys = new KeyService(storage.keys, audit, storage.changes);
   const accounts = new AccountService(storage.accounts, audit);
   const consoleService = new ConsoleService({
@@ -118,7 +128,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     admission,
     models,
     queues,
-    config: options.config,
+    plans,
     usage: storage.usage,
     requestLog: new RequestLogService(storage.requestLog),
     audit,
@@ -177,6 +187,33 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     queues,
     metrics,
     acceptQueue,
+    async reconfigure(next, actor) {
+      const changes = configChanges(config, next);
+      const audited = auditedChanges(config, next);
+      config = next;
+      models.reconfigure(next);
+      for (const model of next.models) {
+        const queue = queues.get(model.id);
+        if (queue) queue.reconfigure(model);
+        else queues.set(model.id, newQueue(model));
+      }
+      plans.clear();
+      planIds.clear();
+      for (const plan of next.plans) {
+        plans.set(plan.id, plan);
+        planIds.add(plan.id);
+      }
+      // Cached callers hold their plan.
+      auth.invalidate();
+      safety.reconfigure(next.safety);
+      if (audited) {
+        // The new configuration is in force either way: a trail that cannot be written is the operator's to hear of.
+        await audit.record(actor, "config.reloaded", "configuration", { changes: audited }).catch((error: unknown) => {
+          logger.log("error", { message: "configuration reload not recorded in the audit trail", error: String(error) });
+        });
+      }
+      return changes;
+    },
     async stop({ drainMs = 0 } = {}) {
       lifecycle.draining = true;
       await waitUntil(() => chat.inFlight() === 0, drainMs);

@@ -1,11 +1,16 @@
 import { serveSettings } from "../config/environment";
+import { anyChange } from "../config/changes";
 import { loadConfig } from "../config/load";
+import type { Config } from "../config/schema";
 import { Logger } from "../modules/observability/logger";
 import { startServer } from "../server";
 import { openBackends } from "../storage/open";
 import { parseCommand } from "./usage";
 
-/** `sluice serve`: listens on SLUICE_HOST:SLUICE_PORT until SIGINT or SIGTERM. */
+/**
+ * `sluice serve`: listens on SLUICE_HOST:SLUICE_PORT until SIGINT or SIGTERM; SIGHUP reads the configuration file
+ * again and serves it from the next request on, or keeps the one in force if the file is not valid.
+ */
 export async function runServe(args: string[]): Promise<number> {
   parseCommand(args, {}, 0);
   const settings = serveSettings();
@@ -46,6 +51,22 @@ export async function runServe(args: string[]): Promise<number> {
     console.error(JSON.stringify({ level: "info", message: "stopped" }));
     process.exit(0);
   };
+  const reload = async () => {
+    if (stopping) return;
+    let next: Config;
+    try {
+      next = loadConfig();
+    } catch (error) {
+      server.metrics.configReloads.inc({ result: "refused" });
+      console.error(JSON.stringify({ level: "error", message: "configuration not reloaded; the one in force stays", error: (error as Error).message }));
+      return;
+    }
+    const changes = await server.reconfigure(next, { kind: "server", name: "SIGHUP" });
+    server.metrics.configReloads.inc({ result: "applied" });
+    const message = anyChange(changes) ? "configuration reloaded" : "configuration reloaded: nothing changed";
+    console.error(JSON.stringify({ level: "info", message, models: next.models.map((model) => model.id), changes }));
+  };
+  process.on("SIGHUP", () => void reload());
   process.on("SIGINT", () => void stop("SIGINT"));
   process.on("SIGTERM", () => void stop("SIGTERM"));
   return 0;

@@ -7,7 +7,7 @@ import { countChatTokens } from "../../src/tokens/count";
 import { codeOf, expectFiveHourQuotaAnswers, httpPost, readSse, useFakeUpstream } from "../helpers";
 import { startCluster, type Cluster } from "../support/cluster";
 import { leasesHeld, startPostgres, startRedis, type PostgresServer, type RedisServer } from "../support/services";
-import { startSluiceProcess, type SluiceProcess } from "../support/sluice-process";
+import { reloadConfiguration, startSluiceProcess, type SluiceProcess } from "../support/sluice-process";
 
 const upstream = useFakeUpstream();
 let postgres: PostgresServer;
@@ -106,6 +106,37 @@ describe("limits are exact across three instances", () => {
       expect(elapsed).toBeLessThan(3000);
       expect(await leasesLeft()).toBe(0);
     });
+  }, 60_000);
+
+  test("SIGHUP to every instance: a model's shared max_concurrency taken away lets the waiters go on; set again, it caps the next requests", async () => {
+    const limited = (slots?: number) =>
+      toml("", { upstream: "usage-10-20-300", extra: `${slots === undefined ? "" : `max_concurrency = ${slots}\n`}queue_size = 50\nqueue_timeout_ms = 20000` });
+    await withCluster(
+      limited(1),
+      async (cluster) => {
+        const key = cluster.addOrganization("acme");
+        upstream.reset();
+        const started = performance.now();
+        const requests = Array.from({ length: 20 }, (_, index) => cluster.chat(index, key, { model: "m", messages }));
+        await Bun.sleep(100);
+        await Bun.write(cluster.environment.SLUICE_CONFIG as string, limited());
+        for (const instance of cluster.instances) expect((await reloadConfiguration(instance)).message).toBe("configuration reloaded");
+        const statuses = await Promise.all(requests.map(async (request) => (await request).status));
+        expect(statuses).toEqual(Array(20).fill(200));
+        // One at a time, 20 answers of 300 ms would take 6 s.
+        expect(performance.now() - started).toBeLessThan(3000);
+        expect(upstream.maxInFlight).toBeGreaterThan(2);
+
+        await Bun.write(cluster.environment.SLUICE_CONFIG as string, limited(2));
+        for (const instance of cluster.instances) await reloadConfiguration(instance);
+        upstream.reset();
+        const capped = await Promise.all(Array.from({ length: 8 }, (_, index) => cluster.chat(index, key, { model: "m", messages })));
+        expect(capped.map((response) => response.status)).toEqual(Array(8).fill(200));
+        expect(upstream.maxInFlight).toBe(2);
+        expect(await leasesLeft()).toBe(0);
+      },
+      2,
+    );
   }, 60_000);
 
   test("200 concurrent requests over 3 instances against a 5-hour quota with room for about 5: within the one-instance bound; headers right on every instance", async () => {

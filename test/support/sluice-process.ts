@@ -38,3 +38,24 @@ export async function startSluiceProcess(
   const line = log.split("\n").find((candidate) => candidate.includes("listening")) as string;
   return { url: (JSON.parse(line) as { url: string }).url, child };
 }
+
+/**
+ * Sends SIGHUP (read the configuration again) and waits for the server's line saying how it went: "configuration
+ * reloaded" or "configuration not reloaded". Returns that line, parsed.
+ */
+export async function reloadConfiguration(server: SluiceProcess): Promise<{ level: string; message: string; error?: string; changes?: unknown }> {
+  const reader = server.child.stderr.getReader();
+  server.child.kill("SIGHUP");
+  let log = "";
+  try {
+    for (;;) {
+      const line = log.split("\n").find((candidate) => candidate.includes('"configuration '));
+      if (line && log.slice(log.indexOf(line) + line.length).startsWith("\n")) return JSON.parse(line);
+      const { value, done } = await reader.read();
+      if (done) throw new Error(`sluice exited: ${log}`);
+      log += new TextDecoder().decode(value);
+    }
+  } finally {
+    reader.releaseLock();
+  }
+}

@@ -10,13 +10,17 @@ export const auditActions = [
   "account.created",
   "signin.succeeded",
   "signin.failed",
+  "config.reloaded",
 ] as const;
 
 export type AuditAction = (typeof auditActions)[number];
 
-/** Who made an administrative change: a console account (its email) or the CLI (the operating-system user). */
+/**
+ * Who made an administrative change: a console account (its email), the CLI (the operating-system user), or the
+ * server itself on a signal (its name: a configuration reloaded on SIGHUP).
+ */
 export interface AuditActor {
-  kind: "console" | "cli";
+  kind: "console" | "cli" | "server";
   name: string;
 }
 

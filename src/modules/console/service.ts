@@ -1,4 +1,4 @@
-import type { Config } from "../../config/schema";
+import type { PlanConfig } from "../../config/schema";
 import { SluiceError, invalidRequest } from "../../errors";
 import type { AdmissionStore } from "../admission/store";
 import type { AuthService } from "../auth/service";
@@ -26,7 +26,8 @@ export interface ConsoleDependencies {
   admission: AdmissionStore;
   models: ModelRegistry;
   queues: ReadonlyMap<string, Queue>;
-  config: Config;
+  /** The configured plans by id; a reloaded configuration's from then on. */
+  plans: ReadonlyMap<string, PlanConfig>;
   usage: UsageRepository;
   requestLog: RequestLogService;
   audit: AuditLog;
@@ -134,7 +135,7 @@ export class ConsoleService {
 
   async usage(actor: Actor) {
     const organization = await this.memberOrganization(actor);
-    const plan = this.deps.config.plans.find((candidate) => candidate.id === organization.plan);
+    const plan = this.deps.plans.get(organization.plan);
     const now = this.deps.clock();
     const snapshot = plan ? await this.deps.admission.snapshot(organization.id, plan, now) : undefined;
     // Each key with caps of its own, against them.
@@ -159,7 +160,7 @@ export class ConsoleService {
     const organizations = await this.deps.organizations.list();
     return await Promise.all(
       organizations.map(async (organization) => {
-        const plan = this.deps.config.plans.find((candidate) => candidate.id === organization.plan);
+        const plan = this.deps.plans.get(organization.plan);
         const snapshot = plan ? await this.deps.admission.snapshot(organization.id, plan, now) : undefined;
         return { ...organization, fiveHourTokens: snapshot?.fiveHours.used ?? 0, monthTokens: snapshot?.month.used ?? 0 };
       }),
@@ -173,7 +174,7 @@ export class ConsoleService {
     if (input.status !== undefined && !(organizationStatuses as readonly string[]).includes(input.status)) {
       throw invalidRequest(`status must be one of ${organizationStatuses.join(", ")}.`, "status");
     }
-    if (input.plan !== undefined && !this.deps.config.plans.some((plan) => plan.id === input.plan)) throw invalidRequest("Unknown plan.", "plan");
+    if (input.plan !== undefined && !this.deps.plans.has(input.plan)) throw invalidRequest("Unknown plan.", "plan");
     const updated = await this.deps.organizations.update(
       organization.name,
       { status: input.status as OrganizationStatus | undefined, plan: input.plan },
@@ -249,7 +250,7 @@ export class ConsoleService {
   }
 
   plans(): string[] {
-    return this.deps.config.plans.map((plan) => plan.id);
+    return [...this.deps.plans.keys()];
   }
 
   private async series(organizationId: string): Promise<UsageSeries> {

@@ -11,20 +11,40 @@ export interface ModelEntry {
 
 /** The configured models with their backends, and which of them a plan may use. */
 export class ModelRegistry {
-  private readonly entries = new Map<string, ModelEntry>();
+  private entries = new Map<string, ModelEntry>();
   /** Every name a model answers to (its id and its aliases). */
-  private readonly byName = new Map<string, ModelEntry>();
+  private byName = new Map<string, ModelEntry>();
   /** The `created` time of every model: when this configuration was loaded. */
   readonly created = Math.floor(Date.now() / 1000);
+  private readonly demo = new DemoBackend();
 
-  constructor(config: Config, environment: Record<string, string | undefined> = process.env) {
-    const demo = new DemoBackend();
+  constructor(
+    config: Config,
+    private readonly environment: Record<string, string | undefined> = process.env,
+  ) {
+    this.reconfigure(config);
+  }
+
+  /**
+   * Serves a new configuration's models from now on. A model whose settings did not change keeps its backend (its
+   * servers' circuit breakers, what it learned of their parameters); requests already under way keep the entry they
+   * were given.
+   */
+  reconfigure(config: Config): void {
+    const entries = new Map<string, ModelEntry>();
+    const byName = new Map<string, ModelEntry>();
     for (const model of config.models) {
-      const backend = model.backend === "demo" ? demo : new UpstreamPool(model, model.apiKeyEnv ? environment[model.apiKeyEnv] : undefined);
-      const entry = { config: model, backend };
-      this.entries.set(model.id, entry);
-      for (const name of [model.id, ...model.aliases]) this.byName.set(name, entry);
+      const before = this.entries.get(model.id);
+      const entry = before && Bun.deepEquals(before.config, model) ? before : { config: model, backend: this.backendOf(model) };
+      entries.set(model.id, entry);
+      for (const name of [model.id, ...model.aliases]) byName.set(name, entry);
     }
+    this.entries = entries;
+    this.byName = byName;
+  }
+
+  private backendOf(model: ModelConfig): Backend {
+    return model.backend === "demo" ? this.demo : new UpstreamPool(model, model.apiKeyEnv ? this.environment[model.apiKeyEnv] : undefined);
   }
 
   /** The enabled models of a plan, in configuration order. */

@@ -49,6 +49,12 @@ export class Metrics {
     "Ledger rows that could not be committed; their requests were refused with 503 rather than answered unrecorded",
     [],
   ).series({});
+  readonly configReloads = new Counter(
+    this.registry,
+    "sluice_config_reloads_total",
+    "Configuration reloads on SIGHUP, by result: applied, or refused (the file was not valid; the configuration in force stays)",
+    ["result"],
+  );
   private readonly tokenSeries = new Map<string, TokenSeries>();
 
   /** The token counters of a model, looked up once rather than by label on every answer. */

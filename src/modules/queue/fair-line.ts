@@ -19,7 +19,8 @@ export class FairLine {
 
   constructor(
     private readonly modelId: string,
-    private readonly timeoutMs: number,
+    /** How long a request may wait; a new configuration's applies to the requests that come after it. */
+    public timeoutMs: number,
   ) {}
 
   wait(organizationId: string, signal: AbortSignal): Promise<Slot> {

@@ -40,6 +40,11 @@ export interface Queue {
   acquire(organizationId: string, signal: AbortSignal): Slot | Promise<Slot>;
   /** This process's slots in use and requests waiting. */
   stats(): { active: number; queued: number };
+  /**
+   * Applies a new configuration of its model (`max_concurrency`, `queue_size`, `queue_timeout_ms`) to the requests
+   * that come after it; waiters are given the slots a higher limit frees.
+   */
+  reconfigure(model: ModelConfig): void;
   /** Stops its timers; a shared queue first delivers the slot releases not yet delivered. */
   close?(): void | Promise<void>;
 }
@@ -52,8 +57,14 @@ export class ModelQueue implements Queue {
   private active = 0;
   private readonly line: FairLine;
 
-  constructor(private readonly model: ModelConfig) {
+  constructor(private model: ModelConfig) {
     this.line = new FairLine(model.id, model.queueTimeoutMs);
+  }
+
+  reconfigure(model: ModelConfig): void {
+    this.model = model;
+    this.line.timeoutMs = model.queueTimeoutMs;
+    this.dispatch();
   }
 
   acquire(organizationId: string, signal: AbortSignal): Slot | Promise<Slot> {

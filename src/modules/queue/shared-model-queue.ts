@@ -30,15 +30,41 @@ export class SharedModelQueue implements Queue {
   /** Slot releases sent to Redis and not yet answered: closing waits for them (see close). */
   private readonly releasing = new Set<Promise<void>>();
 
+  private subscribed = false;
+
   constructor(
-    private readonly model: ModelConfig,
+    private model: ModelConfig,
     private readonly redis: RedisConnection,
     private readonly keeper: LeaseKeeper,
   ) {
     this.line = new FairLine(model.id, model.queueTimeoutMs);
     this.key = `${keyPrefix}model:{${model.id}}:slots`;
     this.channel = `${keyPrefix}model:{${model.id}}:freed`;
-    if (model.maxConcurrency !== undefined) void redis.subscribe(this.channel, () => void this.dispatch());
+    this.subscribe();
+  }
+
+  /**
+   * A new limit applies to the slots taken after it. Slots taken while the model had no limit are not in Redis: a
+   * limit set by a new configuration counts them only once they are released.
+   */
+  reconfigure(model: ModelConfig): void {
+    this.model = model;
+    this.line.timeoutMs = model.queueTimeoutMs;
+    this.subscribe();
+    if (model.maxConcurrency === undefined) this.grantAll();
+    else void this.dispatch();
+  }
+
+  /** Listens for slots freed on any instance, once the model has a limit. */
+  private subscribe(): void {
+    if (this.subscribed || this.model.maxConcurrency === undefined) return;
+    this.subscribed = true;
+    void this.redis.subscribe(this.channel, () => void this.dispatch());
+  }
+
+  /** The model's limit is gone: every waiter goes on at once, as a request that comes now would. */
+  private grantAll(): void {
+    while (this.line.waiting > 0) this.line.grantNext(this.localSlot());
   }
 
   async acquire(organizationId: string, signal: AbortSignal): Promise<Slot> {

@@ -11,20 +11,26 @@ export type Verdict = SafetyRuleConfig | undefined;
  * with a deadline, which fails closed.
  */
 export class SafetyService {
-  private readonly moderation: ModerationClient | undefined;
-  private readonly inputRules: RuleMatcher;
-  private readonly outputRules: RuleMatcher;
+  private config!: SafetyConfig;
+  private moderation: ModerationClient | undefined;
+  private inputRules!: RuleMatcher;
+  private outputRules!: RuleMatcher;
 
   constructor(
-    private readonly config: SafetyConfig,
-    environment: Record<string, string | undefined> = process.env,
+    config: SafetyConfig,
+    private readonly environment: Record<string, string | undefined> = process.env,
   ) {
+    this.reconfigure(config);
+  }
+
+  /** Checks the requests that come after it with a new configuration's rules; streams under way keep their monitor's. */
+  reconfigure(config: SafetyConfig): void {
+    const moderation = config.moderation;
+    const apiKey = moderation?.apiKeyEnv ? this.environment[moderation.apiKeyEnv] : undefined;
     this.inputRules = new RuleMatcher(config.rules, "input");
     this.outputRules = new RuleMatcher(config.rules, "output");
-    const moderation = config.moderation;
-    this.moderation = moderation
-      ? new ModerationClient(moderation.url, moderation.model, moderation.apiKeyEnv ? environment[moderation.apiKeyEnv] : undefined, config.timeoutMs)
-      : undefined;
+    this.moderation = moderation ? new ModerationClient(moderation.url, moderation.model, apiKey, config.timeoutMs) : undefined;
+    this.config = config;
   }
 
   /**

@@ -1,0 +1,64 @@
+// `sluice serve` and SIGHUP: the configuration file is read again and served from the next request on; a file that is
+// not valid leaves the one in force, and says why.
+import { afterAll, expect, test } from "bun:test";
+import { join } from "node:path";
+import { httpPost, temporaryDirectory, useFakeUpstream } from "../helpers";
+import { reloadConfiguration, sluiceCommand, sluiceEnvironment, startSluiceProcess } from "../support/sluice-process";
+
+const upstream = useFakeUpstream();
+const directory = temporaryDirectory();
+afterAll(() => directory.remove());
+
+function toml(models: string[]): string {
+  const blocks = models.map((id) => `[[models]]\nid = "${id}"\nbackend = "openai"\nbase_url = "${upstream.url}"\nupstream_model = "usage-10-5"\n`);
+  return `${blocks.join("\n")}\n[[plans]]\nid = "default"\nmodels = ["*"]\n`;
+}
+
+test("SIGHUP: a model added to the file is served at once; an invalid file is refused with its reason and the old one serves on", async () => {
+  const configPath = join(directory.path, "sluice.toml");
+  await Bun.write(configPath, toml(["m"]));
+  const environment = sluiceEnvironment(join(directory.path, "sluice.db"), configPath);
+  expect(sluiceCommand(environment, "org", "create", "acme").code).toBe(0);
+  const key = sluiceCommand(environment, "key", "create", "--org", "acme").stdout.trim().split("\n").at(-1) as string;
+  const server = await startSluiceProcess(environment);
+  const status = async (model: string) => {
+    const response = await httpPost(`${server.url}/v1/chat/completions`, JSON.stringify({ model, messages: [{ role: "user", content: "hi" }] }), {
+      authorization: `Bearer ${key}`,
+      "content-type": "application/json",
+    });
+    await response.arrayBuffer();
+    return response.status;
+  };
+  try {
+    expect([await status("m"), await status("n")]).toEqual([200, 404]);
+
+    await Bun.write(configPath, toml(["m", "n"]));
+    const reloaded = await reloadConfiguration(server);
+    expect(reloaded).toMatchObject({ level: "info", message: "configuration reloaded", changes: { models: { added: ["n"], removed: [], changed: [] } } });
+    expect([await status("m"), await status("n")]).toEqual([200, 200]);
+
+    expect(await reloadConfiguration(server)).toMatchObject({ message: "configuration reloaded: nothing changed" });
+
+    await Bun.write(configPath, `${toml(["m"])}\n[[plans]]\nid = "default"\nmodels = ["*"]\n`);
+    const refused = await reloadConfiguration(server);
+    expect(refused).toMatchObject({ level: "error", message: "configuration not reloaded; the one in force stays" });
+    expect(refused.error).toContain('duplicate id "default"');
+    expect([await status("m"), await status("n")]).toEqual([200, 200]);
+    const metrics = await (await fetch(`${server.url}/metrics`)).text();
+    expect(metrics).toContain('sluice_config_reloads_total{result="applied"} 2');
+    expect(metrics).toContain('sluice_config_reloads_total{result="refused"} 1');
+
+    await Bun.write(configPath, toml(["m", "n"]));
+    const audit = sluiceCommand(environment, "audit", "--action", "config.reloaded");
+    expect(audit.stderr).toBe("");
+    expect(audit.code).toBe(0);
+    const entries = audit.stdout.trim().split("\n").slice(1);
+    expect(entries).toHaveLength(1);
+    expect(entries[0]).toContain("SIGHUP (server)");
+    expect(entries[0]).toContain("model n:");
+  } finally {
+    server.child.kill("SIGTERM");
+    await server.child.exited;
+  }
+  expect(server.child.exitCode).toBe(0);
+});
