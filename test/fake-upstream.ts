@@ -12,6 +12,8 @@ export interface FakeUpstream {
   bodies: Record<string, unknown>[];
   /** Authorization headers received, in order. */
   authorizations: (string | null)[];
+  /** Every request's path with its query, and its headers, in order. */
+  requests: { path: string; headers: Record<string, string> }[];
   inFlight: number;
   maxInFlight: number;
   aborted: number;
@@ -99,6 +101,7 @@ export function startFakeUpstream(): FakeUpstream {
   const state = {
     bodies: [] as Record<string, unknown>[],
     authorizations: [] as (string | null)[],
+    requests: [] as { path: string; headers: Record<string, string> }[],
     inFlight: 0,
     maxInFlight: 0,
     aborted: 0,
@@ -107,6 +110,10 @@ export function startFakeUpstream(): FakeUpstream {
     port: 0,
     idleTimeout: 0,
     async fetch(request) {
+      const url = new URL(request.url);
+      state.requests.push({ path: url.pathname + url.search, headers: request.headers.toJSON() });
+      // GET …/models, as `sluice doctor` asks each server.
+      if (request.method === "GET") return Response.json({ object: "list", data: [] });
       const body = (await request.json()) as Record<string, unknown>;
       state.bodies.push(body);
       state.authorizations.push(request.headers.get("authorization"));
@@ -328,6 +335,9 @@ export function startFakeUpstream(): FakeUpstream {
     get authorizations() {
       return state.authorizations;
     },
+    get requests() {
+      return state.requests;
+    },
     get inFlight() {
       return state.inFlight;
     },
@@ -340,6 +350,7 @@ export function startFakeUpstream(): FakeUpstream {
     reset() {
       state.bodies.length = 0;
       state.authorizations.length = 0;
+      state.requests.length = 0;
       state.maxInFlight = state.inFlight;
       state.aborted = 0;
     },

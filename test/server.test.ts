@@ -187,3 +187,16 @@ test("the audit trail records what changed, field by field, as the server on SIG
   expect(changes["plan default tokensPer5h"]).toEqual([1_000_000, 2_000_000]);
   expect(Object.keys(changes).sort()).toEqual(["model m maxConcurrency", "model new", "model slow", "plan default models", "plan default tokensPer5h"]);
 });
+
+test("the audit trail names a model's upstream headers but never shows their values, and still records that they changed", async () => {
+  const withHeader = (value: string) =>
+    configFile({
+      models: [fakeModel(upstream.url, "m", "usage-10-5", { headers: { "X-Route-Token": value } }), fakeModel(upstream.url, "slow", "slow-20-25")],
+    });
+  await sluice.server.reconfigure(resolveConfig(withHeader("first-secret")), signal);
+  await sluice.server.reconfigure(resolveConfig(withHeader("second-secret")), signal);
+  const [changed, added] = await sluice.audit.list({ action: "config.reloaded", limit: 2 });
+  expect(changed?.changes).toEqual({ "model m headers": ["(hidden)", "(hidden, changed)"] });
+  expect(added?.changes).toEqual({ "model m headers": [{}, { "x-route-token": "(hidden)" }] });
+  expect(JSON.stringify(await sluice.audit.list({ limit: 100 }))).not.toContain("secret");
+});

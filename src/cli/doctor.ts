@@ -1,21 +1,24 @@
 import { serveSettings } from "../config/environment";
 import { type ConfigError, loadConfig } from "../config/load";
-import type { Config } from "../config/schema";
+import type { Config, ModelConfig } from "../config/schema";
 import { openDatabase } from "../db/client";
 import { postgresMigrations } from "../db/postgres/migrations/index";
 import { isPostgresUrl } from "../storage/mode";
 import { redactUrl } from "../storage/open";
 import { RedisConnection } from "../storage/redis";
 import { withTimeout } from "../storage/with-timeout";
+import { accessHeaders, upstreamUrl } from "../upstream/endpoint";
 
 interface Finding {
   ok: boolean;
   text: string;
 }
 
-async function checkUpstream(id: string, baseUrl: string, apiKey: string | undefined): Promise<Finding> {
+async function checkUpstream(model: ModelConfig, baseUrl: string): Promise<Finding> {
+  const id = model.id;
+  const apiKey = model.apiKeyEnv ? process.env[model.apiKeyEnv] : undefined;
   try {
-    const response = await fetch(`${baseUrl}/models`, { headers: apiKey ? { authorization: `Bearer ${apiKey}` } : {}, signal: AbortSignal.timeout(3000) });
+    const response = await fetch(upstreamUrl(baseUrl, "/models"), { headers: accessHeaders(model, apiKey), signal: AbortSignal.timeout(3000) });
     await response.arrayBuffer();
     if (response.status === 401 || response.status === 403)
       return { ok: false, text: `model ${id}: ${baseUrl} answers but refuses the key (HTTP ${response.status}); check its api_key_env` };
@@ -142,7 +145,7 @@ export async function runDoctor(): Promise<number> {
     for (const model of config.models) {
       if (model.backend === "demo") findings.push({ ok: true, text: `model ${model.id}: built-in demo` });
       else if (!model.enabled) findings.push({ ok: true, text: `model ${model.id}: disabled` });
-      else for (const url of model.baseUrls) findings.push(await checkUpstream(model.id, url, model.apiKeyEnv ? process.env[model.apiKeyEnv] : undefined));
+      else for (const url of model.baseUrls) findings.push(await checkUpstream(model, url));
       if (model.apiKeyEnv && !process.env[model.apiKeyEnv])
         findings.push({ ok: false, text: `model ${model.id}: the environment variable ${model.apiKeyEnv} is not set` });
     }

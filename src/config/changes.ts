@@ -1,4 +1,4 @@
-import type { Config, SafetyConfig } from "./schema";
+import type { Config, ModelConfig, SafetyConfig } from "./schema";
 
 /** What a reloaded configuration changed, by kind: the ids added, removed and changed. */
 export interface ConfigChanges {
@@ -43,22 +43,39 @@ export function anyChange(changes: ConfigChanges): boolean {
 
 type AuditedChanges = Record<string, [unknown, unknown]>;
 
-/** Items by id: an added one as [null, it], a removed one as [it, null], a changed one field by field. */
-function itemChanges<T extends { id: string }>(kind: string, before: readonly T[], after: readonly T[], entries: AuditedChanges): void {
+/**
+ * Items by id: an added one as [null, it], a removed one as [it, null], a changed one field by field. `shown` is an
+ * item as the trail may show it; a field whose change it hides is recorded as changed, without its values.
+ */
+function itemChanges<T extends { id: string }>(
+  kind: string,
+  before: readonly T[],
+  after: readonly T[],
+  entries: AuditedChanges,
+  shown: (item: T) => T = (item) => item,
+): void {
   const old = new Map(before.map((item) => [item.id, item]));
   for (const item of after) {
     const previous = old.get(item.id);
     old.delete(item.id);
     if (!previous) {
-      entries[`${kind} ${item.id}`] = [null, item];
+      entries[`${kind} ${item.id}`] = [null, shown(item)];
       continue;
     }
     const fields = new Set([...Object.keys(previous), ...Object.keys(item)]) as Set<keyof T & string>;
     for (const field of fields) {
-      if (!Bun.deepEquals(previous[field], item[field])) entries[`${kind} ${item.id} ${field}`] = [previous[field] ?? null, item[field] ?? null];
+      if (Bun.deepEquals(previous[field], item[field])) continue;
+      const [was, is] = [shown(previous)[field] ?? null, shown(item)[field] ?? null];
+      entries[`${kind} ${item.id} ${field}`] = Bun.deepEquals(was, is) ? ["(hidden)", "(hidden, changed)"] : [was, is];
     }
   }
-  for (const [id, item] of old) entries[`${kind} ${id}`] = [item, null];
+  for (const [id, item] of old) entries[`${kind} ${id}`] = [shown(item), null];
+}
+
+/** A model as the audit trail shows it: a header's value may be a credential of the operator's own, so only its name. */
+function shownModel(model: ModelConfig): ModelConfig {
+  if (Object.keys(model.headers).length === 0) return model;
+  return { ...model, headers: Object.fromEntries(Object.keys(model.headers).map((name) => [name, "(hidden)"])) };
 }
 
 /** The red-line settings as the audit trail shows them: whether on, the external check's address, the rules' ids. */
@@ -72,7 +89,7 @@ function safetySummary(safety: SafetyConfig): Record<string, unknown> {
  */
 export function auditedChanges(before: Config, after: Config): AuditedChanges | null {
   const entries: AuditedChanges = {};
-  itemChanges("model", before.models, after.models, entries);
+  itemChanges("model", before.models, after.models, entries, shownModel);
   itemChanges("plan", before.plans, after.plans, entries);
   if (safetyShape(before.safety) !== safetyShape(after.safety)) entries.safety = [safetySummary(before.safety), safetySummary(after.safety)];
   return Object.keys(entries).length > 0 ? entries : null;

@@ -3,7 +3,7 @@ import { Value } from "@sinclair/typebox/value";
 import { defaultConfigFile, modelDefaults } from "./defaults";
 import { defaultSafetyRules } from "./default-rules";
 import { paramOf } from "../validation";
-import { ConfigFileSchema, type Config, type ConfigFile, type ModelConfig, type SafetyConfig } from "./schema";
+import { ConfigFileSchema, type Config, type ConfigFile, type ModelConfig, type ModelConfigFile, type SafetyConfig } from "./schema";
 
 export class ConfigError extends Error {
   override name = "ConfigError";
@@ -50,6 +50,34 @@ function checkHttpUrl(value: string, where: string): void {
   }
   if (protocol !== "http:" && protocol !== "https:")
     throw new ConfigError(`invalid configuration key ${where}: expected an http:// or https:// URL, got "${value}"`);
+}
+
+/** Headers Sluice writes itself on every upstream call: a model's `headers` may not replace them. */
+const reservedHeaders = new Set(["content-type", "content-length", "accept", "accept-encoding", "host", "connection", "transfer-encoding", "te", "upgrade"]);
+/** RFC 9110's token: what a header name may be made of. */
+const headerName = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+
+/** A model's `api_key_header` and `headers`, checked: names that fetch would refuse, or that Sluice sets, are refused here. */
+function upstreamHeadersOf(model: ModelConfigFile, where: string): Pick<ModelConfig, "apiKeyHeader" | "headers"> {
+  const apiKeyHeader = model.api_key_header?.toLowerCase();
+  if (apiKeyHeader !== undefined) {
+    if (!headerName.test(apiKeyHeader) || reservedHeaders.has(apiKeyHeader))
+      throw new ConfigError(`invalid configuration key ${where}.api_key_header: "${model.api_key_header}" is not a header the key can go in`);
+    if (!model.api_key_env) throw new ConfigError(`invalid configuration key ${where}.api_key_header: it needs api_key_env, the variable that holds the key`);
+  }
+  const headers: Record<string, string> = {};
+  for (const [name, value] of Object.entries(model.headers ?? {})) {
+    const lower = name.toLowerCase();
+    const key = `${where}.headers.${name}`;
+    if (!headerName.test(name)) throw new ConfigError(`invalid configuration key ${key}: not a valid header name`);
+    if (reservedHeaders.has(lower)) throw new ConfigError(`invalid configuration key ${key}: Sluice sets this header itself`);
+    if (lower === "authorization" || lower === apiKeyHeader)
+      throw new ConfigError(`invalid configuration key ${key}: the key goes through api_key_env (and api_key_header), never in the file`);
+    if (/[\r\n\0]/.test(value)) throw new ConfigError(`invalid configuration key ${key}: a header value cannot hold a line break`);
+    if (lower in headers) throw new ConfigError(`invalid configuration key ${key}: the header is given twice`);
+    headers[lower] = value;
+  }
+  return { apiKeyHeader, headers };
 }
 
 function resolveSafety(safety: ConfigFile["safety"]): SafetyConfig {
@@ -113,6 +141,7 @@ export function resolveConfig(file: unknown): Config {
       baseUrls: (typeof model.base_url === "string" ? [model.base_url] : (model.base_url ?? [])).map((url) => url.replace(/\/+$/, "")),
       upstreamModel: model.upstream_model ?? model.id,
       apiKeyEnv: model.api_key_env,
+      ...upstreamHeadersOf(model, `models[${index}]`),
       ownedBy: model.owned_by ?? "sluice",
       contextWindow,
       maxOutputTokens: Math.min(model.max_output_tokens ?? modelDefaults.maxOutputTokens, contextWindow),

@@ -23,6 +23,10 @@ export const ModelConfigSchema = Type.Object(
     base_url: Type.Optional(Type.Union([Type.String({ minLength: 1 }), Type.Array(Type.String({ minLength: 1 }), { minItems: 1 })])),
     upstream_model: Type.Optional(Type.String({ minLength: 1 })),
     api_key_env: Type.Optional(Type.String({ minLength: 1 })),
+    /** The header the key goes in, as its bare value (Azure OpenAI's `api-key`); omitted = `Authorization: Bearer`. */
+    api_key_header: Type.Optional(Type.String({ minLength: 1 })),
+    /** Headers sent with every call to the model's servers (OpenRouter's `HTTP-Referer`, a proxy's routing header). */
+    headers: Type.Optional(Type.Record(Type.String(), Type.String())),
     owned_by: Type.Optional(Type.String()),
     context_window: Type.Optional(Type.Integer({ minimum: 1 })),
     max_output_tokens: Type.Optional(Type.Integer({ minimum: 1 })),
@@ -101,6 +105,8 @@ export const ConfigFileSchema = Type.Object(
 );
 
 export type ConfigFile = Static<typeof ConfigFileSchema>;
+/** A model as the file writes it. */
+export type ModelConfigFile = Static<typeof ModelConfigSchema>;
 
 /** A model with every default filled in. */
 export interface ModelConfig {
@@ -112,6 +118,10 @@ export interface ModelConfig {
   baseUrls: string[];
   upstreamModel: string;
   apiKeyEnv: string | undefined;
+  /** Undefined: the key goes as `Authorization: Bearer`. Lower case. */
+  apiKeyHeader: string | undefined;
+  /** Sent with every upstream call; names in lower case. */
+  headers: Record<string, string>;
   ownedBy: string;
   contextWindow: number;
   maxOutputTokens: number;

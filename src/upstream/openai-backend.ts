@@ -1,4 +1,5 @@
 import { UpstreamError } from "../errors";
+import { upstreamUrl } from "./endpoint";
 import { clearDeadline, setDeadline } from "./deadlines";
 import { asksForCompletionTokens, errorFromFailure, errorFromStatus } from "./errors";
 import { contentOf, eventsOfChunk, finishReasonOf, reasoningOf, refusalOf, ToolCallNumbering, toolCallsOf, usageOf } from "./normalize";
@@ -56,16 +57,16 @@ export class OpenAIBackend implements Backend {
    */
   private completionTokensOnly = false;
 
+  /** `access`: the key and the model's own headers (see accessHeaders). */
   constructor(
     private readonly modelId: string,
     readonly baseUrl: string,
-    apiKey: string | undefined,
+    access: Record<string, string> = {},
   ) {
-    this.url = `${baseUrl}/chat/completions`;
+    this.url = upstreamUrl(baseUrl, "/chat/completions");
     // Uncompressed, and never decompressed here (see `send`): Bun's fetch asks for gzip, brotli and zstd by default
     // and inflates whatever comes, so 64 KB of an upstream's gzip became 64 MB in memory.
-    this.headers = { "content-type": "application/json", accept: "application/json, text/event-stream", "accept-encoding": "identity" };
-    if (apiKey) this.headers.authorization = `Bearer ${apiKey}`;
+    this.headers = { ...access, "content-type": "application/json", accept: "application/json, text/event-stream", "accept-encoding": "identity" };
   }
 
   /** A whole answer. `onEnd`, when given, learns once how the call ended: the pool's circuit breaker passes one. */

@@ -1,5 +1,6 @@
 import type { ModelConfig } from "../config/schema";
 import { SluiceError, UpstreamError } from "../errors";
+import { accessHeaders } from "./endpoint";
 import { OpenAIBackend } from "./openai-backend";
 import type { Backend, BackendRequest, Completion, CompletionEvent, EventStream, StreamEnding } from "./types";
 
@@ -85,7 +86,7 @@ export class UpstreamPool implements Backend {
     apiKey: string | undefined,
     private readonly clock: () => number = Date.now,
   ) {
-    this.endpoints = model.baseUrls.map((url) => new Endpoint(new OpenAIBackend(model.id, url, apiKey), model, clock));
+    this.endpoints = model.baseUrls.map((url) => new Endpoint(new OpenAIBackend(model.id, url, accessHeaders(model, apiKey)), model, clock));
   }
 
   complete(request: BackendRequest): Promise<Completion> {

@@ -1,5 +1,6 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
+import { startFakeUpstream } from "../fake-upstream";
 import { repositoryRoot, temporaryDirectory } from "../helpers";
 
 const directory = temporaryDirectory();
@@ -175,6 +176,29 @@ describe("sluice backup and doctor", () => {
     expect(output).toContain("model far: cannot reach http://127.0.0.1:1/v1");
     expect(output).toContain("SLUICE_TEST_MISSING_KEY is not set");
     expect(output).toContain('organization acme: its plan "default" is not in the configuration');
+  });
+
+  test("doctor asks each server with the model's route, query and headers: Azure's api-key, not a bearer token", async () => {
+    const upstream = startFakeUpstream();
+    try {
+      const config = join(directory.path, "azure.toml");
+      const base = `${upstream.url.replace(/\/v1$/, "")}/openai/deployments/d?api-version=2024-10-21`;
+      await Bun.write(
+        config,
+        `[[models]]\nid = "azure"\nbackend = "openai"\nbase_url = "${base}"\napi_key_env = "SLUICE_TEST_AZURE_KEY"\napi_key_header = "api-key"\nheaders = { "X-Title" = "Sluice" }\n\n[[plans]]\nid = "default"\nmodels = ["*"]\n`,
+      );
+      const result = Bun.spawn([process.execPath, join(repositoryRoot, "src/main.ts"), "doctor"], {
+        env: { ...environment, SLUICE_CONFIG: config, SLUICE_TEST_AZURE_KEY: "azure-secret" },
+        stdout: "pipe",
+      });
+      const output = await new Response(result.stdout).text();
+      expect(output).toContain(`model azure: ${base} reachable (HTTP 200)`);
+      expect(upstream.requests.map((request) => request.path)).toEqual(["/openai/deployments/d/models?api-version=2024-10-21"]);
+      expect(upstream.requests[0]?.headers).toMatchObject({ "api-key": "azure-secret", "x-title": "Sluice" });
+      expect(upstream.requests[0]?.headers.authorization).toBeUndefined();
+    } finally {
+      await upstream.stop();
+    }
   });
 });
 

@@ -114,3 +114,29 @@ test("a red-line pattern that repeats a group holding a repetition is refused, w
   // The shipped rules, written in the file as an operator's own (without [safety] they are not checked at start).
   expect(resolveConfig({ safety: { rules: defaultSafetyRules } }).safety.rules).toHaveLength(defaultSafetyRules.length);
 });
+
+test("a model's upstream headers: names in lower case; the key's own header needs api_key_env; what Sluice sets, the key, and line breaks are refused", () => {
+  const model = (fields: Record<string, unknown>) => ({ models: [{ id: "a", backend: "openai", base_url: "http://127.0.0.1:8000/v1", ...fields }] });
+  const [azure] = resolveConfig(
+    model({ api_key_env: "AZURE_KEY", api_key_header: "Api-Key", headers: { "X-Title": "Sluice", "HTTP-Referer": "https://example.com" } }),
+  ).models;
+  expect(azure).toMatchObject({ apiKeyHeader: "api-key", headers: { "x-title": "Sluice", "http-referer": "https://example.com" } });
+  expect(resolveConfig(model({})).models[0]).toMatchObject({ apiKeyHeader: undefined, headers: {} });
+  const cases: [unknown, string][] = [
+    [model({ api_key_header: "api-key" }), "models[0].api_key_header: it needs api_key_env"],
+    [model({ api_key_env: "K", api_key_header: "Content-Type" }), 'models[0].api_key_header: "Content-Type" is not a header the key can go in'],
+    [model({ api_key_env: "K", api_key_header: "api key" }), "models[0].api_key_header"],
+    [model({ headers: { Authorization: "Bearer sk-in-the-file" } }), "models[0].headers.Authorization: the key goes through api_key_env"],
+    [model({ api_key_env: "K", api_key_header: "api-key", headers: { "API-KEY": "x" } }), "models[0].headers.API-KEY: the key goes through api_key_env"],
+    [model({ headers: { "Accept-Encoding": "gzip" } }), "models[0].headers.Accept-Encoding: Sluice sets this header itself"],
+    [model({ headers: { Host: "elsewhere" } }), "models[0].headers.Host: Sluice sets this header itself"],
+    [model({ headers: { "x title": "a" } }), "models[0].headers.x title: not a valid header name"],
+    [model({ headers: { "x-title": "a\r\nx-injected: 1" } }), "models[0].headers.x-title: a header value cannot hold a line break"],
+    [model({ headers: { "X-Title": "a", "x-title": "b" } }), "the header is given twice"],
+    [model({ headers: { "x-count": 3 } }), "models[0].headers.x-count"],
+  ];
+  for (const [file, named] of cases) {
+    expect(() => resolveConfig(file)).toThrow(ConfigError);
+    expect(() => resolveConfig(file)).toThrow(named);
+  }
+});

@@ -15,6 +15,8 @@ function model(baseUrls: string[]): ModelConfig {
     baseUrls,
     upstreamModel: "usage-10-5",
     apiKeyEnv: undefined,
+    apiKeyHeader: undefined,
+    headers: {},
     ownedBy: "test",
     contextWindow: 100_000,
     maxOutputTokens: 1000,
