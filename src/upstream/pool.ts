@@ -74,7 +74,7 @@ class PooledStream implements EventStream {
 
 /**
  * A model's upstream servers: round-robin over the healthy ones, a circuit breaker per server, and one retry on
- * another server when a connection fails before the first byte. After `breaker_failures` failures in a row a
+ * another server when a connection fails before the first byte or a server refuses the request (429, 503). After `breaker_failures` failures in a row a
  * server is left out for `breaker_cooldown_ms`; then one request probes it, and success puts it back.
  */
 export class UpstreamPool implements Backend {
@@ -157,9 +157,15 @@ export class UpstreamPool implements Backend {
     );
   }
 
-  /** Another server to retry on: only for a connection that failed before the upstream got the request. */
+  /**
+   * Another server to retry on: only when the first did no work on the request, so that nothing is generated twice:
+   * its connection failed before the request reached it, or it refused the request outright (429 or 503: busy,
+   * overloaded, still loading its model). A 500, 502 or 504 may come after the model ran, and is not retried.
+   */
   private retryTarget(error: unknown, failed: Endpoint): Endpoint | undefined {
-    if (this.endpoints.length < 2 || !(error instanceof UpstreamError) || error.reachedUpstream) return undefined;
+    if (this.endpoints.length < 2 || !(error instanceof UpstreamError)) return undefined;
+    const refused = error.upstreamStatus === 429 || error.upstreamStatus === 503;
+    if (error.reachedUpstream && !refused) return undefined;
     try {
       return this.pick(failed);
     } catch {

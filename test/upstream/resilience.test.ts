@@ -27,6 +27,52 @@ describe("several upstreams per model", () => {
     });
   });
 
+  test("a server that refuses the request (429, 503) is left for the model's other server, once; a 500 is not retried", async () => {
+    let status = 503;
+    let refusals = 0;
+    const busy = Bun.serve({
+      port: 0,
+      fetch() {
+        refusals++;
+        return Response.json({ error: { message: "busy" } }, { status, headers: { "retry-after": "7" } });
+      },
+    });
+    const busyUrl = `http://127.0.0.1:${busy.port}/v1`;
+    try {
+      await withModels(
+        [{ id: "m", backend: "openai", base_url: [busyUrl, upstream.url], upstream_model: "usage-10-5", breaker_failures: 100 }],
+        async (sluice) => {
+          for (const [index, code] of [503, 429, 503, 429].entries()) {
+            status = code;
+            const response = await sluice.post("/v1/chat/completions", { model: "m", messages, stream: index % 2 === 1 });
+            expect(response.status).toBe(200);
+            await response.arrayBuffer();
+          }
+          // Every request the busy server refused went on to the other, which answered all four.
+          expect(refusals).toBeGreaterThan(0);
+          expect(upstream.bodies.length).toBe(4);
+          expect(sluice.ledgerRows().length).toBe(4);
+        },
+      );
+      await withModels([{ id: "m", backend: "openai", base_url: [busyUrl, busyUrl], upstream_model: "usage-10-5", breaker_failures: 100 }], async (sluice) => {
+        // Both refuse: one retry, then the caller gets the upstream's refusal with its Retry-After.
+        status = 429;
+        refusals = 0;
+        const response = await sluice.post("/v1/chat/completions", { model: "m", messages });
+        expect(response.headers.get("retry-after")).toBe("7");
+        expect(await codeOf(response)).toEqual({ status: 503, code: "model_unavailable" });
+        expect(refusals).toBe(2);
+        // A 500 may come after the model ran: not sent again.
+        status = 500;
+        refusals = 0;
+        expect((await sluice.post("/v1/chat/completions", { model: "m", messages })).status).toBe(502);
+        expect(refusals).toBe(1);
+      });
+    } finally {
+      await busy.stop(true);
+    }
+  });
+
   test("a circuit breaker opens after repeated failures: 503 model_unavailable with Retry-After until a probe succeeds", async () => {
     await withModels(
       [{ id: "m", backend: "openai", base_url: upstream.url, upstream_model: "fail-500", breaker_failures: 3, breaker_cooldown_ms: 300 }],
