@@ -49,6 +49,7 @@ export interface RunningServer {
   port: number;
   admission: AdmissionStore;
   queues: ReadonlyMap<string, Queue>;
+  models: ModelRegistry;
   metrics: Metrics;
   /** Connections the kernel holds for this server before it accepts them (src/http/listen-backlog.ts). */
   acceptQueue: number;
@@ -103,7 +104,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const newQueue = (model: ModelConfig): Queue => (redis && keeper ? new SharedModelQueue(model, redis, keeper) : new ModelQueue(model));
   // A model removed by a reload keeps its queue: requests under way release their slots to it.
   const queues = new Map<string, Queue>(config.models.map((model) => [model.id, newQueue(model)]));
-  const metrics = new Metrics(queues);
+  const metrics = new Metrics(queues, () => models.servers());
   // A failed commit refuses its rows' requests (503); the database's own error is the operator's clue, logged once a commit.
   const ledger = storage.openLedger((error, rows) => {
     metrics.ledgerRefusedRows.inc(rows);
@@ -185,6 +186,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     port: server.port as number,
     admission,
     queues,
+    models,
     metrics,
     acceptQueue,
     async reconfigure(next, actor) {

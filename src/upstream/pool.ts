@@ -2,7 +2,7 @@ import type { ModelConfig } from "../config/schema";
 import { SluiceError, UpstreamError } from "../errors";
 import { accessHeaders } from "./endpoint";
 import { OpenAIBackend } from "./openai-backend";
-import type { Backend, BackendRequest, Completion, CompletionEvent, EventStream, StreamEnding } from "./types";
+import type { Backend, BackendRequest, Completion, CompletionEvent, EventStream, ServerHealth, StreamEnding } from "./types";
 
 /** One upstream server of a model, with its circuit breaker. */
 class Endpoint {
@@ -39,6 +39,12 @@ class Endpoint {
     else if (ending === "stopped") this.probing = false;
     else this.failed(ending.failure);
   };
+}
+
+/** A base URL as operators may see it: credentials and query (where some services take a key) left out. */
+function shownUrl(baseUrl: string): string {
+  const url = new URL(baseUrl);
+  return `${url.protocol}//${url.host}${url.pathname}`;
 }
 
 /** Failures that say the server is unwell (not the request): connection failures, timeouts, 5xx, garbage. */
@@ -109,6 +115,15 @@ export class UpstreamPool implements Backend {
 
   stream(request: BackendRequest): EventStream {
     return new PooledStream(this, request);
+  }
+
+  servers(): ServerHealth[] {
+    const now = this.clock();
+    return this.endpoints.map((endpoint) => {
+      const out = endpoint.openUntil > now;
+      const state = out ? "out" : endpoint.probing || endpoint.failures >= this.model.breakerFailures ? "probing" : "up";
+      return { url: shownUrl(endpoint.backend.baseUrl), state, failures: endpoint.failures, outUntil: out ? endpoint.openUntil : null };
+    });
   }
 
   /**

@@ -81,9 +81,15 @@ describe("several upstreams per model", () => {
           expect(await codeOf(await sluice.post("/v1/chat/completions", { model: "m", messages }))).toEqual({ status: 502, code: "upstream_error" });
         const open = await sluice.post("/v1/chat/completions", { model: "m", messages });
         expect(Number(open.headers.get("retry-after"))).toBeGreaterThan(0);
+        // What operators see: the server out, in the metrics and in the console's list of models.
+        expect(await (await fetch(`${sluice.url}/metrics`)).text()).toContain(`sluice_upstream_server_up{model="m",server="${upstream.url}"} 0`);
+        const [health] = sluice.server.models.servers();
+        expect(health?.servers).toMatchObject([{ url: upstream.url, state: "out", failures: 3 }]);
+        expect(health?.servers[0]?.outUntil).toBeGreaterThan(Date.now());
         expect(await codeOf(open)).toEqual({ status: 503, code: "model_unavailable" });
         expect(upstream.bodies.length).toBe(3);
         await Bun.sleep(350);
+        expect(sluice.server.models.servers()[0]?.servers[0]?.state).toBe("probing");
         // The probe fails: the breaker opens again at once.
         expect((await sluice.post("/v1/chat/completions", { model: "m", messages })).status).toBe(502);
         expect((await sluice.post("/v1/chat/completions", { model: "m", messages })).status).toBe(503);

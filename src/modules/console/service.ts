@@ -186,11 +186,13 @@ export class ConsoleService {
 
   listModels(actor: Actor) {
     this.requireOperator(actor);
+    const servers = new Map(this.deps.models.servers().map((entry) => [entry.model, entry.servers]));
     return this.deps.models.all().map((model) => ({
       id: model.id,
       backend: model.backend,
       enabled: model.enabled,
       ...(this.deps.queues.get(model.id)?.stats() ?? { active: 0, queued: 0 }),
+      servers: servers.get(model.id) ?? [],
     }));
   }
 

@@ -2,7 +2,7 @@ import type { Config, ModelConfig, PlanConfig } from "../../config/schema";
 import { SluiceError } from "../../errors";
 import { DemoBackend } from "../../upstream/demo-backend";
 import { UpstreamPool } from "../../upstream/pool";
-import type { Backend } from "../../upstream/types";
+import type { Backend, ServerHealth } from "../../upstream/types";
 
 export interface ModelEntry {
   config: ModelConfig;
@@ -82,6 +82,11 @@ export class ModelRegistry {
 
   all(): ModelConfig[] {
     return [...this.entries.values()].map((entry) => entry.config);
+  }
+
+  /** Each configured model's upstream servers and their health (none for the demo). */
+  servers(): { model: string; servers: ServerHealth[] }[] {
+    return [...this.entries.values()].map((entry) => ({ model: entry.config.id, servers: entry.backend.servers?.() ?? [] }));
   }
 
   private inPlan(plan: PlanConfig, modelId: string): boolean {

@@ -1,4 +1,5 @@
 import type { Queue } from "../queue/model-queue";
+import type { ServerHealth } from "../../upstream/types";
 import { Counter, Gauge, Histogram, Registry, type Series } from "./prometheus";
 
 /** A model's token counters, by kind. */
@@ -71,7 +72,18 @@ export class Metrics {
     return series;
   }
 
-  constructor(queues: ReadonlyMap<string, Queue>) {
+  /** `upstreams`: each model's servers and their health, read at each scrape. */
+  constructor(queues: ReadonlyMap<string, Queue>, upstreams: () => { model: string; servers: ServerHealth[] }[] = () => []) {
+    new Gauge(
+      this.registry,
+      "sluice_upstream_server_up",
+      "1 while a model's upstream server takes requests, 0 while its circuit breaker keeps it out (or a probe tests it)",
+      ["model", "server"],
+      (gauge) => {
+        gauge.clear();
+        for (const { model, servers } of upstreams()) for (const server of servers) gauge.set({ model, server: server.url }, server.state === "up" ? 1 : 0);
+      },
+    );
     new Gauge(this.registry, "sluice_in_flight", "Requests holding an upstream slot, by model", ["model"], (gauge) => {
       for (const [model, queue] of queues) gauge.set({ model }, queue.stats().active);
     });

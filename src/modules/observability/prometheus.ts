@@ -33,6 +33,12 @@ abstract class Labelled<Entry> implements Metric {
 
   protected abstract newEntry(): Entry;
 
+  /** Forgets every series: for a gauge that describes what exists now (a model removed takes its series with it). */
+  protected reset(): void {
+    this.entries.length = 0;
+    this.tree.clear();
+  }
+
   protected entryFor(labels: Labels): Entry {
     let level = this.tree;
     const last = this.labelNames.length - 1;
@@ -112,6 +118,11 @@ export class Gauge extends SingleValue {
 
   set(labels: Labels, value: number): void {
     this.entryFor(labels).value = value;
+  }
+
+  /** Forgets every series, before a collector sets those that exist now. */
+  clear(): void {
+    this.reset();
   }
 
   override text(): string {

@@ -258,8 +258,11 @@ describe("usage and operator", () => {
     expect((await operator.json("POST", `/operator/organizations/${target.id}`, { plan: "platinum" })).status).toBe(400);
     expect((await operator.json("POST", `/operator/organizations/${target.id}`, { status: "sleeping" })).status).toBe(400);
     expect((await operator.json("POST", "/operator/organizations/org_missing", { status: "active" })).status).toBe(404);
-    const models = (await operator.json<{ id: string; backend: string; enabled: boolean; active: number; queued: number }[]>("GET", "/operator/models")).body;
-    expect(models).toEqual([{ id: "m", backend: "openai", enabled: true, active: 0, queued: 0 }]);
+    const models = (
+      await operator.json<{ id: string; backend: string; enabled: boolean; active: number; queued: number; servers: unknown[] }[]>("GET", "/operator/models")
+    ).body;
+    const servers = [{ url: server.upstream.url, state: "up", failures: 0, outUntil: null }];
+    expect(models).toEqual([{ id: "m", backend: "openai", enabled: true, active: 0, queued: 0, servers }]);
     expect((await operator.request("GET", "/keys")).status).toBe(403);
   });
 });

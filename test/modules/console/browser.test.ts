@@ -81,6 +81,8 @@ test("sign up, waitlist, operator activates, sign in, create a key, use it, usag
   await operator.getByRole("button", { name: "Sign in" }).click();
   await operator.getByRole("button", { name: "Activate Dana Labs" }).click();
   await visible(operator.getByTestId("org-Dana Labs").getByText("active"));
+  // Each model's upstream servers, as their circuit breakers see them.
+  await visible(operator.getByTestId("server-qwen3").getByText(`${upstream.url}: up`));
   await shot(operator, "03-operator-organizations");
 
   // The key list's answer held back: what is typed before it arrives must survive the page rendering it.

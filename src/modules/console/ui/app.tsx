@@ -321,11 +321,26 @@ function UsagePage() {
   );
 }
 
+/** An upstream server of a model as its circuit breaker sees it (src/upstream/types.ts). */
+interface ServerHealth {
+  url: string;
+  state: "up" | "out" | "probing";
+  failures: number;
+  outUntil: number | null;
+}
+
+function serverStateText(server: ServerHealth): string {
+  const failures = server.failures > 0 ? `, ${server.failures} failure${server.failures === 1 ? "" : "s"} in a row` : "";
+  if (server.state === "out") return `out until ${new Date(server.outUntil as number).toLocaleTimeString()}${failures}`;
+  if (server.state === "probing") return `being tested${failures}`;
+  return `up${failures}`;
+}
+
 function Operator() {
   const [organizations, setOrganizations] = useState<{ id: string; name: string; plan: string; status: string; fiveHourTokens: number; monthTokens: number }[]>(
     [],
   );
-  const [models, setModels] = useState<{ id: string; backend: string; enabled: boolean; active: number; queued: number }[]>([]);
+  const [models, setModels] = useState<{ id: string; backend: string; enabled: boolean; active: number; queued: number; servers: ServerHealth[] }[]>([]);
   const [plans, setPlans] = useState<string[]>([]);
   const load = async () => {
     setOrganizations(await api("/operator/organizations"));
@@ -400,6 +415,7 @@ function Operator() {
                 <th scope="col">State</th>
                 <th scope="col">In flight</th>
                 <th scope="col">Queued</th>
+                <th scope="col">Servers</th>
               </tr>
             </thead>
             <tbody>
@@ -410,6 +426,15 @@ function Operator() {
                   <td>{model.enabled ? "enabled" : "disabled"}</td>
                   <td>{model.active}</td>
                   <td>{model.queued}</td>
+                  <td>
+                    {model.servers.length === 0
+                      ? "built in"
+                      : model.servers.map((server) => (
+                          <div key={server.url} data-testid={`server-${model.id}`}>
+                            {server.url}: {serverStateText(server)}
+                          </div>
+                        ))}
+                  </td>
                 </tr>
               ))}
             </tbody>
