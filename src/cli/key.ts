@@ -1,7 +1,7 @@
 import { restoreKeyFromLedger } from "../modules/admission/ledger-usage";
 import { RedisAdmissionStore } from "../modules/admission/redis-store";
 import { parseDuration } from "../modules/keys/duration";
-import { noLimits, type KeyLimits } from "../modules/keys/service";
+import { checkKeyModels, noLimits, type ApiKeyInfo, type KeyLimits } from "../modules/keys/service";
 import { formatTime, withCliContext } from "./context";
 import { UsageError, parseCommand } from "./usage";
 
@@ -15,7 +15,7 @@ const limitFields = { "max-concurrency": "maxConcurrency", "tokens-per-5h": "tok
 
 /** The caps given on the command line over `base`: a whole number from 1, or `none` to remove one. */
 function limitsOf(values: Partial<Record<keyof typeof limitFields, string>>, base: KeyLimits): KeyLimits {
-  const limits = { ...base };
+  const limits: KeyLimits = { maxConcurrency: base.maxConcurrency, tokensPer5h: base.tokensPer5h, tokensPerMonth: base.tokensPerMonth };
   for (const [option, field] of Object.entries(limitFields) as [keyof typeof limitFields, keyof KeyLimits][]) {
     const value = values[option];
     if (value === undefined) continue;
@@ -24,6 +24,15 @@ function limitsOf(values: Partial<Record<keyof typeof limitFields, string>>, bas
     else throw new UsageError(`--${option} must be a whole number of at least 1, or none; got "${value}"`);
   }
   return limits;
+}
+
+/** `--models a,b`: those model ids; `--models all`: every model of the plan (null). */
+function modelsOption(value: string): string[] | null {
+  return value === "all" ? null : value.split(",");
+}
+
+function describeModels(key: ApiKeyInfo): string {
+  return key.models === null ? "all" : key.models.join(",");
 }
 
 function describeLimits(limits: KeyLimits): string {
@@ -35,7 +44,11 @@ function describeLimits(limits: KeyLimits): string {
 export async function runKey(args: string[]): Promise<number> {
   const [action, ...rest] = args;
   if (action === "create") {
-    const { values } = parseCommand(rest, { org: { type: "string" }, name: { type: "string" }, "expires-in": { type: "string" }, ...limitOptions }, 0);
+    const { values } = parseCommand(
+      rest,
+      { org: { type: "string" }, name: { type: "string" }, "expires-in": { type: "string" }, models: { type: "string" }, ...limitOptions },
+      0,
+    );
     if (!values.org) throw new UsageError("--org NAME is required");
     const expiresIn = values["expires-in"];
     const expiresInMs = expiresIn === undefined ? undefined : parseDuration(expiresIn);
@@ -44,7 +57,14 @@ export async function runKey(args: string[]): Promise<number> {
     const organizationName = values.org;
     await withCliContext(async (context) => {
       const org = await context.organizations.requireByName(organizationName);
-      const { key, secret } = await context.keys.create({ organizationId: org.id, name: values.name, expiresInMs, limits }, context.actor);
+      const models =
+        values.models === undefined
+          ? null
+          : checkKeyModels(
+              modelsOption(values.models),
+              context.config.models.map((model) => model.id),
+            );
+      const { key, secret } = await context.keys.create({ organizationId: org.id, name: values.name, expiresInMs, limits, models }, context.actor);
       console.error(`created key ${key.id} "${key.name}" for ${org.name}, expires ${formatTime(key.expiresAt)}`);
       console.error("this is the only time the key is shown; store it now:");
       console.log(secret);
@@ -52,13 +72,21 @@ export async function runKey(args: string[]): Promise<number> {
     return 0;
   }
   if (action === "update") {
-    const { values, positionals } = parseCommand(rest, limitOptions, 1);
+    const { values, positionals } = parseCommand(rest, { ...limitOptions, models: { type: "string" } }, 1);
     const keyId = positionals[0] as string;
     if (Object.values(values).every((value) => value === undefined))
-      throw new UsageError("give at least one of --max-concurrency, --tokens-per-5h, --tokens-per-month");
+      throw new UsageError("give at least one of --max-concurrency, --tokens-per-5h, --tokens-per-month, --models");
+    const { models: modelsValue, ...limitValues } = values;
     await withCliContext(async (context) => {
       const existing = await context.keys.find(keyId);
-      const updated = await context.keys.setLimits(keyId, limitsOf(values, existing ?? noLimits), context.actor);
+      if (modelsValue !== undefined) {
+        const models = checkKeyModels(
+          modelsOption(modelsValue),
+          context.config.models.map((model) => model.id),
+        );
+        await context.keys.setModels(keyId, models, context.actor);
+      }
+      const updated = await context.keys.setLimits(keyId, limitsOf(limitValues, existing ?? noLimits), context.actor);
       // Shared mode: the caps are enforced in Redis, where this key's usage so far must be before its next request.
       // (A server on the same SQLite file reads it from the ledger itself when it sees the change.)
       if (context.redis) {
@@ -69,7 +97,7 @@ export async function runKey(args: string[]): Promise<number> {
           shared.close();
         }
       }
-      console.log(`${updated.id}\t${describeLimits(updated)}`);
+      console.log(`${updated.id}\t${describeLimits(updated)}\t${describeModels(updated)}`);
     });
     return 0;
   }
@@ -90,6 +118,7 @@ export async function runKey(args: string[]): Promise<number> {
             formatTime(key.expiresAt),
             formatTime(key.revokedAt),
             describeLimits(key),
+            describeModels(key),
           ].join("\t"),
         );
       }

@@ -30,6 +30,8 @@ export const apiKeys = sqliteTable(
     maxConcurrency: integer("max_concurrency"),
     tokensPer5h: integer("tokens_per_5h"),
     tokensPerMonth: integer("tokens_per_month"),
+    /** The models the key may call, a JSON array of model ids within its plan's; null: every model of the plan. */
+    models: text("models"),
   },
   (table) => [
     index("api_keys_organization_idx").on(table.organizationId),

@@ -21,6 +21,7 @@ import type {
   Storage,
   UsageRepository,
 } from "./types";
+import { modelsOf, modelsText } from "./key-models";
 import { withTimeout } from "./with-timeout";
 
 type Database = BunSQLDatabase<typeof schema>;
@@ -60,19 +61,29 @@ function organizationRepository(db: Database): OrganizationRepository {
 function keyRepository(db: Database): KeyRepository {
   return {
     async insert(row) {
-      await timed(db.insert(apiKeys).values(row));
+      await timed(db.insert(apiKeys).values({ ...row, models: modelsText(row.models) }));
     },
     async listForOrganization(organizationId) {
-      return await timed(db.select(shownKeyColumns).from(apiKeys).where(eq(apiKeys.organizationId, organizationId)).orderBy(asc(apiKeys.createdAt)));
+      const rows = await timed(db.select(shownKeyColumns).from(apiKeys).where(eq(apiKeys.organizationId, organizationId)).orderBy(asc(apiKeys.createdAt)));
+      return rows.map((row) => ({ ...row, models: modelsOf(row.models) }));
     },
     async find(keyId) {
-      return (await timed(db.select(shownKeyColumns).from(apiKeys).where(eq(apiKeys.id, keyId)).limit(1)))[0];
+      const row = (await timed(db.select(shownKeyColumns).from(apiKeys).where(eq(apiKeys.id, keyId)).limit(1)))[0];
+      return row && { ...row, models: modelsOf(row.models) };
     },
     async revoke(keyId, at) {
       await timed(db.update(apiKeys).set({ revokedAt: at }).where(eq(apiKeys.id, keyId)));
     },
-    async setLimits(keyId, limits) {
-      await timed(db.update(apiKeys).set(limits).where(eq(apiKeys.id, keyId)));
+    async setLimits(keyId, { maxConcurrency, tokensPer5h, tokensPerMonth }) {
+      await timed(db.update(apiKeys).set({ maxConcurrency, tokensPer5h, tokensPerMonth }).where(eq(apiKeys.id, keyId)));
+    },
+    async setModels(keyId, models) {
+      await timed(
+        db
+          .update(apiKeys)
+          .set({ models: modelsText(models) })
+          .where(eq(apiKeys.id, keyId)),
+      );
     },
     async limited() {
       return await timed(
@@ -103,13 +114,15 @@ function keyRepository(db: Database): KeyRepository {
             maxConcurrency: apiKeys.maxConcurrency,
             tokensPer5h: apiKeys.tokensPer5h,
             tokensPerMonth: apiKeys.tokensPerMonth,
+            models: apiKeys.models,
           })
           .from(apiKeys)
           .innerJoin(organizations, eq(organizations.id, apiKeys.organizationId))
           .where(eq(apiKeys.hash, hash))
           .limit(1),
       );
-      return rows[0];
+      const row = rows[0];
+      return row && { ...row, models: modelsOf(row.models) };
     },
   };
 }

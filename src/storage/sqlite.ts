@@ -30,6 +30,7 @@ import type {
   Storage,
   UsageRepository,
 } from "./types";
+import { modelsOf, modelsText } from "./key-models";
 
 /** The partial index of keys with caps answers only a query with its own condition. */
 const limitedCondition = "max_concurrency IS NOT NULL OR tokens_per_5h IS NOT NULL OR tokens_per_month IS NOT NULL";
@@ -61,25 +62,36 @@ function keyRepository({ db, sqlite }: DatabaseHandle): KeyRepository {
   const lookup = sqlite.query<KeyCredentials, [string]>(
     `SELECT k.hash AS hash, k.id AS keyId, o.id AS organizationId, o.name AS organizationName,
             o.status AS organizationStatus, o.plan AS planId, k.expires_at AS expiresAt, k.revoked_at AS revokedAt,
-            k.max_concurrency AS maxConcurrency, k.tokens_per_5h AS tokensPer5h, k.tokens_per_month AS tokensPerMonth
+            k.max_concurrency AS maxConcurrency, k.tokens_per_5h AS tokensPer5h, k.tokens_per_month AS tokensPerMonth,
+            k.models AS models
        FROM api_keys k JOIN organizations o ON o.id = k.organization_id
       WHERE k.hash = ?`,
   );
+  const shown = (row: Omit<ApiKeyInfo, "models"> & { models: string | null }): ApiKeyInfo => ({ ...row, models: modelsOf(row.models) });
   return {
     async insert(row) {
-      db.insert(apiKeys).values(row).run();
+      db.insert(apiKeys)
+        .values({ ...row, models: modelsText(row.models) })
+        .run();
     },
     async listForOrganization(organizationId): Promise<ApiKeyInfo[]> {
-      return db.select(shownKeyColumns).from(apiKeys).where(eq(apiKeys.organizationId, organizationId)).orderBy(asc(apiKeys.createdAt)).all();
+      return db.select(shownKeyColumns).from(apiKeys).where(eq(apiKeys.organizationId, organizationId)).orderBy(asc(apiKeys.createdAt)).all().map(shown);
     },
     async find(keyId) {
-      return db.select(shownKeyColumns).from(apiKeys).where(eq(apiKeys.id, keyId)).get();
+      const row = db.select(shownKeyColumns).from(apiKeys).where(eq(apiKeys.id, keyId)).get();
+      return row && shown(row);
     },
     async revoke(keyId, at) {
       db.update(apiKeys).set({ revokedAt: at }).where(eq(apiKeys.id, keyId)).run();
     },
-    async setLimits(keyId, limits) {
-      db.update(apiKeys).set(limits).where(eq(apiKeys.id, keyId)).run();
+    async setLimits(keyId, { maxConcurrency, tokensPer5h, tokensPerMonth }) {
+      db.update(apiKeys).set({ maxConcurrency, tokensPer5h, tokensPerMonth }).where(eq(apiKeys.id, keyId)).run();
+    },
+    async setModels(keyId, models) {
+      db.update(apiKeys)
+        .set({ models: modelsText(models) })
+        .where(eq(apiKeys.id, keyId))
+        .run();
     },
     async limited() {
       return sqlite
@@ -90,7 +102,8 @@ function keyRepository({ db, sqlite }: DatabaseHandle): KeyRepository {
         .all();
     },
     async credentials(hash) {
-      return lookup.get(hash) ?? undefined;
+      const row = lookup.get(hash) as (Omit<KeyCredentials, "models"> & { models: string | null }) | null;
+      return row ? { ...row, models: modelsOf(row.models) } : undefined;
     },
   };
 }

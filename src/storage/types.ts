@@ -31,6 +31,8 @@ export interface LimitedKey extends KeyLimits {
 
 export interface ApiKey extends KeyLimits {
   id: string;
+  /** The models the key may call (ids, within its plan's); null: every model of its plan. */
+  models: string[] | null;
   organizationId: string;
   name: string;
   prefix: string;
@@ -48,6 +50,8 @@ export type ApiKeyInfo = Omit<ApiKey, "hash">;
 /** A key with what authentication needs of its organization. */
 export interface KeyCredentials extends KeyLimits {
   hash: string;
+  /** The models the key may call; null: every model of its plan. */
+  models: string[] | null;
   keyId: string;
   organizationId: string;
   organizationName: string;
@@ -131,6 +135,8 @@ export interface KeyRepository {
   find(keyId: string): Promise<ApiKeyInfo | undefined>;
   revoke(keyId: string, at: number): Promise<void>;
   setLimits(keyId: string, limits: KeyLimits): Promise<void>;
+  /** Sets the models a key may call; null: every model of its plan. */
+  setModels(keyId: string, models: string[] | null): Promise<void>;
   /** Every key with a cap of its own (a partial index holds only them). */
   limited(): Promise<LimitedKey[]>;
   /** The key with this hash and its organization, for authentication. */

@@ -219,6 +219,21 @@ describe("changes reach every instance at once", () => {
     });
   }, 60_000);
 
+  test("a key limited to one model through the CLI: every instance refuses it the other from its very next request; all again, every instance serves it", async () => {
+    const model = (id: string) => `[[models]]\nid = "${id}"\nbackend = "openai"\nbase_url = "${upstream.url}"\nupstream_model = "usage-10-20"\n`;
+    await withCluster(`${model("m")}\n${model("n")}\n[[plans]]\nid = "default"\nmodels = ["*"]\n`, async (cluster) => {
+      const key = cluster.addOrganization("acme");
+      const keyId = cluster.cli("key", "list", "--org", "acme").stdout.trim().split("\t")[0] as string;
+      const statuses = async (name: string) => Promise.all([0, 1, 2].map(async (index) => (await cluster.chat(index, key, { model: name, messages })).status));
+      expect(await statuses("n")).toEqual([200, 200, 200]);
+      expect(cluster.cli("key", "update", keyId, "--models", "m").code).toBe(0);
+      expect(await statuses("n")).toEqual([404, 404, 404]);
+      expect(await statuses("m")).toEqual([200, 200, 200]);
+      expect(cluster.cli("key", "update", keyId, "--models", "all").code).toBe(0);
+      expect(await statuses("n")).toEqual([200, 200, 200]);
+    });
+  }, 60_000);
+
   test("console: signed in through one instance, signed in on every instance; a key revoked in one instance's console is refused by another at once; sign-in failures count across instances", async () => {
     await withCluster(toml(""), async (cluster) => {
       const [first, second, third] = cluster.instances as [(typeof cluster.instances)[0], (typeof cluster.instances)[0], (typeof cluster.instances)[0]];

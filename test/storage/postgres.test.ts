@@ -39,6 +39,7 @@ function insertKey(id: string, organizationId: string, name: string, hash: strin
     maxConcurrency: null,
     tokensPer5h: null,
     tokensPerMonth,
+    models: null,
   });
 }
 
@@ -76,6 +77,16 @@ test("ledger rows, aggregates, hourly series, refusals, last use and credentials
   expect(await storage.usage.recentRefusals(0, 5)).toEqual([{ endedAt: now, requestId: "req_3", organization: "acme", model: "m", ruleId: "rule-1" }]);
   expect((await storage.keys.find("key_1"))?.lastUsedAt).toBe(now);
   expect((await storage.keys.credentials("h1"))?.organizationName).toBe("acme");
+  // A key's models: a list in, the same list out, through every read; null again is every model of the plan.
+  expect((await storage.keys.credentials("h1"))?.models).toBeNull();
+  await storage.keys.setModels("key_1", ["m", "other"]);
+  expect((await storage.keys.credentials("h1"))?.models).toEqual(["m", "other"]);
+  expect((await storage.keys.find("key_1"))?.models).toEqual(["m", "other"]);
+  expect(
+    (await storage.keys.listForOrganization((await storage.keys.find("key_1"))?.organizationId as string)).find((key) => key.id === "key_1")?.models,
+  ).toEqual(["m", "other"]);
+  await storage.keys.setModels("key_1", null);
+  expect((await storage.keys.find("key_1"))?.models).toBeNull();
   // A reset: what ended before it stops counting; the aggregates are rebuilt from the rows after it.
   await storage.usage.reset("org_1", now);
   expect((await storage.usage.read(now)).get("org_1")).toBeUndefined();

@@ -13,6 +13,7 @@ import operators from "./0007_operators.sql" with { type: "text" };
 import keyLimits from "./0008_key_limits.sql" with { type: "text" };
 import ledgerInbox from "./0009_ledger_inbox.sql" with { type: "text" };
 import usageHours from "./0010_usage_hours.sql" with { type: "text" };
+import keyModels from "./0011_key_models.sql" with { type: "text" };
 
 export interface EmbeddedMigration {
   tag: string;
@@ -31,6 +32,7 @@ const sqlByTag: Record<string, string> = {
   "0008_key_limits": keyLimits,
   "0009_ledger_inbox": ledgerInbox,
   "0010_usage_hours": usageHours,
+  "0011_key_models": keyModels,
 };
 
 export const journalTags: string[] = journal.entries.map((entry) => entry.tag);

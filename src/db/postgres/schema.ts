@@ -30,6 +30,8 @@ export const apiKeys = pgTable(
     maxConcurrency: bigint("max_concurrency", { mode: "number" }),
     tokensPer5h: bigint("tokens_per_5h", { mode: "number" }),
     tokensPerMonth: bigint("tokens_per_month", { mode: "number" }),
+    /** The models the key may call, a JSON array of model ids within its plan's; null: every model of the plan. */
+    models: text("models"),
   },
   (table) => [
     index("api_keys_organization_idx").on(table.organizationId),

@@ -13,6 +13,8 @@ export interface Caller {
   plan: PlanConfig;
   /** The key's own caps, when it has any. */
   keyLimits?: Limits;
+  /** The models the key may call within its plan's, when it names them (see ModelRegistry). */
+  keyModels?: ReadonlySet<string>;
 }
 
 /** A key's caps as admission reads them; undefined when it has none (most keys: no object is made for them). */
@@ -159,7 +161,14 @@ export class AuthService {
     }
     const plan = this.plans.get(record.planId);
     if (!plan) throw new SluiceError("organization_inactive", `Your organization's plan "${record.planId}" is not configured; contact the operator.`);
-    return { keyId: record.keyId, organizationId: record.organizationId, organizationName: record.organizationName, plan, keyLimits: keyLimitsOf(record) };
+    return {
+      keyId: record.keyId,
+      organizationId: record.organizationId,
+      organizationName: record.organizationName,
+      plan,
+      keyLimits: keyLimitsOf(record),
+      keyModels: record.models === null ? undefined : new Set(record.models),
+    };
   }
 
   /** Forgets cached keys; for writes made through this process's own connection. */

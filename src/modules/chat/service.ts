@@ -95,8 +95,9 @@ export class ChatService implements RunSettler {
   /** Runs a chat request; its answer is written in `format` (Chat Completions unless an API translated onto it). */
   async create(request: ChatRequest, context: RequestContext, format: AnswerFormat = chatFormat): Promise<ChatResult> {
     const { models, admission, queues, clock } = this.deps;
-    const plan = context.caller.plan;
-    const entry = models.callable(plan, request.model);
+    const caller = context.caller;
+    const plan = caller.plan;
+    const entry = models.callable(caller, request.model);
     // Each step below answers at once when it can: awaiting a value that is not a promise still costs a turn.
     const preparing = prepareRequest(request, entry);
     const prepared = preparing instanceof Promise ? await preparing : preparing;

@@ -27,6 +27,12 @@ export const KeyLimitsBody = Type.Object({
   max_concurrency: cap,
   tokens_per_5h: cap,
   tokens_per_month: cap,
+  /** The models the key may call (ids within the plan's); null: every model of the plan; absent: unchanged. */
+  models: Type.Optional(
+    Type.Union([Type.Array(Type.String({ maxLength: 200 }), { maxItems: 200 }), Type.Null()], {
+      expected: "a list of model ids, or null for every model of the plan",
+    }),
+  ),
 });
 
 export const CreateKeyBody = Type.Composite([

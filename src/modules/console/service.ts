@@ -4,7 +4,7 @@ import type { AdmissionStore } from "../admission/store";
 import type { AuthService } from "../auth/service";
 import { parseDuration, parseTimeBound, timeBoundForms } from "../keys/duration";
 import { checkOutcome, defaultPageSize, maxPageSize, type RequestLogPage, type RequestLogService } from "../requests/service";
-import type { ApiKeyInfo, KeyService } from "../keys/service";
+import { checkKeyModels, KeyError, type ApiKeyInfo, type KeyService } from "../keys/service";
 import type { ModelRegistry } from "../models/registry";
 import { organizationStatuses, type Organization, type OrganizationService, type OrganizationStatus } from "../organizations/service";
 import type { Queue } from "../queue/model-queue";
@@ -79,16 +79,38 @@ export class ConsoleService {
     await this.deps.accounts.createUser({ email, password: input.password, role: "member", organizationId: organization.id }, actor);
   }
 
-  async me(
-    actor: Actor,
-  ): Promise<{ email: string; role: string; csrfToken: string; organization: { id: string; name: string; status: string; plan: string } | null }> {
+  async me(actor: Actor): Promise<{
+    email: string;
+    role: string;
+    csrfToken: string;
+    organization: { id: string; name: string; status: string; plan: string; models: string[] } | null;
+  }> {
     const organization = actor.organizationId ? await this.organization(actor.organizationId) : undefined;
     return {
       email: actor.email,
       role: actor.role,
       csrfToken: actor.csrfToken,
-      organization: organization ? { id: organization.id, name: organization.name, status: organization.status, plan: organization.plan } : null,
+      organization: organization
+        ? { id: organization.id, name: organization.name, status: organization.status, plan: organization.plan, models: this.planModels(organization.plan) }
+        : null,
     };
+  }
+
+  /** The model ids an organization's plan includes: what its keys may be limited to. */
+  private planModels(planId: string): string[] {
+    const plan = this.deps.plans.get(planId);
+    return plan ? this.deps.models.idsIn(plan) : [];
+  }
+
+  /** A key's models as the body gives them, checked against the plan's (400 naming `models` otherwise). */
+  private keyModels(planId: string, models: string[] | null | undefined): string[] | null | undefined {
+    if (models === undefined) return undefined;
+    try {
+      return checkKeyModels(models, this.planModels(planId));
+    } catch (error) {
+      if (error instanceof KeyError) throw invalidRequest(`${error.message} (the models of your plan).`, "models");
+      throw error;
+    }
   }
 
   async listKeys(actor: Actor): Promise<ApiKeyInfo[]> {
@@ -107,14 +129,20 @@ export class ConsoleService {
       expiresInMs = parseDuration(input.expires_in);
       if (expiresInMs === undefined) throw invalidRequest("The expiry must look like 90s, 30m, 12h or 30d.", "expires_in");
     }
-    return await this.deps.keys.create({ organizationId: organization.id, name, expiresInMs, limits: limitsOf(input) }, auditActor(actor));
+    const models = this.keyModels(organization.plan, input.models) ?? null;
+    return await this.deps.keys.create({ organizationId: organization.id, name, expiresInMs, limits: limitsOf(input), models }, auditActor(actor));
   }
 
-  /** Sets a key's own caps (all three: absent or null is none); the next request is held to them. */
+  /**
+   * Sets a key's own caps (all three: absent or null is none) and, when given, its models (null: every model of the
+   * plan); the next request is held to them.
+   */
   async setKeyLimits(actor: Actor, keyId: string, input: KeyLimitsInput): Promise<ApiKeyInfo> {
     const organization = await this.memberOrganization(actor);
     const key = await this.deps.keys.find(keyId);
     if (!key || key.organizationId !== organization.id) throw new SluiceError("not_found", "No such key.");
+    const models = this.keyModels(organization.plan, input.models);
+    if (models !== undefined) await this.deps.keys.setModels(keyId, models, auditActor(actor));
     const updated = await this.deps.keys.setLimits(keyId, limitsOf(input), auditActor(actor));
     this.deps.auth.invalidate();
     // The caps hold from the key's next request, counting what it used before: its usage into the store that

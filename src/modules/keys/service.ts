@@ -25,6 +25,25 @@ export class KeyError extends Error {
   override name = "KeyError";
 }
 
+/**
+ * A key's models as given (null: every model of its plan), checked against the configured model ids: each known,
+ * none twice, at least one. Aliases are not ids: a key names the model itself, which every alias of it reaches.
+ */
+export function checkKeyModels(models: readonly string[] | null, known: Iterable<string>): string[] | null {
+  if (models === null) return null;
+  const ids = [...new Set(models.map((id) => id.trim()))];
+  if (ids.length === 0 || ids.includes("")) throw new KeyError("give at least one model id, or none for every model of the plan");
+  const configured = new Set(known);
+  const unknown = ids.filter((id) => !configured.has(id));
+  if (unknown.length > 0) {
+    const names = unknown.map((id) => `"${id}"`).join(", ");
+    throw new KeyError(
+      `unknown model${unknown.length === 1 ? "" : "s"} ${names}: expected ${configured.size === 0 ? "none" : `one of ${[...configured].join(", ")}`}`,
+    );
+  }
+  return ids;
+}
+
 /** API keys: created with their secret shown once, listed without it, revoked. */
 export class KeyService {
   constructor(
@@ -35,7 +54,7 @@ export class KeyService {
   ) {}
 
   async create(
-    input: { organizationId: string; name?: string; expiresInMs?: number; limits?: KeyLimits; now?: number },
+    input: { organizationId: string; name?: string; expiresInMs?: number; limits?: KeyLimits; models?: string[] | null; now?: number },
     actor: AuditActor,
   ): Promise<{ key: ApiKeyInfo; secret: string }> {
     const now = input.now ?? Date.now();
@@ -54,6 +73,7 @@ export class KeyService {
       expiresAt: input.expiresInMs === undefined ? null : now + input.expiresInMs,
       revokedAt: null,
       ...limits,
+      models: input.models ?? null,
     };
     await this.repository.insert(row);
     const { hash: _hash, ...key } = row;
@@ -66,6 +86,7 @@ export class KeyService {
         ...(hasLimits(limits)
           ? { maxConcurrency: [null, limits.maxConcurrency], tokensPer5h: [null, limits.tokensPer5h], tokensPerMonth: [null, limits.tokensPerMonth] }
           : {}),
+        ...(row.models === null ? {} : { models: [null, row.models] }),
       },
     });
     return { key, secret };
@@ -85,13 +106,27 @@ export class KeyService {
     if (!existing) throw new KeyError(`no key with id "${keyId}"`);
     const wrong = checkLimits(limits);
     if (wrong) throw new KeyError(wrong.message);
-    const updated = { ...existing, ...limits };
+    const updated = { ...existing, maxConcurrency: limits.maxConcurrency, tokensPer5h: limits.tokensPer5h, tokensPerMonth: limits.tokensPerMonth };
     const changed = changedFields(existing, updated, ["maxConcurrency", "tokensPer5h", "tokensPerMonth"]);
     if (!changed) return updated;
     await this.repository.setLimits(keyId, limits);
     await this.changes?.announce();
     await this.audit.record(actor, "key.updated", keyId, { organizationId: existing.organizationId, changes: changed });
     return updated;
+  }
+
+  /**
+   * Changes the models a key may call (null: every model of its plan; check them with checkKeyModels first); every
+   * instance applies them from its next request.
+   */
+  async setModels(keyId: string, models: string[] | null, actor: AuditActor): Promise<ApiKeyInfo> {
+    const existing = await this.find(keyId);
+    if (!existing) throw new KeyError(`no key with id "${keyId}"`);
+    if (Bun.deepEquals(existing.models, models)) return existing;
+    await this.repository.setModels(keyId, models);
+    await this.changes?.announce();
+    await this.audit.record(actor, "key.updated", keyId, { organizationId: existing.organizationId, changes: { models: [existing.models, models] } });
+    return { ...existing, models };
   }
 
   /** Revokes a key; revoking twice keeps the first revocation time. */

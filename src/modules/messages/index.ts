@@ -36,7 +36,7 @@ export const countTokensRoutes = (registry: ModelRegistry, auth: AuthService, ma
     async ({ caller, request, set }) => {
       const counted = countTokensMessages(await readJson(request, maxBodyBytes));
       if (counted instanceof SluiceError) throw counted;
-      registry.visible(caller.plan, counted.model);
+      registry.visible(caller, counted.model);
       const messages = counted.messages.map((message) => ({
         role: message.role,
         text: textOfContent(message.content) + (message.tool_calls ? JSON.stringify(message.tool_calls) : ""),

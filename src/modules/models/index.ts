@@ -17,12 +17,12 @@ function modelBody(model: ModelConfig, created: number) {
   return { id: model.id, object: "model" as const, created, owned_by: model.ownedBy };
 }
 
-/** GET /v1/models and GET /v1/models/{model}: the caller's plan's enabled models. */
+/** GET /v1/models and GET /v1/models/{model}: the enabled models of the caller's plan (and of its key's own list). */
 export const modelRoutes = (registry: ModelRegistry, auth: AuthService) =>
   new Elysia({ name: "models" })
     .use(authPlugin(auth))
     .get("/v1/models", ({ caller }) => ({
       object: "list" as const,
-      data: registry.listFor(caller.plan).map((model) => modelBody(model, registry.created)),
+      data: registry.listFor(caller).map((model) => modelBody(model, registry.created)),
     }))
-    .get("/v1/models/*", ({ caller, params }) => modelBody(registry.visible(caller.plan, modelIdOf(params["*"])), registry.created));
+    .get("/v1/models/*", ({ caller, params }) => modelBody(registry.visible(caller, modelIdOf(params["*"])), registry.created));

@@ -9,7 +9,13 @@ export interface ModelEntry {
   backend: Backend;
 }
 
-/** The configured models with their backends, and which of them a plan may use. */
+/** Who asks for a model: a key's plan, and the models the key itself is limited to, if it is. */
+export interface ModelAccess {
+  plan: PlanConfig;
+  keyModels?: ReadonlySet<string>;
+}
+
+/** The configured models with their backends, and which of them a plan (and a key limited to some) may use. */
 export class ModelRegistry {
   private entries = new Map<string, ModelEntry>();
   /** Every name a model answers to (its id and its aliases). */
@@ -47,18 +53,18 @@ export class ModelRegistry {
     return model.backend === "demo" ? this.demo : new UpstreamPool(model, model.apiKeyEnv ? this.environment[model.apiKeyEnv] : undefined);
   }
 
-  /** The enabled models of a plan, in configuration order. */
-  listFor(plan: PlanConfig): ModelConfig[] {
-    return [...this.entries.values()].map((entry) => entry.config).filter((model) => model.enabled && this.inPlan(plan, model.id));
+  /** The enabled models a key may use, in configuration order. */
+  listFor(access: ModelAccess): ModelConfig[] {
+    return [...this.entries.values()].map((entry) => entry.config).filter((model) => model.enabled && this.allowed(access, model.id));
   }
 
   /**
    * A model the plan may see, by its id or an alias; 404 model_not_found otherwise (also for disabled models, which
    * are not listed).
    */
-  visible(plan: PlanConfig, name: string): ModelConfig {
+  visible(access: ModelAccess, name: string): ModelConfig {
     const entry = this.byName.get(name);
-    if (!entry?.config.enabled || !this.inPlan(plan, entry.config.id)) throw modelNotFound(name);
+    if (!entry?.config.enabled || !this.allowed(access, entry.config.id)) throw modelNotFound(name);
     return entry.config;
   }
 
@@ -66,13 +72,18 @@ export class ModelRegistry {
    * A model the plan may call, by its id or an alias: 404 model_not_found if unknown or outside the plan, 503
    * model_unavailable if disabled.
    */
-  callable(plan: PlanConfig, name: string): ModelEntry {
+  callable(access: ModelAccess, name: string): ModelEntry {
     const entry = this.byName.get(name);
-    if (!entry || !this.inPlan(plan, entry.config.id)) throw modelNotFound(name);
+    if (!entry || !this.allowed(access, entry.config.id)) throw modelNotFound(name);
     if (!entry.config.enabled) {
       throw new SluiceError("model_unavailable", `The model '${name}' is temporarily unavailable.`, { retryAfterSeconds: 60 });
     }
     return entry;
+  }
+
+  /** The ids of the models a plan includes, enabled or not: what a key of it may be limited to. */
+  idsIn(plan: PlanConfig): string[] {
+    return [...this.entries.keys()].filter((id) => this.allowed({ plan }, id));
   }
 
   /** The id of the model a name (id or alias) reaches; undefined for an unknown name. */
@@ -89,8 +100,10 @@ export class ModelRegistry {
     return [...this.entries.values()].map((entry) => ({ model: entry.config.id, servers: entry.backend.servers?.() ?? [] }));
   }
 
-  private inPlan(plan: PlanConfig, modelId: string): boolean {
-    return plan.models.includes("*") || plan.models.includes(modelId);
+  /** In the plan, and among the key's own models when it names some: a key narrows its plan, never widens it. */
+  private allowed(access: ModelAccess, modelId: string): boolean {
+    const { plan, keyModels } = access;
+    return (plan.models.includes("*") || plan.models.includes(modelId)) && (keyModels === undefined || keyModels.has(modelId));
   }
 }
 

@@ -188,7 +188,7 @@ describe("caps over time", () => {
         );
       const updated = cli("update", key.id, "--tokens-per-5h", "50", "--max-concurrency", "1");
       expect(updated.code).toBe(0);
-      expect(updated.stdout).toBe(`${key.id}\t1\t50\t-\n`);
+      expect(updated.stdout).toBe(`${key.id}\t1\t50\t-\tall\n`);
       // 60 tokens used before the cap existed: already over it.
       const refused = await post(sluice, secret);
       expect(refused.status).toBe(429);
@@ -204,7 +204,7 @@ describe("caps over time", () => {
         listed
           .split("\n")
           .find((line) => line.startsWith(key.id))
-          ?.endsWith("\t1\t-\t-"),
+          ?.endsWith("\t1\t-\t-\tall"),
       ).toBe(true);
       const audit = sluice.database.sqlite
         .query<{ changes: string }, [string]>("SELECT changes FROM audit_log WHERE action = 'key.updated' AND target = ? ORDER BY id")

@@ -6,6 +6,7 @@ import init from "./0000_init.sql" with { type: "text" };
 import operators from "./0001_operators.sql" with { type: "text" };
 import keyLimits from "./0002_key_limits.sql" with { type: "text" };
 import usageHours from "./0003_usage_hours.sql" with { type: "text" };
+import keyModels from "./0004_key_models.sql" with { type: "text" };
 import type { EmbeddedMigration } from "../../migrations/index";
 
 const sqlByTag: Record<string, string> = {
@@ -13,6 +14,7 @@ const sqlByTag: Record<string, string> = {
   "0001_operators": operators,
   "0002_key_limits": keyLimits,
   "0003_usage_hours": usageHours,
+  "0004_key_models": keyModels,
 };
 
 export const postgresJournalTags: string[] = journal.entries.map((entry) => entry.tag);

@@ -12,7 +12,7 @@ interface Me {
   email: string;
   role: "member" | "operator";
   csrfToken: string;
-  organization: { id: string; name: string; status: string; plan: string } | null;
+  organization: { id: string; name: string; status: string; plan: string; models: string[] } | null;
 }
 interface Key extends Caps {
   id: string;
@@ -167,7 +167,7 @@ function Keys({ me }: { me: Me }) {
               <option value="90d">90 days</option>
             </select>
           </label>
-          <CapsFields label="inside your plan" />
+          <CapsFields label="inside your plan" planModels={me.organization?.models ?? []} />
           <button class="primary" type="submit">
             Create key
           </button>
@@ -221,6 +221,7 @@ function Keys({ me }: { me: Me }) {
                       keyId={key.id}
                       name={key.name}
                       caps={key}
+                      planModels={me.organization?.models ?? []}
                       onDone={() => {
                         setEditing(null);
                         void load();

@@ -1,4 +1,5 @@
-// A key's own caps inside the organization's plan: the fields of the key form, a summary, and the form that changes them.
+// A key's own caps inside the organization's plan, and the models it may call: the fields of the key form, a summary,
+// and the form that changes them.
 import { useState } from "preact/hooks";
 import { api } from "./api";
 import { ErrorText } from "./error-text";
@@ -7,6 +8,8 @@ export interface Caps {
   maxConcurrency: number | null;
   tokensPer5h: number | null;
   tokensPerMonth: number | null;
+  /** Null: every model of the plan. */
+  models: string[] | null;
 }
 
 const fields = [
@@ -15,13 +18,18 @@ const fields = [
   ["tokens_per_month", "Tokens per month", "tokensPerMonth"],
 ] as const;
 
-/** The caps a form holds, as the console API takes them: empty fields are no cap. */
-export function capsBody(form: FormData): Record<string, number | null> {
-  const body: Record<string, number | null> = {};
+/** The caps a form holds, as the console API takes them: empty fields are no cap, no models every model of the plan. */
+export function capsBody(form: FormData): Record<string, number | string[] | null> {
+  const body: Record<string, number | string[] | null> = {};
   for (const [name] of fields) {
     const value = String(form.get(name) ?? "").trim();
     body[name] = value === "" ? null : Number(value);
   }
+  const models = String(form.get("models") ?? "")
+    .split(",")
+    .map((id) => id.trim())
+    .filter(Boolean);
+  body.models = models.length === 0 ? null : models;
   return body;
 }
 
@@ -29,7 +37,7 @@ export function capsBody(form: FormData): Record<string, number | null> {
  * The three optional inputs, filled with the key's caps when it has some. Their first value is a default, not a bound
  * value: the page renders again when the key list arrives, and a bound value would wipe what was typed before it did.
  */
-export function CapsFields({ caps, label }: { caps?: Caps; label?: string }) {
+export function CapsFields({ caps, label, planModels }: { caps?: Caps; label?: string; planModels: string[] }) {
   return (
     <>
       {fields.map(([name, title, field]) => (
@@ -38,6 +46,10 @@ export function CapsFields({ caps, label }: { caps?: Caps; label?: string }) {
           <input name={name} type="number" min={1} step={1} inputMode="numeric" placeholder="no cap" defaultValue={String(caps?.[field] ?? "")} />
         </label>
       ))}
+      <label>
+        Models (optional, separated by commas: {planModels.join(", ") || "none in your plan"})
+        <input name="models" placeholder="every model of your plan" defaultValue={caps?.models?.join(", ") ?? ""} />
+      </label>
     </>
   );
 }
@@ -47,11 +59,12 @@ export function capsSummary(caps: Caps): string {
   if (caps.maxConcurrency !== null) parts.push(`${caps.maxConcurrency} at once`);
   if (caps.tokensPer5h !== null) parts.push(`${caps.tokensPer5h.toLocaleString()} / 5 h`);
   if (caps.tokensPerMonth !== null) parts.push(`${caps.tokensPerMonth.toLocaleString()} / month`);
+  if (caps.models !== null) parts.push(`only ${caps.models.join(", ")}`);
   return parts.length > 0 ? parts.join(" · ") : "plan only";
 }
 
 /** The inline form that changes one key's caps. */
-export function EditCaps({ keyId, name, caps, onDone }: { keyId: string; name: string; caps: Caps; onDone: () => void }) {
+export function EditCaps({ keyId, name, caps, planModels, onDone }: { keyId: string; name: string; caps: Caps; planModels: string[]; onDone: () => void }) {
   const [error, setError] = useState("");
   const submit = async (event: Event) => {
     event.preventDefault();
@@ -65,7 +78,7 @@ export function EditCaps({ keyId, name, caps, onDone }: { keyId: string; name: s
   };
   return (
     <form onSubmit={submit} aria-label={`Caps of ${name}`} class="filters">
-      <CapsFields caps={caps} />
+      <CapsFields caps={caps} planModels={planModels} />
       <div class="actions">
         <button type="submit" class="primary">
           Save caps

@@ -1,0 +1,19 @@
+// A key's models as both databases store them: a JSON array of model ids in a text column, null for every model of
+// its plan. Each repository turns them into a list on the way out and into text on the way in.
+
+/** The column's text of a key's models. */
+export function modelsText(models: readonly string[] | null): string | null {
+  return models === null ? null : JSON.stringify(models);
+}
+
+/** A key's models read back; text that is not a list of ids (written by hand) allows no model rather than every one. */
+export function modelsOf(text: string | null): string[] | null {
+  if (text === null) return null;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    return [];
+  }
+  return Array.isArray(parsed) && parsed.every((id) => typeof id === "string") ? parsed : [];
+}
