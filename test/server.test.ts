@@ -200,3 +200,38 @@ test("the audit trail names a model's upstream headers but never shows their val
   expect(added?.changes).toEqual({ "model m headers": [{}, { "x-route-token": "(hidden)" }] });
   expect(JSON.stringify(await sluice.audit.list({ limit: 100 }))).not.toContain("secret");
 });
+
+test("300 requests in flight through 20 reloads that change limits, queues, plans and models: every one answered or refused cleanly, nothing left held", async () => {
+  // Each shape changes the model's limit (or takes it away), the plan's quota and cap, and whether another model exists.
+  const shapes = [1, 5, undefined, 2, 50].map((maxConcurrency, index) =>
+    resolveConfig(
+      configFile({
+        models: [
+          ...(index % 2 === 0 ? [fakeModel(upstream.url, "m", "usage-10-5")] : []),
+          fakeModel(upstream.url, "slow", "usage-10-5-20", {
+            ...(maxConcurrency === undefined ? {} : { max_concurrency: maxConcurrency }),
+            queue_size: 400,
+            queue_timeout_ms: 20_000,
+          }),
+        ],
+        plans: [{ id: "default", models: ["*"], tokens_per_5h: 1_000_000_000 + index, max_concurrency: 400 + index }],
+      }),
+    ),
+  );
+  const requests = Array.from({ length: 300 }, (_, index) =>
+    sluice.post("/v1/chat/completions", { model: "slow", messages, stream: index % 2 === 0 }).then(async (response) => {
+      await response.arrayBuffer();
+      return response.status;
+    }),
+  );
+  for (let round = 0; round < 20; round++) {
+    await sluice.server.reconfigure(shapes[round % shapes.length] as (typeof shapes)[number], signal);
+    await Bun.sleep(10);
+  }
+  await sluice.server.reconfigure(shapes[2] as (typeof shapes)[number], signal);
+  const statuses = await Promise.all(requests);
+  expect(statuses.filter((status) => status !== 200)).toEqual([]);
+  expect(sluice.server.admission.inFlight()).toBe(0);
+  expect(sluice.server.admission.reservedTokens()).toBe(0);
+  expect(sluice.server.queues.get("slow")?.stats()).toEqual({ active: 0, queued: 0 });
+});
