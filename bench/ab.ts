@@ -16,6 +16,7 @@
 // streams' TTFT p99 also counts the handshakes it loses, so compare streams with revisions from c6bdb2b on.
 // `--b-env NAME=VALUE` (repeatable) starts B's server with that variable set as well.
 //   bun bench/ab.ts REVISION [--rounds 4] [--seconds 6] [--latency 1000 [--burst 4] | --streams 2000 [--tokens 200] [--reference]] [--b-env NAME=VALUE]
+//     [--b-revision REVISION]   (B built from a worktree of that revision too, as A is, rather than from the working tree)
 import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -37,6 +38,7 @@ const { values, positionals } = parseArgs({
     reference: { type: "boolean", default: false },
     tokens: { type: "string", default: "200" },
     "b-env": { type: "string", multiple: true, default: [] },
+    "b-revision": { type: "string" },
   },
   allowPositionals: true,
 });
@@ -292,14 +294,24 @@ async function streamRounds(count: number, upstreamPort: number) {
   return summary;
 }
 
+/** A worktree of `at` under the work directory, sharing the repository's node_modules. */
+function addWorktree(path: string, at: string): void {
+  if (Bun.spawnSync(["git", "worktree", "add", "--detach", path, at], { cwd: root, stdout: "ignore", stderr: "inherit" }).exitCode !== 0)
+    throw new Error(`no revision ${at}`);
+  if (!existsSync(join(path, "node_modules"))) symlinkSync(join(root, "node_modules"), join(path, "node_modules"));
+}
+
 const worktree = join(work, "a");
+// `--b-revision`: B from a worktree as well, so that both executables are built the same way. Built in the working
+// tree, module paths name node_modules directly; in a worktree, through its symlink (../../work/main/node_modules).
+const bRevision = values["b-revision"];
+const worktreeB = join(work, "b");
 try {
-  if (Bun.spawnSync(["git", "worktree", "add", "--detach", worktree, revision], { cwd: root, stdout: "ignore", stderr: "inherit" }).exitCode !== 0)
-    throw new Error(`no revision ${revision}`);
-  if (!existsSync(join(worktree, "node_modules"))) symlinkSync(join(root, "node_modules"), join(worktree, "node_modules"));
-  log(`building A (${revision}) and B (the working tree)`);
+  addWorktree(worktree, revision);
+  if (bRevision) addWorktree(worktreeB, bRevision);
+  log(`building A (${revision}) and B (${bRevision ?? "the working tree"})`);
   build(worktree, join(work, "sluice-a"));
-  build(root, join(work, "sluice-b"));
+  build(bRevision ? worktreeB : root, join(work, "sluice-b"));
   const upstreamPort = freePort();
   children.push(
     Bun.spawn([bun, join(import.meta.dir, "fake-upstream.ts"), String(upstreamPort), String(streamTokens), String(streamPaceMs)], {
@@ -322,5 +334,6 @@ try {
   for (const child of children) child.kill();
   await Promise.all(children.map((child) => child.exited));
   Bun.spawnSync(["git", "worktree", "remove", "--force", worktree], { cwd: root });
+  if (bRevision) Bun.spawnSync(["git", "worktree", "remove", "--force", worktreeB], { cwd: root });
   rmSync(work, { recursive: true, force: true });
 }
