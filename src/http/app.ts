@@ -7,7 +7,7 @@ import { consolePageRoutes, consoleRoutes, securityHeaders } from "../modules/co
 import type { ConsoleService } from "../modules/console/service";
 import type { ChatService } from "../modules/chat/service";
 import { anthropicPaths, countTokensRoutes, messagesRoutes } from "../modules/messages/index";
-import { modelRoutes } from "../modules/models/index";
+import { asksAnthropicShape, modelRoutes } from "../modules/models/index";
 import { responsesRoutes } from "../modules/responses/index";
 import type { ModelRegistry } from "../modules/models/registry";
 import { finishRecord, observabilityRoutes, type Lifecycle } from "../modules/observability/index";
@@ -39,6 +39,11 @@ export interface AppDependencies {
 const answerRoutes = new Set(["/v1/chat/completions", "/v1/responses", "/v1/messages"]);
 const knownRoutes = new Set([...answerRoutes, "/v1/messages/count_tokens", "/v1/models", "/openapi.json", "/healthz", "/readyz", "/metrics"]);
 
+/** Whether a route's errors take Anthropic's shape: its own routes, and the model routes when Anthropic's clients ask. */
+function answersAnthropic(route: string, request: Request): boolean {
+  return anthropicPaths.has(route) || ((route === "/v1/models" || route === "/v1/models/{model}") && asksAnthropicShape(request));
+}
+
 /** The route label of a path; anything else is "other", so that metrics cannot grow without bound. */
 function routeOf(url: string): string {
   const start = url.indexOf("/", url.indexOf("//") + 2);
@@ -67,7 +72,7 @@ export function createApp(deps: AppDependencies) {
     if (sluiceError.code === "internal_error" && !(error instanceof ClientGoneError)) {
       deps.logger.log("error", { message: "internal error", request_id: requestId, error: String((error as Error)?.stack ?? error) });
     }
-    return errorResponse(sluiceError, requestId, record && anthropicPaths.has(record.route) ? "anthropic" : "openai");
+    return errorResponse(sluiceError, requestId, record && answersAnthropic(record.route, request) ? "anthropic" : "openai");
   };
   const answerOptions: ChatRouteOptions = {
     maxBodyBytes: deps.maxBodyBytes,

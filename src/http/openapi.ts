@@ -79,6 +79,9 @@ export const openApiDocument = {
     "/v1/models": {
       get: {
         summary: "List available models",
+        description:
+          "OpenAI's list; with an `anthropic-version` header (Anthropic's clients), Anthropic's page of ModelInfo (`limit`, `after_id`, `before_id`) and its error shape.",
+        security: [{ bearer: [] }, { apiKey: [] }],
         responses: {
           "200": { description: "Model list", content: { "application/json": { schema: { $ref: "#/components/schemas/ModelList" } } } },
           "401": errorResponse,
@@ -89,6 +92,8 @@ export const openApiDocument = {
     "/v1/models/{model}": {
       get: {
         summary: "Retrieve a model",
+        description: "OpenAI's model object; with an `anthropic-version` header, Anthropic's ModelInfo.",
+        security: [{ bearer: [] }, { apiKey: [] }],
         parameters: [{ name: "model", in: "path", required: true, schema: { type: "string" } }],
         responses: {
           "200": { description: "Model", content: { "application/json": { schema: { $ref: "#/components/schemas/Model" } } } },

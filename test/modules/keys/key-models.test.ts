@@ -153,7 +153,7 @@ describe("setting a key's models", () => {
       expect(created.code).toBe(0);
       const listed = () => sluiceCommand(environment, "key", "list", "--org", "acme").stdout.trim().split("\t").at(-1);
       expect(listed()).toBe("small");
-      const keyId = created.stderr.match(/created key (key_\w+)/)?.[1] as string;
+      const keyId = created.stderr.match(/created key (key_[\w-]+)/)?.[1] as string;
       expect(sluiceCommand(environment, "key", "update", keyId, "--models", "small,large").stdout.trim().split("\t").at(-1)).toBe("small,large");
       expect(sluiceCommand(environment, "key", "update", keyId, "--models", "all").code).toBe(0);
       expect(listed()).toBe("all");
