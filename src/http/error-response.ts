@@ -1,10 +1,18 @@
 import { SluiceError } from "../errors";
 
+/** OpenAI's routes over stored answers (`/v1/responses/{id}`, its input items, `/v1/chat/completions/{id}`, ...). */
+const storedAnswerPath = /^\/v1\/(responses|chat\/completions)\/[^/]/;
+
 /** Turns anything thrown while handling a request into a SluiceError; the one place errors are mapped. */
 export function toSluiceError(error: unknown, elysiaCode: string | number, method: string, path: string): SluiceError {
   if (error instanceof SluiceError) return error;
   switch (elysiaCode) {
     case "NOT_FOUND":
+      if (storedAnswerPath.test(path))
+        return new SluiceError(
+          "not_found",
+          `Unknown route: ${method} ${path}. Sluice stores no responses or completions, so there is none to retrieve, list, cancel or delete; send the whole conversation with each request.`,
+        );
       return new SluiceError("not_found", `Unknown route: ${method} ${path}.`);
     case "PARSE":
       return new SluiceError("invalid_request", "We could not parse the JSON body of your request.");

@@ -358,6 +358,23 @@ describe("what cannot be honoured is a 400 naming the parameter", () => {
     expect(failure.message).toContain("stores no prompts and no answers");
   });
 
+  test("the routes over stored responses and completions are 404 saying nothing is stored: retrieve, input items, cancel, delete", async () => {
+    const calls: [string, () => Promise<unknown>][] = [
+      ["retrieve", () => client.responses.retrieve("resp_1")],
+      ["input items", () => client.responses.inputItems.list("resp_1")],
+      ["cancel", () => client.responses.cancel("resp_1")],
+      ["delete", () => client.responses.delete("resp_1")],
+      ["a stored chat completion", () => client.chat.completions.retrieve("chatcmpl-1")],
+    ];
+    for (const [name, call] of calls) {
+      const failure = await call().catch((error: unknown) => error);
+      expect([name, failure]).toMatchObject([name, { status: 404, code: "not_found" }]);
+      expect((failure as Error).message).toContain("Sluice stores no responses or completions");
+    }
+    const other = await fetch(`${sluice.url}/v1/embeddings`, { method: "POST", headers: { authorization: `Bearer ${sluice.key}` } });
+    expect(((await other.json()) as { error: { message: string } }).error.message).toBe("Unknown route: POST /v1/embeddings.");
+  });
+
   test("store and reasoning items sent back are accepted (and dropped)", async () => {
     const response = await client.responses.create({
       model: "echo",
