@@ -1,5 +1,5 @@
 import { serveSettings } from "../config/environment";
-import { anyChange } from "../config/changes";
+import { anyChange, type ConfigChanges } from "../config/changes";
 import { loadConfig } from "../config/load";
 import type { Config } from "../config/schema";
 import { Logger } from "../modules/observability/logger";
@@ -61,7 +61,15 @@ export async function runServe(args: string[]): Promise<number> {
       console.error(JSON.stringify({ level: "error", message: "configuration not reloaded; the one in force stays", error: (error as Error).message }));
       return;
     }
-    const changes = await server.reconfigure(next, { kind: "server", name: "SIGHUP" });
+    let changes: ConfigChanges;
+    try {
+      changes = await server.reconfigure(next, { kind: "server", name: "SIGHUP" });
+    } catch (error) {
+      // A signal's handler must not end the server: a rejection nobody awaits would.
+      server.metrics.configReloads.inc({ result: "failed" });
+      console.error(JSON.stringify({ level: "error", message: "configuration reload failed", error: String((error as Error)?.stack ?? error) }));
+      return;
+    }
     server.metrics.configReloads.inc({ result: "applied" });
     const message = anyChange(changes) ? "configuration reloaded" : "configuration reloaded: nothing changed";
     console.error(JSON.stringify({ level: "info", message, models: next.models.map((model) => model.id), changes }));

@@ -53,7 +53,7 @@ export class Metrics {
   readonly configReloads = new Counter(
     this.registry,
     "sluice_config_reloads_total",
-    "Configuration reloads on SIGHUP, by result: applied, or refused (the file was not valid; the configuration in force stays)",
+    "Configuration reloads on SIGHUP, by result: applied, refused (the file was not valid; the configuration in force stays), or failed while applied (see the log)",
     ["result"],
   );
   private readonly tokenSeries = new Map<string, TokenSeries>();
