@@ -220,6 +220,9 @@ export class ConsoleService {
       backend: model.backend,
       enabled: model.enabled,
       ...(this.deps.queues.get(model.id)?.stats() ?? { active: 0, queued: 0 }),
+      // The limits in force, as the last (re)loaded configuration set them.
+      maxConcurrency: model.maxConcurrency ?? null,
+      queueSize: model.queueSize,
       servers: servers.get(model.id) ?? [],
     }));
   }

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import type { TestSluice } from "../../helpers";
+import { resolveConfig } from "../../../src/config/load";
+import { fakeModel, type TestSluice } from "../../helpers";
 import { ConsoleClient, consolePassword as password, startConsoleSluice } from "./console-client";
 
 let server: Awaited<ReturnType<typeof startConsoleSluice>>;
@@ -258,11 +259,17 @@ describe("usage and operator", () => {
     expect((await operator.json("POST", `/operator/organizations/${target.id}`, { plan: "platinum" })).status).toBe(400);
     expect((await operator.json("POST", `/operator/organizations/${target.id}`, { status: "sleeping" })).status).toBe(400);
     expect((await operator.json("POST", "/operator/organizations/org_missing", { status: "active" })).status).toBe(404);
-    const models = (
-      await operator.json<{ id: string; backend: string; enabled: boolean; active: number; queued: number; servers: unknown[] }[]>("GET", "/operator/models")
-    ).body;
+    const models = async () => (await operator.json<Record<string, unknown>[]>("GET", "/operator/models")).body;
     const servers = [{ url: server.upstream.url, state: "up", failures: 0, outUntil: null }];
-    expect(models).toEqual([{ id: "m", backend: "openai", enabled: true, active: 0, queued: 0, servers }]);
+    expect(await models()).toEqual([{ id: "m", backend: "openai", enabled: true, active: 0, queued: 0, maxConcurrency: null, queueSize: 100, servers }]);
+    // The limits in force: a reloaded configuration's, at once.
+    const plans = [
+      { id: "default", models: ["*"], tokens_per_5h: 100_000, tokens_per_month: 1_000_000 },
+      { id: "pro", models: ["*"] },
+    ];
+    const reloaded = { models: [fakeModel(server.upstream.url, "m", "usage-10-5", { max_concurrency: 4, queue_size: 20 })], plans };
+    await sluice.server.reconfigure(resolveConfig(reloaded), { kind: "server", name: "SIGHUP" });
+    expect(await models()).toMatchObject([{ id: "m", maxConcurrency: 4, queueSize: 20 }]);
     expect((await operator.request("GET", "/keys")).status).toBe(403);
   });
 });

@@ -341,7 +341,18 @@ function Operator() {
   const [organizations, setOrganizations] = useState<{ id: string; name: string; plan: string; status: string; fiveHourTokens: number; monthTokens: number }[]>(
     [],
   );
-  const [models, setModels] = useState<{ id: string; backend: string; enabled: boolean; active: number; queued: number; servers: ServerHealth[] }[]>([]);
+  const [models, setModels] = useState<
+    {
+      id: string;
+      backend: string;
+      enabled: boolean;
+      active: number;
+      queued: number;
+      maxConcurrency: number | null;
+      queueSize: number;
+      servers: ServerHealth[];
+    }[]
+  >([]);
   const [plans, setPlans] = useState<string[]>([]);
   const load = async () => {
     setOrganizations(await api("/operator/organizations"));
@@ -425,8 +436,13 @@ function Operator() {
                   <td>{model.id}</td>
                   <td>{model.backend}</td>
                   <td>{model.enabled ? "enabled" : "disabled"}</td>
-                  <td>{model.active}</td>
-                  <td>{model.queued}</td>
+                  <td data-testid={`in-flight-${model.id}`}>
+                    {model.active}
+                    {model.maxConcurrency === null ? "" : ` of ${model.maxConcurrency}`}
+                  </td>
+                  <td>
+                    {model.queued} of {model.queueSize}
+                  </td>
                   <td>
                     {model.servers.length === 0
                       ? "built in"
