@@ -1,4 +1,4 @@
-import { auditedChanges, configChanges, type ConfigChanges } from "./config/changes";
+import { configChanges, type ConfigChanges } from "./config/changes";
 import type { Config, ModelConfig } from "./config/schema";
 import { createApp } from "./http/app";
 import { raiseListenBacklog } from "./http/listen-backlog";
@@ -96,7 +96,6 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   let config = options.config;
   // Shared by the services that read plans, and filled again when the configuration is reloaded.
   const plans = new Map(config.plans.map((plan) => [plan.id, plan]));
-  const planIds = new Set(plans.keys());
   const logger = options.logger ?? new Logger();
   const models = new ModelRegistry(config, options.environment);
   // One keeper renews every lease this instance holds: organizations' concurrency leases and model slots.
@@ -118,7 +117,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const chat = new ChatService({ models, ledger, admission, queues, safety, clock, metrics, ledgerAvailable: () => storage.available() });
   const maxBodyBytes = options.maxBodyBytes ?? defaultMaxBodyBytes;
   const audit = new AuditLog(storage.audit);
-  const organizations = new OrganizationService(storage.organizations, planIds, audit, storage.changes);
+  const organizations = new OrganizationService(storage.organizations, plans, audit, storage.changes);
   const keys = new KeyService(storage.keys, audit, storage.changes);
   const accounts = new AccountService(storage.accounts, audit);
   const consoleService = new ConsoleService({
@@ -190,8 +189,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     metrics,
     acceptQueue,
     async reconfigure(next, actor) {
-      const changes = configChanges(config, next);
-      const audited = auditedChanges(config, next);
+      const { changes, audited } = configChanges(config, next);
       config = next;
       models.reconfigure(next);
       for (const model of next.models) {
@@ -200,11 +198,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         else queues.set(model.id, newQueue(model));
       }
       plans.clear();
-      planIds.clear();
-      for (const plan of next.plans) {
-        plans.set(plan.id, plan);
-        planIds.add(plan.id);
-      }
+      for (const plan of next.plans) plans.set(plan.id, plan);
       // Cached callers hold their plan.
       auth.invalidate();
       safety.reconfigure(next.safety);

@@ -1,3 +1,4 @@
+import type { Config } from "../config/schema";
 import { restoreKeyFromLedger } from "../modules/admission/ledger-usage";
 import { RedisAdmissionStore } from "../modules/admission/redis-store";
 import { parseDuration } from "../modules/keys/duration";
@@ -26,9 +27,14 @@ function limitsOf(values: Partial<Record<keyof typeof limitFields, string>>, bas
   return limits;
 }
 
-/** `--models a,b`: those model ids; `--models all`: every model of the plan (null). */
-function modelsOption(value: string): string[] | null {
-  return value === "all" ? null : value.split(",");
+/**
+ * `--models a,b`: those model ids, checked against the configuration's; `--models all`: every model of the plan (null).
+ */
+function modelsOption(value: string, config: Config): string[] | null {
+  return checkKeyModels(
+    value === "all" ? null : value.split(","),
+    config.models.map((model) => model.id),
+  );
 }
 
 function describeModels(key: ApiKeyInfo): string {
@@ -57,13 +63,7 @@ export async function runKey(args: string[]): Promise<number> {
     const organizationName = values.org;
     await withCliContext(async (context) => {
       const org = await context.organizations.requireByName(organizationName);
-      const models =
-        values.models === undefined
-          ? null
-          : checkKeyModels(
-              modelsOption(values.models),
-              context.config.models.map((model) => model.id),
-            );
+      const models = values.models === undefined ? null : modelsOption(values.models, context.config);
       const { key, secret } = await context.keys.create({ organizationId: org.id, name: values.name, expiresInMs, limits, models }, context.actor);
       console.error(`created key ${key.id} "${key.name}" for ${org.name}, expires ${formatTime(key.expiresAt)}`);
       console.error("this is the only time the key is shown; store it now:");
@@ -80,10 +80,7 @@ export async function runKey(args: string[]): Promise<number> {
     await withCliContext(async (context) => {
       const existing = await context.keys.find(keyId);
       if (modelsValue !== undefined) {
-        const models = checkKeyModels(
-          modelsOption(modelsValue),
-          context.config.models.map((model) => model.id),
-        );
+        const models = modelsOption(modelsValue, context.config);
         await context.keys.setModels(keyId, models, context.actor);
       }
       const updated = await context.keys.setLimits(keyId, limitsOf(limitValues, existing ?? noLimits), context.actor);

@@ -17,3 +17,8 @@ export function modelsOf(text: string | null): string[] | null {
   }
   return Array.isArray(parsed) && parsed.every((id) => typeof id === "string") ? parsed : [];
 }
+
+/** A key's row as read, its models' text read back as a list. */
+export function withModelList<Row extends { models: string | null }>(row: Row): Omit<Row, "models"> & { models: string[] | null } {
+  return { ...row, models: modelsOf(row.models) };
+}

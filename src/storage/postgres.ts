@@ -21,7 +21,7 @@ import type {
   Storage,
   UsageRepository,
 } from "./types";
-import { modelsOf, modelsText } from "./key-models";
+import { modelsText, withModelList } from "./key-models";
 import { withTimeout } from "./with-timeout";
 
 type Database = BunSQLDatabase<typeof schema>;
@@ -65,11 +65,11 @@ function keyRepository(db: Database): KeyRepository {
     },
     async listForOrganization(organizationId) {
       const rows = await timed(db.select(shownKeyColumns).from(apiKeys).where(eq(apiKeys.organizationId, organizationId)).orderBy(asc(apiKeys.createdAt)));
-      return rows.map((row) => ({ ...row, models: modelsOf(row.models) }));
+      return rows.map(withModelList);
     },
     async find(keyId) {
       const row = (await timed(db.select(shownKeyColumns).from(apiKeys).where(eq(apiKeys.id, keyId)).limit(1)))[0];
-      return row && { ...row, models: modelsOf(row.models) };
+      return row && withModelList(row);
     },
     async revoke(keyId, at) {
       await timed(db.update(apiKeys).set({ revokedAt: at }).where(eq(apiKeys.id, keyId)));
@@ -122,7 +122,7 @@ function keyRepository(db: Database): KeyRepository {
           .limit(1),
       );
       const row = rows[0];
-      return row && { ...row, models: modelsOf(row.models) };
+      return row && withModelList(row);
     },
   };
 }

@@ -30,7 +30,7 @@ import type {
   Storage,
   UsageRepository,
 } from "./types";
-import { modelsOf, modelsText } from "./key-models";
+import { modelsText, withModelList } from "./key-models";
 
 /** The partial index of keys with caps answers only a query with its own condition. */
 const limitedCondition = "max_concurrency IS NOT NULL OR tokens_per_5h IS NOT NULL OR tokens_per_month IS NOT NULL";
@@ -59,7 +59,8 @@ function organizationRepository({ db }: DatabaseHandle): OrganizationRepository 
 }
 
 function keyRepository({ db, sqlite }: DatabaseHandle): KeyRepository {
-  const lookup = sqlite.query<KeyCredentials, [string]>(
+  // The models column as stored (see key-models.ts), read back as a list below.
+  const lookup = sqlite.query<Omit<KeyCredentials, "models"> & { models: string | null }, [string]>(
     `SELECT k.hash AS hash, k.id AS keyId, o.id AS organizationId, o.name AS organizationName,
             o.status AS organizationStatus, o.plan AS planId, k.expires_at AS expiresAt, k.revoked_at AS revokedAt,
             k.max_concurrency AS maxConcurrency, k.tokens_per_5h AS tokensPer5h, k.tokens_per_month AS tokensPerMonth,
@@ -67,7 +68,6 @@ function keyRepository({ db, sqlite }: DatabaseHandle): KeyRepository {
        FROM api_keys k JOIN organizations o ON o.id = k.organization_id
       WHERE k.hash = ?`,
   );
-  const shown = (row: Omit<ApiKeyInfo, "models"> & { models: string | null }): ApiKeyInfo => ({ ...row, models: modelsOf(row.models) });
   return {
     async insert(row) {
       db.insert(apiKeys)
@@ -75,11 +75,17 @@ function keyRepository({ db, sqlite }: DatabaseHandle): KeyRepository {
         .run();
     },
     async listForOrganization(organizationId): Promise<ApiKeyInfo[]> {
-      return db.select(shownKeyColumns).from(apiKeys).where(eq(apiKeys.organizationId, organizationId)).orderBy(asc(apiKeys.createdAt)).all().map(shown);
+      return db
+        .select(shownKeyColumns)
+        .from(apiKeys)
+        .where(eq(apiKeys.organizationId, organizationId))
+        .orderBy(asc(apiKeys.createdAt))
+        .all()
+        .map(withModelList);
     },
     async find(keyId) {
       const row = db.select(shownKeyColumns).from(apiKeys).where(eq(apiKeys.id, keyId)).get();
-      return row && shown(row);
+      return row && withModelList(row);
     },
     async revoke(keyId, at) {
       db.update(apiKeys).set({ revokedAt: at }).where(eq(apiKeys.id, keyId)).run();
@@ -102,8 +108,8 @@ function keyRepository({ db, sqlite }: DatabaseHandle): KeyRepository {
         .all();
     },
     async credentials(hash) {
-      const row = lookup.get(hash) as (Omit<KeyCredentials, "models"> & { models: string | null }) | null;
-      return row ? { ...row, models: modelsOf(row.models) } : undefined;
+      const row = lookup.get(hash);
+      return row ? withModelList(row) : undefined;
     },
   };
 }

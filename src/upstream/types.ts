@@ -1,4 +1,5 @@
 import type { ModelConfig } from "../config/schema";
+import type { ServerHealth } from "./server-health";
 
 /** Token usage as OpenAI reports it, reasoning included in completion tokens. */
 export interface Usage {
@@ -60,20 +61,7 @@ export interface EventStream {
 /** How a stream's upstream call ended, for whoever keeps its server's health: it finished, failed, or was stopped. */
 export type StreamEnding = "finished" | "stopped" | { failure: unknown };
 
-/**
- * One upstream server of a model as its circuit breaker sees it: `up`; `out` until `outUntil` after
- * `breaker_failures` failures in a row; `probing` once that time is over, while one request tests it (or the next
- * one will).
- */
-export interface ServerHealth {
-  /** The server's base URL without credentials or query. */
-  url: string;
-  state: "up" | "out" | "probing";
-  /** Failures in a row. */
-  failures: number;
-  /** Milliseconds since the epoch; null unless out. */
-  outUntil: number | null;
-}
+export type { ServerHealth };
 
 /** An OpenAI-compatible model server, or the built-in demo. Failures are thrown as UpstreamError. */
 export interface Backend {

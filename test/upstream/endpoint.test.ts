@@ -2,15 +2,13 @@
 // `api-key`), and services that want headers of their own (OpenRouter's `HTTP-Referer`).
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { accessHeaders, upstreamUrl } from "../../src/upstream/endpoint";
-import { startFakeUpstream, type FakeUpstream } from "../fake-upstream";
-import { fakeModel, startSluice, type TestSluice } from "../helpers";
+import { fakeModel, startSluice, useFakeUpstream, type TestSluice } from "../helpers";
 
-let upstream: FakeUpstream;
+const upstream = useFakeUpstream();
 let sluice: TestSluice;
 const messages = [{ role: "user" as const, content: "Hello" }];
 
 beforeAll(async () => {
-  upstream = startFakeUpstream();
   const host = upstream.url.replace(/\/v1$/, "");
   sluice = await startSluice(
     {
@@ -29,7 +27,6 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await sluice.stop();
-  await upstream.stop();
 });
 
 test("upstreamUrl: the route after the base's path, its query kept, a trailing slash dropped", () => {

@@ -5,14 +5,12 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import Anthropic from "@anthropic-ai/sdk";
 import type OpenAI from "openai";
 import { contentOf, finishReasonOf, reasoningOf, ToolCallNumbering, toolCallsOf } from "../../src/upstream/normalize";
-import { startFakeUpstream, type FakeUpstream } from "../fake-upstream";
-import { fakeModel, schemaErrors, startSluice, type TestSluice } from "../helpers";
+import { fakeModel, schemaErrors, startSluice, useFakeUpstream, type TestSluice } from "../helpers";
 
-let upstream: FakeUpstream;
+const upstream = useFakeUpstream();
 let sluice: TestSluice;
 
 beforeAll(async () => {
-  upstream = startFakeUpstream();
   sluice = await startSluice({
     models: [
       fakeModel(upstream.url, "tgi", "tgi-tools"),
@@ -27,7 +25,6 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await sluice.stop();
-  await upstream.stop();
 });
 
 describe("toolCallsOf", () => {

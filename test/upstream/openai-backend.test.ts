@@ -1,15 +1,13 @@
 // The output limit's name upstream: OpenAI's reasoning models refuse max_tokens and take only max_completion_tokens.
-import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:test";
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import Anthropic from "@anthropic-ai/sdk";
-import { startFakeUpstream, type FakeUpstream } from "../fake-upstream";
-import { committedRowsSql, fakeModel, startSluice, type TestSluice } from "../helpers";
+import { committedRowsSql, fakeModel, startSluice, useFakeUpstream, type TestSluice } from "../helpers";
 
-let upstream: FakeUpstream;
+const upstream = useFakeUpstream({ resetBeforeEach: true });
 let sluice: TestSluice;
 const messages = [{ role: "user" as const, content: "Hello" }];
 
 beforeAll(async () => {
-  upstream = startFakeUpstream();
   sluice = await startSluice({
     models: [
       fakeModel(upstream.url, "learns", "completion-tokens-only"),
@@ -25,9 +23,7 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await sluice.stop();
-  await upstream.stop();
 });
-beforeEach(() => upstream.reset());
 
 /** The output limit each upstream request carried, by name. */
 function limitsSent(): Record<string, unknown>[] {

@@ -34,7 +34,7 @@ abstract class Labelled<Entry> implements Metric {
   protected abstract newEntry(): Entry;
 
   /** Forgets every series: for a gauge that describes what exists now (a model removed takes its series with it). */
-  protected reset(): void {
+  clear(): void {
     this.entries.length = 0;
     this.tree.clear();
   }
@@ -118,11 +118,6 @@ export class Gauge extends SingleValue {
 
   set(labels: Labels, value: number): void {
     this.entryFor(labels).value = value;
-  }
-
-  /** Forgets every series, before a collector sets those that exist now. */
-  clear(): void {
-    this.reset();
   }
 
   override text(): string {

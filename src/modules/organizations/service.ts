@@ -9,11 +9,17 @@ export class OrganizationError extends Error {
   override name = "OrganizationError";
 }
 
+/** The configured plans' ids: a set of them, or the server's plans by id (filled again when it reloads). */
+export interface PlanIds {
+  has(id: string): boolean;
+  keys(): Iterable<string>;
+}
+
 /** Organizations: create, change plan or status, list. Plans are checked against the configuration. */
 export class OrganizationService {
   constructor(
     private readonly repository: OrganizationRepository,
-    private readonly planIds: ReadonlySet<string>,
+    private readonly planIds: PlanIds,
     private readonly audit: AuditLog,
     /** Told of every change of plan or status, so that every instance's key cache sees it at once. */
     private readonly changes?: ChangeFeed,
@@ -67,7 +73,7 @@ export class OrganizationService {
   }
 
   private checkPlan(plan: string): string {
-    if (!this.planIds.has(plan)) throw new OrganizationError(`unknown plan "${plan}" (configured: ${[...this.planIds].join(", ")})`);
+    if (!this.planIds.has(plan)) throw new OrganizationError(`unknown plan "${plan}" (configured: ${[...this.planIds.keys()].join(", ")})`);
     return plan;
   }
 }

@@ -7,6 +7,7 @@ import { api, setCsrfToken } from "./api";
 import { ErrorText } from "./error-text";
 import { capsBody, CapsFields, capsSummary, EditCaps, type Caps } from "./key-caps";
 import { AuditPage, RequestsPage } from "./logs";
+import type { ServerHealth } from "../../../upstream/server-health";
 
 interface Me {
   email: string;
@@ -320,14 +321,6 @@ function UsagePage() {
       <Chart title="Tokens per hour by key (last 24 h)" hours={usage.series.hours} series={usage.series.byKey} />
     </section>
   );
-}
-
-/** An upstream server of a model as its circuit breaker sees it (src/upstream/types.ts). */
-interface ServerHealth {
-  url: string;
-  state: "up" | "out" | "probing";
-  failures: number;
-  outUntil: number | null;
 }
 
 function serverStateText(server: ServerHealth): string {
