@@ -7,6 +7,7 @@ import settleLua from "./redis-scripts/settle.lua" with { type: "text" };
 import restoreLua from "./redis-scripts/restore.lua" with { type: "text" };
 import renewLua from "./redis-scripts/renew.lua" with { type: "text" };
 import takeSlotLua from "./redis-scripts/take-slot.lua" with { type: "text" };
+import adoptSlotsLua from "./redis-scripts/adopt-slots.lua" with { type: "text" };
 import type { ChangeFeed } from "./types";
 import { withTimeout } from "./with-timeout";
 
@@ -25,6 +26,7 @@ const scripts = {
   restore: script(restoreLua),
   renew: script(renewLua),
   takeSlot: script(takeSlotLua),
+  adoptSlots: script(adoptSlotsLua),
 };
 export type ScriptName = keyof typeof scripts;
 
@@ -34,6 +36,11 @@ export type RedisReply = number | string | null | RedisReply[];
 /** Every key Sluice writes starts with this, so that one Redis can serve other things too. */
 export const keyPrefix = "sluice:";
 const epochKey = `${keyPrefix}epoch`;
+/**
+ * The admission state's generation: set when it was rebuilt from the ledger, missing after Redis lost its data (see
+ * RedisAdmissionStore.rebuildFromLedger).
+ */
+export const generationKey = `${keyPrefix}ready`;
 
 export class RedisUnavailableError extends Error {
   override name = "RedisUnavailableError";

@@ -139,6 +139,36 @@ describe("limits are exact across three instances", () => {
     );
   }, 60_000);
 
+  test("SIGHUP sets a max_concurrency where the model had none: the requests already under way on every instance count against it", async () => {
+    const limited = (slots?: number) =>
+      toml("", {
+        upstream: "usage-10-20-1500",
+        extra: `${slots === undefined ? "" : `max_concurrency = ${slots}\n`}queue_size = 50\nqueue_timeout_ms = 20000`,
+      });
+    await withCluster(
+      limited(),
+      async (cluster) => {
+        const key = cluster.addOrganization("acme");
+        upstream.reset();
+        const running = Array.from({ length: 6 }, (_, index) => cluster.chat(index, key, { model: "m", messages }));
+        const deadline = Date.now() + 5000;
+        while (upstream.inFlight < 6 && Date.now() < deadline) await Bun.sleep(10);
+        expect(upstream.inFlight).toBe(6);
+        await Bun.write(cluster.environment.SLUICE_CONFIG as string, limited(2));
+        for (const instance of cluster.instances) expect((await reloadConfiguration(instance)).message).toBe("configuration reloaded");
+        const next = Array.from({ length: 4 }, (_, index) => cluster.chat(index, key, { model: "m", messages }));
+        // Six slots are in use against a limit of two: the next requests wait for the first six to end.
+        await Bun.sleep(400);
+        expect(upstream.bodies.length).toBe(6);
+        const statuses = await Promise.all([...running, ...next].map(async (request) => (await request).status));
+        expect(statuses).toEqual(Array(10).fill(200));
+        expect(upstream.bodies.length).toBe(10);
+        expect(await leasesLeft()).toBe(0);
+      },
+      2,
+    );
+  }, 60_000);
+
   test("200 concurrent requests over 3 instances against a 5-hour quota with room for about 5: within the one-instance bound; headers right on every instance", async () => {
     const promptTokens = await countChatTokens([{ role: "user", text: "hi" }]);
     const maxTokens = 90;

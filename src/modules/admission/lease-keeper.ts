@@ -1,4 +1,4 @@
-import type { RedisConnection } from "../../storage/redis";
+import { generationKey, type RedisConnection, type RedisReply } from "../../storage/redis";
 
 /**
  * How long a concurrency lease or model slot lives in Redis unless its instance renews it: the longest an instance
@@ -8,42 +8,77 @@ export const leaseMs = 15_000;
 const renewEveryMs = leaseMs / 3;
 
 /**
+ * Where a lease lives, for renew.lua: pairs of a sorted set and the set its leases move to when they expire (an
+ * organization's or key's `expired` set; a model slot, which has none, names its own set again).
+ */
+export type LeaseSets = readonly string[];
+
+interface HeldLease {
+  sets: LeaseSets;
+  /** The admission state's generation its settle belongs to ("" for a model slot, which settles nothing). */
+  generation: string;
+}
+
+/**
  * Renews the leases this instance holds (organization concurrency leases and model slots), all in one script call
  * every five seconds, so that a lease outlives its request only when the instance dies.
+ *
+ * If Redis lost its data (a restart without persistence, a failover), the next renewal puts the leases back, so that
+ * requests still under way count against their caps again; once the state has been rebuilt from the ledger, it
+ * moves an organization's lease into the new generation, so that its settle records what the request spent. The
+ * request's row is not in the ledger the rebuild read: its settle, and so its row, comes after this renewal.
  */
 export class LeaseKeeper {
-  /** lease id → the sorted set it lives in, or the sets (an organization's, and its key's when the key has caps) */
-  private readonly held = new Map<string, string | readonly string[]>();
+  private readonly held = new Map<string, HeldLease>();
   private readonly timer: Timer;
+  private lastGeneration: string | undefined;
 
   constructor(private readonly redis: RedisConnection) {
     this.timer = setInterval(() => void this.renew(), renewEveryMs);
     this.timer.unref();
   }
 
-  hold(sets: string | readonly string[], leaseId: string): void {
-    this.held.set(leaseId, sets);
+  hold(sets: LeaseSets, leaseId: string, generation = ""): void {
+    this.held.set(leaseId, { sets, generation });
   }
 
-  release(leaseId: string): void {
+  /** Stops renewing a lease; the generation its settle belongs to (a renewal may have moved it). */
+  release(leaseId: string): string | undefined {
+    const lease = this.held.get(leaseId);
     this.held.delete(leaseId);
+    return lease?.generation;
+  }
+
+  /** An admission answered in this generation: a new one (the state was rebuilt) moves the leases held into it now. */
+  sawGeneration(generation: string): void {
+    if (generation === this.lastGeneration) return;
+    const first = this.lastGeneration === undefined;
+    this.lastGeneration = generation;
+    if (!first) void this.renew();
   }
 
   close(): void {
     clearInterval(this.timer);
   }
 
-  private async renew(): Promise<void> {
+  /** Renews every lease held now. */
+  async renew(): Promise<void> {
     if (this.held.size === 0) return;
-    const keys: string[] = [];
+    const keys: string[] = [generationKey];
     const args: string[] = [String(leaseMs)];
-    for (const [leaseId, sets] of this.held) {
-      for (const set of typeof sets === "string" ? [sets] : sets) {
-        keys.push(set);
-        args.push(leaseId);
+    for (const [leaseId, lease] of this.held) {
+      for (let index = 0; index < lease.sets.length; index += 2) {
+        keys.push(lease.sets[index] as string, lease.sets[index + 1] as string);
+        args.push(leaseId, lease.generation);
       }
     }
     // A lease Redis could not renew now is renewed next time, well before it expires.
-    await this.redis.script("renew", keys, args).catch(() => {});
+    const reply = (await this.redis.script("renew", keys, args).catch(() => undefined)) as RedisReply[] | undefined;
+    if (!Array.isArray(reply) || typeof reply[0] !== "string" || reply[0] === "") return;
+    const generation = reply[0];
+    for (const leaseId of reply.slice(1)) {
+      const lease = this.held.get(String(leaseId));
+      if (lease) lease.generation = generation;
+    }
   }
 }

@@ -1,12 +1,12 @@
 import type { PlanConfig } from "../../config/schema";
 import { SluiceError } from "../../errors";
-import { keyPrefix, type RedisConnection, type RedisReply } from "../../storage/redis";
+import { generationKey, keyPrefix, type RedisConnection, type RedisReply } from "../../storage/redis";
 import { ScriptBatches } from "../../storage/redis-batches";
 import type { KeyRepository, UsageRepository } from "../../storage/types";
 import { restoreLimitedKeys } from "./ledger-usage";
 import { withTimeout } from "../../storage/with-timeout";
 import { OutputEstimate } from "./estimate";
-import { leaseMs, type LeaseKeeper } from "./lease-keeper";
+import { leaseMs, type LeaseKeeper, type LeaseSets } from "./lease-keeper";
 import { bucketMs, monthOf, startOfNextMonth } from "../../usage-periods";
 import { quotaRejection, rateLimitHeaders, usageSnapshot, type QuotaState } from "./quota-answers";
 import {
@@ -21,7 +21,6 @@ import {
   type UsageSnapshot,
 } from "./store";
 
-const readyKey = `${keyPrefix}ready`;
 const rebuildLockKey = `${keyPrefix}rebuilding`;
 /** How long a request waits for another instance to finish rebuilding the state after Redis lost it. */
 const rebuildWaitMs = 3000;
@@ -39,8 +38,9 @@ export function subjectKeys(organizationId: string, keyId?: string): string[] {
   return [`${base}state`, `${base}minutes`, `${base}lasts`, `${base}leases`, `${base}reservations`, `${base}expired`];
 }
 
-/** Where a subject's leases set is among its keys. */
+/** Where a subject's leases set and expired set are among its keys. */
 const leasesIndex = 3;
+const expiredIndex = 5;
 
 /**
  * At most this many organizations' and capped keys' script keys are kept (15 key names for a capped key); the oldest
@@ -53,15 +53,20 @@ interface Subjects {
   /** Names the set in one process (its organization and capped key), for batching. */
   id: string;
   scriptKeys: string[];
-  /** The leases sets a lease lives in (the organization's, and its key's when the key has caps). */
-  leaseSets: string | readonly string[];
+  /** The leases sets a lease lives in (the organization's, and its key's when the key has caps), for the keeper. */
+  leaseSets: LeaseSets;
 }
 
 function subjectsOf(id: string, organizationId: string, keyId: string | undefined): Subjects {
   const organization = subjectKeys(organizationId);
-  if (keyId === undefined) return { id, scriptKeys: [readyKey, ...organization], leaseSets: organization[leasesIndex] as string };
+  const organizationSets = [organization[leasesIndex] as string, organization[expiredIndex] as string];
+  if (keyId === undefined) return { id, scriptKeys: [generationKey, ...organization], leaseSets: organizationSets };
   const key = subjectKeys(organizationId, keyId);
-  return { id, scriptKeys: [readyKey, ...organization, ...key], leaseSets: [organization[leasesIndex] as string, key[leasesIndex] as string] };
+  return {
+    id,
+    scriptKeys: [generationKey, ...organization, ...key],
+    leaseSets: [...organizationSets, key[leasesIndex] as string, key[expiredIndex] as string],
+  };
 }
 
 function limitArgs(limits: Limits): number[] {
@@ -154,6 +159,7 @@ export class RedisAdmissionStore implements AdmissionStore {
     const batch = `${subjects.id}\n${head.join(" ")}`;
     const values = [request.promptTokens + 1, wanted, leaseId];
     const reply = await this.runRebuilt(() => this.admits.run(batch, subjects.scriptKeys, head, values));
+    this.keeper?.sawGeneration(reply.generation);
     if (reply.status !== 0) {
       const byKey = reply.refused === 2 && key !== undefined;
       const refusing = reply.subjects[reply.refused - 1];
@@ -164,7 +170,7 @@ export class RedisAdmissionStore implements AdmissionStore {
         byKey ? "key" : "organization",
       );
     }
-    this.keeper?.hold(subjects.leaseSets, leaseId);
+    this.keeper?.hold(subjects.leaseSets, leaseId, reply.generation);
     this.localInFlight++;
     this.localReserved += reply.reservation;
     let settled = false;
@@ -177,12 +183,13 @@ export class RedisAdmissionStore implements AdmissionStore {
       settle: (spent: SpentTokens | null) => {
         if (settled) return;
         settled = true;
-        this.keeper?.release(leaseId);
+        // A renewal may have moved the lease into a new generation (see LeaseKeeper).
+        const generation = this.keeper?.release(leaseId) ?? reply.generation;
         this.localInFlight--;
         this.localReserved -= reply.reservation;
         if (spent) this.estimate.observe(request.modelId, spent.completionTokens);
         const tokens = spent ? spent.promptTokens + spent.completionTokens : -1;
-        this.settleInRedis({ subjects, generation: reply.generation, leaseId, tokens, since: Date.now() });
+        this.settleInRedis({ subjects, generation, leaseId, tokens, since: Date.now() });
       },
     };
   }
@@ -193,7 +200,7 @@ export class RedisAdmissionStore implements AdmissionStore {
 
   async keySnapshot(organizationId: string, key: KeyAdmission, _now: number): Promise<UsageSnapshot> {
     // The key's subject alone: admit.lua then reads it as it reads an organization.
-    return usageSnapshot(key.limits, await this.peek([readyKey, ...subjectKeys(organizationId, key.id)]));
+    return usageSnapshot(key.limits, await this.peek([generationKey, ...subjectKeys(organizationId, key.id)]));
   }
 
   async restore(organizationId: string, buckets: LedgerBucket[], monthTokens: number, monthStart: number, keyId?: string): Promise<void> {
@@ -311,19 +318,19 @@ export class RedisAdmissionStore implements AdmissionStore {
     if (locked === null) {
       // Another instance is rebuilding: wait for it.
       const deadline = Date.now() + rebuildWaitMs;
-      while (Date.now() < deadline && (await this.redis.call("EXISTS", [readyKey])) === 0) await Bun.sleep(20);
+      while (Date.now() < deadline && (await this.redis.call("EXISTS", [generationKey])) === 0) await Bun.sleep(20);
       return;
     }
     try {
       // Rebuilt by another instance between this one's look and its lock: a second rebuild would start a new
       // generation, and the settles of every request admitted in between would be dropped with their leases held.
-      if ((await this.redis.call("EXISTS", [readyKey])) === 1) return;
+      if ((await this.redis.call("EXISTS", [generationKey])) === 1) return;
       const now = Number(((await this.redis.call("TIME", [])) as string[])[0]) * 1000;
       const usage = await this.usage.read(now);
       await Promise.all([...usage].map(([organizationId, entry]) => this.restore(organizationId, entry.buckets, entry.monthTokens, now)));
       await restoreLimitedKeys(this, this.keys, this.usage, now);
       // A new generation: leases of the lost one settle without recording anything (see settle.lua).
-      await this.redis.call("SET", [readyKey, `${now}-${owner}`]);
+      await this.redis.call("SET", [generationKey, `${now}-${owner}`]);
     } finally {
       await this.redis.call("DEL", [rebuildLockKey]).catch(() => {});
     }

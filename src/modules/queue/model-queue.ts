@@ -6,21 +6,9 @@ export interface Slot {
   release(): void;
 }
 
-/** A slot whose `release` runs `onRelease` the first time only. */
-export function slotReleasedOnce(onRelease: () => void): Slot {
-  let released = false;
-  return {
-    release() {
-      if (released) return;
-      released = true;
-      onRelease();
-    },
-  };
-}
-
 /**
- * A slot of a ModelQueue: an object of its own rather than slotReleasedOnce's closures, which would keep two functions
- * and two scopes for as long as a stream lasts (bench/HISTORY.md, "Fewer cells an open stream").
+ * A slot of a ModelQueue: an object of its own rather than a closure over a flag, which would keep two functions and
+ * two scopes for as long as a stream lasts (bench/HISTORY.md, "Fewer cells an open stream").
  */
 class LocalSlot implements Slot {
   private done = false;

@@ -3,7 +3,7 @@ import { keyPrefix, type RedisConnection } from "../../storage/redis";
 import { admissionUnavailable } from "../admission/redis-store";
 import { leaseMs, type LeaseKeeper } from "../admission/lease-keeper";
 import { FairLine, queueFull } from "./fair-line";
-import { slotReleasedOnce, type Queue, type Slot } from "./model-queue";
+import type { Queue, Slot } from "./model-queue";
 
 /**
  * While requests wait, slots are tried again this often even without a notice: a notice lost with a Redis
@@ -15,6 +15,25 @@ const closeFlushMs = 5000;
 const releaseRetryMs = 100;
 
 /**
+ * A slot of a SharedModelQueue: a lease in Redis, or, taken while the model had no limit, a place counted here only
+ * until a limit appears (see adopt).
+ */
+class SharedSlot implements Slot {
+  private done = false;
+
+  constructor(
+    private readonly queue: SharedModelQueue,
+    public leaseId: string | undefined,
+  ) {}
+
+  release(): void {
+    if (this.done) return;
+    this.done = true;
+    this.queue.released(this);
+  }
+}
+
+/**
  * A model's `max_concurrency` shared by every instance (a global cap on the upstream server): its slots are leases
  * in one Redis sorted set. Requests that find no slot wait in this instance's fair line (`queue_size` and
  * `queue_timeout_ms` apply per instance); a slot freed on any instance is announced over pub/sub, and the instances
@@ -24,11 +43,15 @@ export class SharedModelQueue implements Queue {
   private active = 0;
   private readonly line: FairLine;
   private readonly key: string;
+  /** The keeper's pairs for a slot: its set, and (slots have no expired set) the same set again. */
+  private readonly leaseSets: readonly [string, string];
   private readonly channel: string;
   private dispatching = false;
   private poller: Timer | undefined;
   /** Slot releases sent to Redis and not yet answered: closing waits for them (see close). */
   private readonly releasing = new Set<Promise<void>>();
+  /** Slots taken while the model had no limit, and not released: they have no lease in Redis (see adopt). */
+  private readonly unleased = new Set<SharedSlot>();
 
   private subscribed = false;
 
@@ -39,20 +62,43 @@ export class SharedModelQueue implements Queue {
   ) {
     this.line = new FairLine(model.id, model.queueTimeoutMs);
     this.key = `${keyPrefix}model:{${model.id}}:slots`;
+    this.leaseSets = [this.key, this.key];
     this.channel = `${keyPrefix}model:{${model.id}}:freed`;
     this.subscribe();
   }
 
   /**
-   * A new limit applies to the slots taken after it. Slots taken while the model had no limit are not in Redis: a
-   * limit set by a new configuration counts them only once they are released.
+   * A new limit counts every slot in use on every instance: those taken while the model had no limit are given leases
+   * first (see adopt), so that a request that comes next waits for them as for any other.
    */
   reconfigure(model: ModelConfig): void {
     this.model = model;
     this.line.timeoutMs = model.queueTimeoutMs;
     this.subscribe();
-    if (model.maxConcurrency === undefined) this.grantAll();
-    else void this.dispatch();
+    if (model.maxConcurrency === undefined) {
+      this.grantAll();
+      return;
+    }
+    this.adopt();
+    void this.dispatch();
+  }
+
+  /**
+   * Gives each slot taken while the model had no limit a lease in Redis, whatever the new limit (a request under way
+   * is not stopped, so the slots in use may exceed it for a while). Sent before any slot is taken under the limit, on
+   * the same connection, so Redis counts them first; a release sent after finds its lease there. Should Redis not
+   * take them, the slots are released as before and the keeper renews nothing that is not there.
+   */
+  private adopt(): void {
+    if (this.unleased.size === 0) return;
+    const leaseIds: string[] = [];
+    for (const slot of this.unleased) {
+      slot.leaseId = crypto.randomUUID();
+      this.keeper.hold(this.leaseSets, slot.leaseId);
+      leaseIds.push(slot.leaseId);
+    }
+    this.unleased.clear();
+    void this.redis.script("adoptSlots", [this.key], [leaseMs, ...leaseIds]).catch(() => {});
   }
 
   /** Listens for slots freed on any instance, once the model has a limit. */
@@ -94,24 +140,33 @@ export class SharedModelQueue implements Queue {
     await Promise.all(this.releasing);
   }
 
-  private localSlot(): Slot {
+  private localSlot(): SharedSlot {
     this.active++;
-    return slotReleasedOnce(() => this.active--);
+    const slot = new SharedSlot(this, undefined);
+    this.unleased.add(slot);
+    return slot;
   }
 
   private async tryTake(): Promise<Slot | undefined> {
     const leaseId = crypto.randomUUID();
     const taken = await this.redis.script("takeSlot", [this.key], [this.model.maxConcurrency as number, leaseId, leaseMs]);
     if (Number(taken) !== 1) return undefined;
-    this.keeper.hold(this.key, leaseId);
+    this.keeper.hold(this.leaseSets, leaseId);
     this.active++;
-    return slotReleasedOnce(() => {
-      this.active--;
-      this.keeper.release(leaseId);
-      const released = this.release(leaseId).finally(() => this.releasing.delete(released));
-      this.releasing.add(released);
-      void this.dispatch();
-    });
+    return new SharedSlot(this, leaseId);
+  }
+
+  /** A slot's release (SharedSlot calls it once): its lease, if it has one, is freed for every instance. */
+  released(slot: SharedSlot): void {
+    this.active--;
+    if (slot.leaseId === undefined) {
+      this.unleased.delete(slot);
+      return;
+    }
+    this.keeper.release(slot.leaseId);
+    const released = this.release(slot.leaseId).finally(() => this.releasing.delete(released));
+    this.releasing.add(released);
+    void this.dispatch();
   }
 
   /**

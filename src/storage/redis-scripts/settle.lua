@@ -8,15 +8,19 @@
 -- ARGV: the generation the leases were admitted in, then for each lease: its id, tokens spent (-1: nothing to record)
 -- A lease of an earlier generation is dropped: Redis lost it with its data, and the state was rebuilt from the
 -- ledger since, which holds the request's row (committed while Redis was away), so recording it would count it twice.
+-- Its place goes too: renew.lua put it back, so that it counted while its request ran.
 -- Returns how many leases were settled in the first subject.
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-local now = now_ms()
 -- A lease named twice in one batch counts once, as it would in two.
 local ids, spent_by = {}, {}
 for index = 2, #ARGV, 2 do
   if not spent_by[ARGV[index]] then ids[#ids + 1] = ARGV[index] end
   spent_by[ARGV[index]] = tonumber(ARGV[index + 1])
 end
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  for first = 2, #KEYS, 6 do call_chunked('ZREM', KEYS[first + 3], ids, 1) end
+  return 0
+end
+local now = now_ms()
 local settled_count = 0
 for first = 2, #KEYS, 6 do
   local state, minutes, lasts, leases, reservations, expired = KEYS[first], KEYS[first + 1], KEYS[first + 2], KEYS[first + 3], KEYS[first + 4], KEYS[first + 5]

@@ -1,0 +1,125 @@
+// The lease keeper against a real Redis and PostgreSQL: what happens to the places of requests under way when Redis
+// loses its data (a restart without persistence, a failover) and the state is rebuilt from the ledger.
+import { afterAll, beforeAll, expect, test } from "bun:test";
+import type { ModelConfig, PlanConfig } from "../../../src/config/schema";
+import { LeaseKeeper } from "../../../src/modules/admission/lease-keeper";
+import { RedisAdmissionStore } from "../../../src/modules/admission/redis-store";
+import { AdmissionRejected, type Lease, type UsageSnapshot } from "../../../src/modules/admission/store";
+import { SharedModelQueue } from "../../../src/modules/queue/shared-model-queue";
+import { postgresStorage } from "../../../src/storage/postgres";
+import { RedisConnection } from "../../../src/storage/redis";
+import type { ChangeFeed, Storage } from "../../../src/storage/types";
+import { leasesHeld, startPostgres, startRedis, type PostgresServer, type RedisServer } from "../../support/services";
+
+let postgres: PostgresServer;
+let redis: RedisServer;
+let storage: Storage;
+const quiet: ChangeFeed = { onChange() {}, check() {}, async announce() {} };
+
+beforeAll(async () => {
+  [postgres, redis] = await Promise.all([startPostgres(), startRedis()]);
+  storage = await postgresStorage(await postgres.createDatabase("keeper"), quiet);
+});
+afterAll(async () => {
+  await storage?.close();
+  postgres?.stop();
+  await redis?.stop();
+});
+
+const plan: PlanConfig = { id: "default", models: ["*"], tokensPer5h: 1000, maxConcurrency: 3 };
+
+/** One instance's admission: a store and its keeper on a connection of their own, closed after `body`. */
+async function withInstance(body: (store: RedisAdmissionStore, keeper: LeaseKeeper, connection: RedisConnection) => Promise<void>): Promise<void> {
+  const connection = new RedisConnection(redis.url);
+  const keeper = new LeaseKeeper(connection);
+  const store = new RedisAdmissionStore(connection, storage.usage, storage.keys, keeper);
+  try {
+    while (!connection.connected) await Bun.sleep(10);
+    await body(store, keeper, connection);
+  } finally {
+    await store.close();
+    keeper.close();
+    connection.close();
+  }
+}
+
+function admit(store: RedisAdmissionStore, organizationId: string): Promise<Lease> {
+  return store.admit({ organizationId, plan, modelId: "m", promptTokens: 10, maxTokens: 20 }, Date.now());
+}
+
+/** The organization's usage once the settles sent have landed (they go without waiting), or after 2 s. */
+async function settled(store: RedisAdmissionStore, organizationId: string): Promise<UsageSnapshot> {
+  let snapshot = await store.snapshot(organizationId, plan, Date.now());
+  for (let attempt = 0; attempt < 100 && snapshot.inFlight > 0; attempt++) {
+    await Bun.sleep(20);
+    snapshot = await store.snapshot(organizationId, plan, Date.now());
+  }
+  return snapshot;
+}
+
+test("Redis loses its data while three requests run: the next renewal puts their places back, and their settles record what they spent in the rebuilt state", async () => {
+  await withInstance(async (store, keeper, connection) => {
+    const running = await Promise.all([admit(store, "org_lost"), admit(store, "org_lost"), admit(store, "org_lost")]);
+    await connection.call("FLUSHALL", []);
+    await keeper.renew();
+    // The state is rebuilt from the ledger (empty for this organization); the three still hold their places.
+    const refused = await admit(store, "org_lost").catch((error: unknown) => error);
+    expect(refused).toBeInstanceOf(AdmissionRejected);
+    expect((refused as AdmissionRejected).kind).toBe("concurrency");
+    // The rebuild started a new generation: the next renewal moves the three into it.
+    await keeper.renew();
+    for (const lease of running) lease.settle({ promptTokens: 10, completionTokens: 20 }, Date.now());
+    const snapshot = await settled(store, "org_lost");
+    expect(snapshot.inFlight).toBe(0);
+    // Their rows are not in the ledger the rebuild read: their settles are what counts them.
+    expect(snapshot.fiveHours.used).toBe(90);
+    expect(await leasesHeld(redis.url)).toBe(0);
+  });
+});
+
+test("a lease of the lost generation settled before any renewal moved it frees its place and records nothing (its row is the ledger's)", async () => {
+  await withInstance(async (store, keeper, connection) => {
+    const lease = await admit(store, "org_early");
+    await connection.call("FLUSHALL", []);
+    // Put back while Redis had no state yet: nothing to move it into.
+    await keeper.renew();
+    await store.rebuildFromLedger();
+    expect((await store.snapshot("org_early", plan, Date.now())).inFlight).toBe(1);
+    lease.settle({ promptTokens: 10, completionTokens: 20 }, Date.now());
+    const snapshot = await settled(store, "org_early");
+    expect(snapshot.inFlight).toBe(0);
+    expect(snapshot.fiveHours.used).toBe(0);
+    expect(await leasesHeld(redis.url)).toBe(0);
+  });
+});
+
+test("a model's shared slot taken before Redis lost its data is put back by the next renewal: another instance waits for it", async () => {
+  const model = { id: "lost-slot", maxConcurrency: 1, queueSize: 10, queueTimeoutMs: 5000 } as ModelConfig;
+  await withInstance(async (_store, keeper, connection) => {
+    const other = new RedisConnection(redis.url);
+    const otherKeeper = new LeaseKeeper(other);
+    const here = new SharedModelQueue(model, connection, keeper);
+    const there = new SharedModelQueue(model, other, otherKeeper);
+    try {
+      while (!other.connected) await Bun.sleep(10);
+      const slot = await here.acquire("org_a", new AbortController().signal);
+      await connection.call("FLUSHALL", []);
+      await keeper.renew();
+      let granted = false;
+      const waiting = Promise.resolve(there.acquire("org_b", new AbortController().signal)).then((taken) => {
+        granted = true;
+        return taken;
+      });
+      await Bun.sleep(300);
+      expect(granted).toBe(false);
+      slot.release();
+      (await waiting).release();
+      expect(granted).toBe(true);
+      await Promise.all([here.close(), there.close()]);
+      expect(await leasesHeld(redis.url)).toBe(0);
+    } finally {
+      otherKeeper.close();
+      other.close();
+    }
+  });
+});
