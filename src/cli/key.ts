@@ -37,6 +37,14 @@ function modelsOption(value: string, config: Config): string[] | null {
   );
 }
 
+/** `--expires-in 90s|30m|12h|30d` in milliseconds; undefined when not given. */
+export function expiryOption(value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  const milliseconds = parseDuration(value);
+  if (milliseconds === undefined) throw new UsageError(`--expires-in must look like 90s, 30m, 12h or 30d, got "${value}"`);
+  return milliseconds;
+}
+
 function describeModels(key: ApiKeyInfo): string {
   return key.models === null ? "all" : key.models.join(",");
 }
@@ -56,9 +64,7 @@ export async function runKey(args: string[]): Promise<number> {
       0,
     );
     if (!values.org) throw new UsageError("--org NAME is required");
-    const expiresIn = values["expires-in"];
-    const expiresInMs = expiresIn === undefined ? undefined : parseDuration(expiresIn);
-    if (expiresIn !== undefined && expiresInMs === undefined) throw new UsageError(`--expires-in must look like 90s, 30m, 12h or 30d, got "${expiresIn}"`);
+    const expiresInMs = expiryOption(values["expires-in"]);
     const limits = limitsOf(values, noLimits);
     const organizationName = values.org;
     await withCliContext(async (context) => {

@@ -14,6 +14,7 @@ import { runUsage } from "./usage-command";
 import { runBackup } from "./backup";
 import { runDoctor } from "./doctor";
 import { runOperator } from "./operator";
+import { runToken } from "./token";
 import { CommandError, UsageError, parseCommand, usageText } from "./usage";
 
 const commands: Record<string, (args: string[]) => number | Promise<number>> = {
@@ -26,6 +27,7 @@ const commands: Record<string, (args: string[]) => number | Promise<number>> = {
   audit: runAudit,
   backup: runBackup,
   operator: runOperator,
+  token: runToken,
   doctor: (args) => {
     parseCommand(args, {}, 0);
     return runDoctor();

@@ -195,6 +195,28 @@ export const sessions = sqliteTable(
 );
 
 /**
+ * Console access tokens: what scripts and provisioning systems use instead of a session (`Authorization: Bearer` on
+ * the console API), each acting as the account it belongs to. Stored as their SHA-256 only, as keys are.
+ */
+export const consoleTokens = sqliteTable(
+  "console_tokens",
+  {
+    id: text("id").primaryKey(),
+    userId: text("user_id")
+      .notNull()
+      .references(() => users.id),
+    name: text("name").notNull(),
+    tokenHash: text("token_hash").notNull().unique(),
+    /** The first characters, to tell tokens apart in lists. */
+    prefix: text("prefix").notNull(),
+    createdAt: integer("created_at").notNull(),
+    expiresAt: integer("expires_at"),
+    revokedAt: integer("revoked_at"),
+  },
+  (table) => [index("console_tokens_user_idx").on(table.userId)],
+);
+
+/**
  * One row whose `version` triggers (migration 0006) raise on every change that a running server caches: keys,
  * organizations (status, plan) and usage resets. The ledger's writer thread commits constantly, so SQLite's
  * `data_version` cannot tell the server that someone else (the CLI, the console of another process) changed what

@@ -1,7 +1,7 @@
 // The PostgreSQL backend of shared mode: the durable truth of every instance (tenants, accounts, sessions, the
 // ledger and its aggregates), through Drizzle over Bun's built-in SQL client.
 import { SQL } from "bun";
-import { and, asc, desc, eq, getTableColumns, gt, gte, lt, sql } from "drizzle-orm";
+import { and, asc, desc, eq, getTableColumns, gt, gte, isNull, lt, sql } from "drizzle-orm";
 import { drizzle, type BunSQLDatabase } from "drizzle-orm/bun-sql";
 import * as schema from "../db/postgres/schema";
 import { migratePostgres } from "../db/postgres/migrate";
@@ -21,11 +21,13 @@ import type {
   Storage,
   UsageRepository,
 } from "./types";
+import { tokenUserSelection, usableToken } from "./token-columns";
 import { modelsText, withModelList } from "./key-models";
 import { withTimeout } from "./with-timeout";
 
 type Database = BunSQLDatabase<typeof schema>;
-const { apiKeys, auditLog, organizations, sessions, signInFailures, usageHours, usageLedger, usageMinutes, usageMonths, usageResets, users } = schema;
+const { apiKeys, auditLog, consoleTokens, organizations, sessions, signInFailures, usageHours, usageLedger, usageMinutes, usageMonths, usageResets, users } =
+  schema;
 
 /** Every query that a request waits for gives up after this long (PostgreSQL stopped, a dead link). */
 export const postgresTimeoutMs = 3000;
@@ -178,7 +180,48 @@ function accountRepository(db: Database): AccountRepository {
     async clearFailures(email) {
       await timed(db.delete(signInFailures).where(eq(signInFailures.email, email)));
     },
+    async insertToken(token) {
+      await timed(db.insert(consoleTokens).values(token));
+    },
+    async listTokens(userId) {
+      return await timed(
+        tokenInfo()
+          .where(userId === undefined ? undefined : eq(consoleTokens.userId, userId))
+          .orderBy(desc(consoleTokens.createdAt)),
+      );
+    },
+    async findToken(id) {
+      return (await timed(tokenInfo().where(eq(consoleTokens.id, id)).limit(1)))[0];
+    },
+    async revokeToken(id, at) {
+      await timed(
+        db
+          .update(consoleTokens)
+          .set({ revokedAt: at })
+          .where(and(eq(consoleTokens.id, id), isNull(consoleTokens.revokedAt))),
+      );
+    },
+    async tokenUser(tokenHash, now) {
+      const rows = await timed(
+        db
+          .select(tokenUserSelection(consoleTokens, users))
+          .from(consoleTokens)
+          .innerJoin(users, eq(users.id, consoleTokens.userId))
+          .where(usableToken(consoleTokens, tokenHash, now))
+          .limit(1),
+      );
+      return rows[0];
+    },
   };
+
+  function tokenInfo() {
+    const { tokenHash: _hash, ...columns } = getTableColumns(consoleTokens);
+    return db
+      .select({ ...columns, email: users.email })
+      .from(consoleTokens)
+      .innerJoin(users, eq(users.id, consoleTokens.userId))
+      .$dynamic();
+  }
 }
 
 function usageRepository(db: Database): UsageRepository {

@@ -1,13 +1,14 @@
 // The SQLite backend: one file, one instance (the default). Every call is synchronous underneath; the interfaces are
 // async only because PostgreSQL's are.
-import { and, asc, desc, eq, getTableColumns, gt, lt } from "drizzle-orm";
+import { and, asc, desc, eq, getTableColumns, gt, isNull, lt } from "drizzle-orm";
 import type { DatabaseHandle } from "../db/client";
-import { apiKeys, auditLog, organizations, sessions, usageLedger, usageLedgerInbox, users } from "../db/schema";
+import { apiKeys, auditLog, consoleTokens, organizations, sessions, usageLedger, usageLedgerInbox, users } from "../db/schema";
 import { Ledger } from "../ledger/ledger";
 import { moveStagedRows, stagedColumns } from "../ledger/inbox";
 import { addToAggregates, UsageFold } from "../ledger/usage-fold";
 import { bucketMs, hourMs, monthOf, startOfMonth } from "../usage-periods";
 import { auditConditions, requestLogColumns, requestLogConditions, sqliteCommon } from "./log-conditions";
+import { tokenUserSelection, usableToken } from "./token-columns";
 import { oldestNeededMinute, usageByOrganization, usageWindowStart } from "./usage-rows";
 import type {
   AccountRepository,
@@ -155,7 +156,42 @@ function accountRepository({ db }: DatabaseHandle): AccountRepository {
     async clearFailures(email) {
       failures.delete(email);
     },
+    async insertToken(token) {
+      db.insert(consoleTokens).values(token).run();
+    },
+    async listTokens(userId) {
+      return tokenInfo()
+        .where(userId === undefined ? undefined : eq(consoleTokens.userId, userId))
+        .orderBy(desc(consoleTokens.createdAt))
+        .all();
+    },
+    async findToken(id) {
+      return tokenInfo().where(eq(consoleTokens.id, id)).get();
+    },
+    async revokeToken(id, at) {
+      db.update(consoleTokens)
+        .set({ revokedAt: at })
+        .where(and(eq(consoleTokens.id, id), isNull(consoleTokens.revokedAt)))
+        .run();
+    },
+    async tokenUser(tokenHash, now) {
+      return db
+        .select(tokenUserSelection(consoleTokens, users))
+        .from(consoleTokens)
+        .innerJoin(users, eq(users.id, consoleTokens.userId))
+        .where(usableToken(consoleTokens, tokenHash, now))
+        .get();
+    },
   };
+
+  function tokenInfo() {
+    const { tokenHash: _hash, ...columns } = getTableColumns(consoleTokens);
+    return db
+      .select({ ...columns, email: users.email })
+      .from(consoleTokens)
+      .innerJoin(users, eq(users.id, consoleTokens.userId))
+      .$dynamic();
+  }
 }
 
 /**

@@ -89,6 +89,30 @@ export interface SessionUser {
   csrfToken: string;
 }
 
+/** A console access token as stored: its SHA-256, never the token. */
+export interface ConsoleToken {
+  id: string;
+  userId: string;
+  name: string;
+  tokenHash: string;
+  prefix: string;
+  createdAt: number;
+  expiresAt: number | null;
+  revokedAt: number | null;
+}
+
+/** A token as lists show it: everything but its hash, with its account's email. */
+export type ConsoleTokenInfo = Omit<ConsoleToken, "tokenHash"> & { email: string };
+
+/** A token's account, as the console needs it. */
+export interface TokenUser {
+  tokenName: string;
+  userId: string;
+  email: string;
+  role: Role;
+  organizationId: string | null;
+}
+
 /** Ledger usage of one organization in one minute, for rebuilding the 5-hour window. */
 export interface LedgerBucket {
   tokens: number;
@@ -155,6 +179,13 @@ export interface AccountRepository {
   /** Counts one more failure: in the current window if it started after `windowStart`, else in a new one. */
   addFailure(email: string, now: number, windowStart: number): Promise<void>;
   clearFailures(email: string): Promise<void>;
+  insertToken(token: ConsoleToken): Promise<void>;
+  /** Every token, or one account's; newest first. */
+  listTokens(userId?: string): Promise<ConsoleTokenInfo[]>;
+  findToken(id: string): Promise<ConsoleTokenInfo | undefined>;
+  revokeToken(id: string, at: number): Promise<void>;
+  /** The account of a token with this hash that is neither revoked nor expired. */
+  tokenUser(tokenHash: string, now: number): Promise<TokenUser | undefined>;
 }
 
 export interface UsageRepository {

@@ -2,6 +2,10 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { startFakeUpstream } from "../fake-upstream";
 import { repositoryRoot, temporaryDirectory } from "../helpers";
+import { openDatabase } from "../../src/db/client";
+import { AuditLog } from "../../src/modules/audit/service";
+import { AccountService } from "../../src/modules/console/accounts";
+import { sqliteStorage } from "../../src/storage/sqlite";
 
 const directory = temporaryDirectory();
 afterAll(() => directory.remove());
@@ -87,6 +91,43 @@ describe("sluice key", () => {
     expect(revoked).toBe("-\n".trim());
     expect(sluice("key", "revoke", id as string).code).toBe(0);
     expect(Date.parse(sluice("key", "list", "--org", "acme").stdout.trim().split("\t")[6] as string)).toBeGreaterThan(0);
+  });
+});
+
+describe("sluice token", () => {
+  test("create prints a console token that acts as its account; list never shows it; revoke ends it; mistakes exit 1 or 2", async () => {
+    expect(sluiceWith({ SLUICE_OPERATOR_PASSWORD: "a long operator password" }, "operator", "create", "root@example.com").code).toBe(0);
+    const created = sluice("token", "create", "Root@Example.com", "--name", "provisioning", "--expires-in", "90d");
+    expect(created.code).toBe(0);
+    const secret = created.stdout.trim().split("\n").at(-1) as string;
+    expect(secret).toMatch(/^sluice-console-[A-Za-z0-9_-]{43}$/);
+    expect(created.stderr).toContain("only time");
+    const listed = sluice("token", "list", "--email", "root@example.com");
+    expect(listed.stdout).not.toContain(secret);
+    const [id, name, email, prefix, createdAt, expires, revoked] = listed.stdout.trim().split("\t");
+    expect([name, email, revoked]).toEqual(["provisioning", "root@example.com", "-"]);
+    expect(secret.startsWith(prefix as string)).toBe(true);
+    expect(Date.parse(expires as string) - Date.parse(createdAt as string)).toBe(90 * 86_400_000);
+
+    // The token is the operator, as the console API will read it from the same database.
+    const database = openDatabase(environment.SLUICE_DB);
+    try {
+      const storage = sqliteStorage(database);
+      const accounts = new AccountService(storage.accounts, new AuditLog(storage.audit));
+      expect(await accounts.tokens.actorOf(secret)).toMatchObject({ email: "root@example.com", role: "operator", tokenName: "provisioning" });
+      expect(sluice("token", "revoke", id as string).code).toBe(0);
+      expect(await accounts.tokens.actorOf(secret)).toBeUndefined();
+    } finally {
+      database.close();
+    }
+    expect(sluice("token", "list").stdout.trim().split("\t")[6]).not.toBe("-");
+    expect(sluice("audit", "--action", "token.created").stdout).toContain(id as string);
+
+    expectPlainFailure(sluice("token", "create", "nobody@example.com", "--name", "x"), 1, 'no console account with the email "nobody@example.com"');
+    expectPlainFailure(sluice("token", "create", "root@example.com"), 2, "--name NAME is required");
+    expectPlainFailure(sluice("token", "create", "root@example.com", "--name", "x", "--expires-in", "soon"), 2, "--expires-in must look like");
+    expectPlainFailure(sluice("token", "revoke", "tok_nothing"), 1, 'no console token with the id "tok_nothing"');
+    expectPlainFailure(sluice("token", "mint"), 2, 'unknown token command "mint"');
   });
 });
 

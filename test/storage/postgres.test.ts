@@ -8,6 +8,12 @@ import { postgresMigrations } from "../../src/db/postgres/migrations";
 import { bucketMs, monthOf, startOfMonth } from "../../src/usage-periods";
 import type { ChangeFeed, Storage } from "../../src/storage/types";
 import { startPostgres, type PostgresServer } from "../support/services";
+import { join } from "node:path";
+import { openDatabase } from "../../src/db/client";
+import { sqliteStorage } from "../../src/storage/sqlite";
+import { temporaryDirectory } from "../helpers";
+import { AuditLog } from "../../src/modules/audit/service";
+import { OrganizationError, OrganizationService } from "../../src/modules/organizations/service";
 
 let postgres: PostgresServer;
 let storage: Storage;
@@ -365,4 +371,71 @@ test("sign-in failures: counted in one window, restarted after it, cleared", asy
   expect(await storage.accounts.failures("a@example.com")).toEqual({ count: 1, since: 5000 });
   await storage.accounts.clearFailures("a@example.com");
   expect(await storage.accounts.failures("a@example.com")).toBeUndefined();
+});
+
+test("console tokens: listed without their hash, newest first; found by hash until revoked or expired; the same on SQLite", async () => {
+  const directory = temporaryDirectory();
+  const database = openDatabase(join(directory.path, "tokens.db"));
+  const backends: [string, Storage][] = [
+    ["postgres", storage],
+    ["sqlite", sqliteStorage(database)],
+  ];
+  try {
+    for (const [name, backend] of backends) {
+      await backend.organizations.insert({ id: "org_tokens", name: "tokens", plan: "default", status: "active", createdAt: 1 });
+      await backend.accounts.insertUser({ id: "usr_t", email: "t@example.com", passwordHash: "x", role: "member", organizationId: "org_tokens", createdAt: 1 });
+      const token = (id: string, createdAt: number, expiresAt: number | null) => ({
+        id,
+        userId: "usr_t",
+        name: id,
+        tokenHash: `hash_${id}`,
+        prefix: "sluice-console-ab",
+        createdAt,
+        expiresAt,
+        revokedAt: null,
+      });
+      await backend.accounts.insertToken(token("tok_old", 10, null));
+      await backend.accounts.insertToken(token("tok_new", 20, 1000));
+      const listed = await backend.accounts.listTokens("usr_t");
+      expect({ name, ids: listed.map((entry) => entry.id) }).toEqual({ name, ids: ["tok_new", "tok_old"] });
+      expect(listed[0]).toEqual({
+        id: "tok_new",
+        userId: "usr_t",
+        name: "tok_new",
+        prefix: "sluice-console-ab",
+        createdAt: 20,
+        expiresAt: 1000,
+        revokedAt: null,
+        email: "t@example.com",
+      });
+      expect((await backend.accounts.listTokens()).length).toBe(2);
+      expect(await backend.accounts.listTokens("usr_nobody")).toEqual([]);
+      const user = { tokenName: "tok_new", userId: "usr_t", email: "t@example.com", role: "member" as const, organizationId: "org_tokens" };
+      expect({ name, user: await backend.accounts.tokenUser("hash_tok_new", 999) }).toEqual({ name, user });
+      // Expired at 1000; a revoked one is gone at once, and a second revocation keeps the first time.
+      expect(await backend.accounts.tokenUser("hash_tok_new", 1000)).toBeUndefined();
+      expect(await backend.accounts.tokenUser("hash_tok_old", 5000)).toMatchObject({ tokenName: "tok_old" });
+      await backend.accounts.revokeToken("tok_old", 6000);
+      await backend.accounts.revokeToken("tok_old", 7000);
+      expect(await backend.accounts.tokenUser("hash_tok_old", 6000)).toBeUndefined();
+      expect((await backend.accounts.findToken("tok_old"))?.revokedAt).toBe(6000);
+      expect(await backend.accounts.findToken("tok_nothing")).toBeUndefined();
+    }
+  } finally {
+    database.close();
+    directory.remove();
+  }
+});
+
+test("the same organization created twenty times at once: one row; the others are told the name is taken, not a database error", async () => {
+  const organizations = new OrganizationService(storage.organizations, new Set(["default"]), new AuditLog(storage.audit));
+  const results = await Promise.allSettled(Array.from({ length: 20 }, () => organizations.create({ name: "racing" }, { kind: "cli", name: "test" })));
+  expect(results.filter((result) => result.status === "fulfilled").length).toBe(1);
+  for (const result of results) {
+    if (result.status === "rejected") {
+      expect(result.reason).toBeInstanceOf(OrganizationError);
+      expect((result.reason as Error).message).toBe('organization "racing" already exists');
+    }
+  }
+  expect((await storage.organizations.list()).filter((organization) => organization.name === "racing").length).toBe(1);
 });

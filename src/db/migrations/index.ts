@@ -14,6 +14,7 @@ import keyLimits from "./0008_key_limits.sql" with { type: "text" };
 import ledgerInbox from "./0009_ledger_inbox.sql" with { type: "text" };
 import usageHours from "./0010_usage_hours.sql" with { type: "text" };
 import keyModels from "./0011_key_models.sql" with { type: "text" };
+import consoleTokens from "./0012_console_tokens.sql" with { type: "text" };
 
 export interface EmbeddedMigration {
   tag: string;
@@ -33,6 +34,7 @@ const sqlByTag: Record<string, string> = {
   "0009_ledger_inbox": ledgerInbox,
   "0010_usage_hours": usageHours,
   "0011_key_models": keyModels,
+  "0012_console_tokens": consoleTokens,
 };
 
 export const journalTags: string[] = journal.entries.map((entry) => entry.tag);

@@ -146,6 +146,23 @@ export const sessions = pgTable(
   (table) => [index("sessions_user_idx").on(table.userId)],
 );
 
+export const consoleTokens = pgTable(
+  "console_tokens",
+  {
+    id: text("id").primaryKey(),
+    userId: text("user_id")
+      .notNull()
+      .references(() => users.id),
+    name: text("name").notNull(),
+    tokenHash: text("token_hash").notNull().unique(),
+    prefix: text("prefix").notNull(),
+    createdAt: time("created_at").notNull(),
+    expiresAt: time("expires_at"),
+    revokedAt: time("revoked_at"),
+  },
+  (table) => [index("console_tokens_user_idx").on(table.userId)],
+);
+
 /** Failed console sign-ins per email in the current window, shared by every instance. */
 export const signInFailures = pgTable("sign_in_failures", {
   email: text("email").primaryKey(),

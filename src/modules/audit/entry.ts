@@ -11,16 +11,19 @@ export const auditActions = [
   "signin.succeeded",
   "signin.failed",
   "config.reloaded",
+  "token.created",
+  "token.revoked",
 ] as const;
 
 export type AuditAction = (typeof auditActions)[number];
 
 /**
- * Who made an administrative change: a console account (its email), the CLI (the operating-system user), or the
- * server itself on a signal (its name: a configuration reloaded on SIGHUP).
+ * Who made an administrative change: a console account (its email), a console account through one of its tokens
+ * (its email and the token's name), the CLI (the operating-system user), or the server itself on a signal (its name:
+ * a configuration reloaded on SIGHUP).
  */
 export interface AuditActor {
-  kind: "console" | "cli" | "server";
+  kind: "console" | "token" | "cli" | "server";
   name: string;
 }
 

@@ -3,14 +3,17 @@ import { randomId, randomToken } from "../../ids";
 import type { AccountRepository, Role, User } from "../../storage/types";
 import type { AuditActor, AuditLog } from "../audit/service";
 import { hashKeySecret } from "../keys/secret";
+import { ConsoleTokens } from "./tokens";
 
-/** Who is asking, once their session is known. */
+/** Who is asking, once their session (or console token) is known. */
 export interface Actor {
   userId: string;
   email: string;
   role: Role;
   organizationId: string | null;
   csrfToken: string;
+  /** Set when the request came with a console token rather than a session: the token's name. */
+  tokenName?: string;
 }
 
 const sessionLifetimeMs = 7 * 24 * 3_600_000;
@@ -23,10 +26,15 @@ const maxFailures = 5;
  * (so a session opened through one instance works on every instance), failed sign-ins counted there too.
  */
 export class AccountService {
+  /** The accounts' console tokens, in the same database. */
+  readonly tokens: ConsoleTokens;
+
   constructor(
     private readonly repository: AccountRepository,
     private readonly audit: AuditLog,
-  ) {}
+  ) {
+    this.tokens = new ConsoleTokens(repository, audit);
+  }
 
   static checkEmail(email: unknown): string {
     if (typeof email !== "string" || !/^[^\s@]+@[^\s@]+\.[^\s@]+$/.test(email.trim()) || email.length > 254)

@@ -1,10 +1,13 @@
 import { Elysia } from "elysia";
 import { SluiceError } from "../../errors";
+import { bearerKey } from "../auth/index";
 import { secretsEqual } from "../keys/secret";
 import type { AccountService, Actor } from "./accounts";
 import {
   AuditQuery,
   CreateKeyBody,
+  CreateOrganizationBody,
+  CreateTokenBody,
   KeyLimitsBody,
   readConsoleBody,
   readConsoleQuery,
@@ -14,7 +17,7 @@ import {
   UpdateOrganizationBody,
 } from "./model";
 import { consoleAssets } from "./page";
-import type { ConsoleService } from "./service";
+import { requireSession, type ConsoleService } from "./service";
 
 const sessionCookie = "sluice_session";
 
@@ -31,7 +34,8 @@ export const securityHeaders: Readonly<Record<string, string>> = {
 
 /**
  * The web console's JSON API under `/console/api` (its pages are served at `/` by the app, see consolePage). Sessions are an HttpOnly,
- * SameSite=Strict cookie; every change also needs the session's CSRF token in `x-csrf-token`.
+ * SameSite=Strict cookie; every change also needs the session's CSRF token in `x-csrf-token`. Scripts use a console
+ * token instead (`Authorization: Bearer sluice-console-…`), which acts as its account.
  */
 export const consoleRoutes = (service: ConsoleService, accounts: AccountService) =>
   new Elysia({ name: "console" }).group("/console/api", (api) =>
@@ -55,6 +59,13 @@ export const consoleRoutes = (service: ConsoleService, accounts: AccountService)
         return service.me(actor);
       })
       .resolve(async ({ cookie, request }) => {
+        // A console token (scripts, provisioning) rather than a session: no cookie, so no CSRF token either.
+        const token = bearerKey(request);
+        if (token !== undefined) {
+          const actor = await accounts.tokens.actorOf(token);
+          if (!actor) throw new SluiceError("not_signed_in", "This console token is not valid: revoked, expired or mistyped.");
+          return { actor };
+        }
         const actor = await accounts.actorOf(cookie[sessionCookie]?.value as string | undefined);
         if (!actor) throw new SluiceError("not_signed_in", "Sign in first.");
         if (request.method !== "GET" && !secretsEqual(request.headers.get("x-csrf-token") ?? "", actor.csrfToken)) {
@@ -62,7 +73,8 @@ export const consoleRoutes = (service: ConsoleService, accounts: AccountService)
         }
         return { actor: actor as Actor };
       })
-      .post("/signout", async ({ cookie }) => {
+      .post("/signout", async ({ actor, cookie }) => {
+        requireSession(actor);
         await accounts.signOut(cookie[sessionCookie]?.value as string);
         cookie[sessionCookie]?.remove();
         return { ok: true };
@@ -78,6 +90,13 @@ export const consoleRoutes = (service: ConsoleService, accounts: AccountService)
       .post("/keys/:id/revoke", ({ actor, params }) => service.revokeKey(actor, params.id))
       .post("/keys/:id/limits", async ({ actor, params, request }) => service.setKeyLimits(actor, params.id, await readConsoleBody(request, KeyLimitsBody)))
       .get("/usage", ({ actor }) => service.usage(actor))
+      .get("/tokens", ({ actor }) => service.listTokens(actor))
+      .post("/tokens", async ({ actor, request, set }) => {
+        const body = await readConsoleBody(request, CreateTokenBody);
+        set.status = 201;
+        return service.createToken(actor, body);
+      })
+      .post("/tokens/:id/revoke", ({ actor, params }) => service.revokeToken(actor, params.id))
       .get("/requests", ({ actor, query }) => service.requests(actor, readConsoleQuery(query, RequestLogQuery)))
       .get("/requests.csv", async ({ actor, query }) => {
         const rows = await service.requestsCsv(actor, readConsoleQuery(query, RequestLogQuery));
@@ -87,6 +106,18 @@ export const consoleRoutes = (service: ConsoleService, accounts: AccountService)
       })
       .get("/operator/audit", ({ actor, query }) => service.auditTrail(actor, readConsoleQuery(query, AuditQuery)))
       .get("/operator/organizations", ({ actor }) => service.listOrganizations(actor))
+      .post("/operator/organizations", async ({ actor, request, set }) => {
+        const body = await readConsoleBody(request, CreateOrganizationBody);
+        set.status = 201;
+        return service.createOrganization(actor, body);
+      })
+      .get("/operator/organizations/:id/keys", ({ actor, params }) => service.listKeys(actor, params.id))
+      .post("/operator/organizations/:id/keys", async ({ actor, params, request, set }) => {
+        const body = await readConsoleBody(request, CreateKeyBody);
+        set.status = 201;
+        return service.createKey(actor, body, params.id);
+      })
+      .get("/operator/organizations/:id/usage", ({ actor, params }) => service.usage(actor, params.id))
       .post("/operator/organizations/:id", async ({ actor, params, request }) => {
         return service.updateOrganization(actor, params.id, await readConsoleBody(request, UpdateOrganizationBody));
       })

@@ -35,14 +35,29 @@ export const KeyLimitsBody = Type.Object({
   ),
 });
 
+/** 90s, 30m, 12h or 30d; absent, null or empty for a key or token that never expires. */
+const expiresIn = Type.Optional(Type.Union([Type.String({ maxLength: 20 }), Type.Null()], { expected: "a string such as 30d, or null" }));
+
 export const CreateKeyBody = Type.Composite([
   Type.Object({
     name: Type.String({ maxLength: 100 }),
-    /** 90s, 30m, 12h or 30d; absent, null or empty for a key that never expires. */
-    expires_in: Type.Optional(Type.Union([Type.String({ maxLength: 20 }), Type.Null()], { expected: "a string such as 30d, or null" })),
+    expires_in: expiresIn,
   }),
   KeyLimitsBody,
 ]);
+
+export const CreateOrganizationBody = Type.Object({
+  name: Type.String({ maxLength: 100 }),
+  /** `active` unless given. */
+  status: Type.Optional(Type.String({ maxLength: 20 })),
+  /** `default` unless given. */
+  plan: Type.Optional(Type.String({ maxLength: 100 })),
+});
+
+export const CreateTokenBody = Type.Object({
+  name: Type.String({ maxLength: 100 }),
+  expires_in: expiresIn,
+});
 
 export const UpdateOrganizationBody = Type.Object({
   status: Type.Optional(Type.String({ maxLength: 20 })),
@@ -82,6 +97,8 @@ export type SignIn = Static<typeof SignInBody>;
 export type CreateKey = Static<typeof CreateKeyBody>;
 export type KeyLimitsInput = Static<typeof KeyLimitsBody>;
 export type UpdateOrganization = Static<typeof UpdateOrganizationBody>;
+export type CreateOrganization = Static<typeof CreateOrganizationBody>;
+export type CreateToken = Static<typeof CreateTokenBody>;
 
 function checked<T extends TSchema>(model: T, value: unknown): Static<T> {
   const result = validateBody(model, value, []);

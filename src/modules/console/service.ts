@@ -6,12 +6,13 @@ import { parseDuration, parseTimeBound, timeBoundForms } from "../keys/duration"
 import { checkOutcome, defaultPageSize, maxPageSize, type RequestLogPage, type RequestLogService } from "../requests/service";
 import { checkKeyModels, KeyError, type ApiKeyInfo, type KeyService } from "../keys/service";
 import type { ModelRegistry } from "../models/registry";
-import { organizationStatuses, type Organization, type OrganizationService, type OrganizationStatus } from "../organizations/service";
+import { OrganizationError, organizationStatuses, type Organization, type OrganizationService, type OrganizationStatus } from "../organizations/service";
 import type { Queue } from "../queue/model-queue";
-import type { AuditEntry, RequestLogFilter, UsageRepository } from "../../storage/types";
+import type { AuditEntry, ConsoleTokenInfo, RequestLogFilter, UsageRepository } from "../../storage/types";
 import { auditActions, type AuditActor, type AuditLog } from "../audit/service";
 import type { AccountService, Actor } from "./accounts";
-import type { AuditQueryInput, CreateKey, KeyLimitsInput, RequestLogQueryInput, SignUp, UpdateOrganization } from "./model";
+import type { AuditQueryInput, CreateKey, CreateOrganization, CreateToken, KeyLimitsInput, RequestLogQueryInput, SignUp, UpdateOrganization } from "./model";
+import { tokenNotFound } from "./tokens";
 import { restoreKeyFromLedger } from "../admission/ledger-usage";
 import type { UsageSnapshot } from "../admission/store";
 import { keyLimitsOf } from "../auth/service";
@@ -52,11 +53,32 @@ function pageSize(limit: string | undefined): number {
 }
 
 function auditActor(actor: Actor): AuditActor {
-  return { kind: "console", name: actor.email };
+  return actor.tokenName === undefined ? { kind: "console", name: actor.email } : { kind: "token", name: `${actor.email} [${actor.tokenName}]` };
 }
 
 function forbidden(): SluiceError {
   return new SluiceError("forbidden", "You do not have access to this.");
+}
+
+/** A body's `expires_in` in milliseconds; undefined for none. */
+function expiryOf(text: string | null | undefined): number | undefined {
+  if (!text) return undefined;
+  const milliseconds = parseDuration(text);
+  if (milliseconds === undefined) throw invalidRequest("The expiry must look like 90s, 30m, 12h or 30d.", "expires_in");
+  return milliseconds;
+}
+
+function checkStatus(status: string): void {
+  if (!(organizationStatuses as readonly string[]).includes(status))
+    throw invalidRequest(`status must be one of ${organizationStatuses.join(", ")}.`, "status");
+}
+
+/**
+ * What only a signed-in session may do: sign out, and make or revoke console tokens (a leaked token must not be able
+ * to mint others that outlive its revocation).
+ */
+export function requireSession(actor: Actor): void {
+  if (actor.tokenName !== undefined) throw new SluiceError("forbidden", "This needs a signed-in session, not a console token.");
 }
 
 /**
@@ -75,7 +97,7 @@ export class ConsoleService {
     if (await this.deps.organizations.findByName(name)) throw invalidRequest("An organization with this name already exists.", "organization");
     // The new member is the actor of its own sign-up.
     const actor: AuditActor = { kind: "console", name: email };
-    const organization = await this.deps.organizations.create({ name, plan: "default", status: "waitlist" }, actor);
+    const organization = await this.newOrganization({ name, plan: "default", status: "waitlist" }, actor, "organization");
     await this.deps.accounts.createUser({ email, password: input.password, role: "member", organizationId: organization.id }, actor);
   }
 
@@ -113,22 +135,28 @@ export class ConsoleService {
     }
   }
 
-  async listKeys(actor: Actor): Promise<ApiKeyInfo[]> {
-    return await this.deps.keys.listForOrganization((await this.memberOrganization(actor)).id);
+  /** A member's own organization's keys, or (operators) those of the organization named. */
+  async listKeys(actor: Actor, organizationId?: string): Promise<ApiKeyInfo[]> {
+    return await this.deps.keys.listForOrganization((await this.organizationFor(actor, organizationId)).id);
   }
 
-  /** Creates a key; its secret is in this answer and nowhere else, ever. */
-  async createKey(actor: Actor, input: CreateKey): Promise<{ key: ApiKeyInfo; secret: string }> {
-    const organization = await this.memberOrganization(actor);
-    if (organization.status !== "active")
-      throw new SluiceError("organization_inactive", "Your organization is not active yet; keys can be created once an operator activates it.");
+  /**
+   * Creates a key in a member's own organization, or (operators) in the organization named; its secret is in this
+   * answer and nowhere else, ever.
+   */
+  async createKey(actor: Actor, input: CreateKey, organizationId?: string): Promise<{ key: ApiKeyInfo; secret: string }> {
+    const organization = await this.organizationFor(actor, organizationId);
+    if (organization.status !== "active") {
+      throw new SluiceError(
+        "organization_inactive",
+        organizationId === undefined
+          ? "Your organization is not active yet; keys can be created once an operator activates it."
+          : `The organization is ${organization.status}; activate it before creating keys.`,
+      );
+    }
     const name = input.name.trim();
     if (!name) throw invalidRequest("Give the key a label (at most 100 characters).", "name");
-    let expiresInMs: number | undefined;
-    if (input.expires_in) {
-      expiresInMs = parseDuration(input.expires_in);
-      if (expiresInMs === undefined) throw invalidRequest("The expiry must look like 90s, 30m, 12h or 30d.", "expires_in");
-    }
+    const expiresInMs = expiryOf(input.expires_in);
     const models = this.keyModels(organization.plan, input.models) ?? null;
     return await this.deps.keys.create({ organizationId: organization.id, name, expiresInMs, limits: limitsOf(input), models }, auditActor(actor));
   }
@@ -138,9 +166,7 @@ export class ConsoleService {
    * plan); the next request is held to them.
    */
   async setKeyLimits(actor: Actor, keyId: string, input: KeyLimitsInput): Promise<ApiKeyInfo> {
-    const organization = await this.memberOrganization(actor);
-    const key = await this.deps.keys.find(keyId);
-    if (!key || key.organizationId !== organization.id) throw new SluiceError("not_found", "No such key.");
+    const { organization } = await this.keyFor(actor, keyId);
     const models = this.keyModels(organization.plan, input.models);
     if (models !== undefined) await this.deps.keys.setModels(keyId, models, auditActor(actor));
     const updated = await this.deps.keys.setLimits(keyId, limitsOf(input), auditActor(actor));
@@ -152,17 +178,15 @@ export class ConsoleService {
   }
 
   async revokeKey(actor: Actor, keyId: string): Promise<ApiKeyInfo> {
-    const organization = await this.memberOrganization(actor);
-    const key = await this.deps.keys.find(keyId);
-    // Another organization's key looks exactly like a key that does not exist.
-    if (!key || key.organizationId !== organization.id) throw new SluiceError("not_found", "No such key.");
+    await this.keyFor(actor, keyId);
     const revoked = await this.deps.keys.revoke(keyId, auditActor(actor));
     this.deps.auth.invalidate();
     return revoked;
   }
 
-  async usage(actor: Actor) {
-    const organization = await this.memberOrganization(actor);
+  /** A member's own organization's usage, or (operators) that of the organization named. */
+  async usage(actor: Actor, organizationId?: string) {
+    const organization = await this.organizationFor(actor, organizationId);
     const plan = this.deps.plans.get(organization.plan);
     const now = this.deps.clock();
     const snapshot = plan ? await this.deps.admission.snapshot(organization.id, plan, now) : undefined;
@@ -195,13 +219,31 @@ export class ConsoleService {
     );
   }
 
+  /** Creates an organization (operators): active on the `default` plan unless the body says otherwise. */
+  async createOrganization(actor: Actor, input: CreateOrganization): Promise<Organization> {
+    this.requireOperator(actor);
+    if (input.status !== undefined) checkStatus(input.status);
+    const plan = input.plan ?? "default";
+    if (!this.deps.plans.has(plan)) throw invalidRequest(input.plan === undefined ? 'No plan is named "default": name one.' : "Unknown plan.", "plan");
+    if (!input.name.trim()) throw invalidRequest("Give the organization a name (at most 100 characters).", "name");
+    return await this.newOrganization({ name: input.name, plan, status: input.status as OrganizationStatus | undefined }, auditActor(actor), "name");
+  }
+
+  /** Creates an organization whose input was checked; a name taken meanwhile (another request, another instance) is 400. */
+  private async newOrganization(input: { name: string; plan: string; status?: OrganizationStatus }, actor: AuditActor, param: string): Promise<Organization> {
+    try {
+      return await this.deps.organizations.create(input, actor);
+    } catch (error) {
+      if (error instanceof OrganizationError) throw invalidRequest("An organization with this name already exists.", param);
+      throw error;
+    }
+  }
+
   async updateOrganization(actor: Actor, organizationId: string, input: UpdateOrganization): Promise<Organization> {
     this.requireOperator(actor);
     const organization = await this.organization(organizationId);
     if (!organization) throw new SluiceError("not_found", "No such organization.");
-    if (input.status !== undefined && !(organizationStatuses as readonly string[]).includes(input.status)) {
-      throw invalidRequest(`status must be one of ${organizationStatuses.join(", ")}.`, "status");
-    }
+    if (input.status !== undefined) checkStatus(input.status);
     if (input.plan !== undefined && !this.deps.plans.has(input.plan)) throw invalidRequest("Unknown plan.", "plan");
     const updated = await this.deps.organizations.update(
       organization.name,
@@ -307,6 +349,51 @@ export class ConsoleService {
 
   private organization(id: string): Promise<Organization | undefined> {
     return this.deps.organizations.findById(id);
+  }
+
+  /** The console tokens an actor may see: an operator's view is every account's, a member's its own. */
+  async listTokens(actor: Actor): Promise<ConsoleTokenInfo[]> {
+    requireSession(actor);
+    return await this.deps.accounts.tokens.list(actor.role === "operator" ? undefined : actor.userId);
+  }
+
+  /** A console token for the signed-in account; its secret is in this answer and nowhere else, ever. */
+  async createToken(actor: Actor, input: CreateToken): Promise<{ token: ConsoleTokenInfo; secret: string }> {
+    requireSession(actor);
+    const expiresInMs = expiryOf(input.expires_in);
+    const owner = { id: actor.userId, email: actor.email, organizationId: actor.organizationId };
+    return await this.deps.accounts.tokens.create({ owner, name: input.name, expiresInMs, now: this.deps.clock() }, auditActor(actor));
+  }
+
+  /** Revokes one of the actor's own tokens, or (operators) anyone's. */
+  async revokeToken(actor: Actor, tokenId: string): Promise<ConsoleTokenInfo> {
+    requireSession(actor);
+    const token = await this.deps.accounts.tokens.find(tokenId);
+    if (!token || (actor.role !== "operator" && token.userId !== actor.userId)) throw tokenNotFound();
+    return await this.deps.accounts.tokens.revoke(token, auditActor(actor), this.deps.clock());
+  }
+
+  /** The organization a route acts on: a member's own, or (operators only) the one named. */
+  private async organizationFor(actor: Actor, organizationId: string | undefined): Promise<Organization> {
+    if (organizationId === undefined) return await this.memberOrganization(actor);
+    this.requireOperator(actor);
+    const organization = await this.organization(organizationId);
+    if (!organization) throw new SluiceError("not_found", "No such organization.");
+    return organization;
+  }
+
+  /** A key a member's organization holds, or (operators) any key, with its organization. */
+  private async keyFor(actor: Actor, keyId: string): Promise<{ key: ApiKeyInfo; organization: Organization }> {
+    const key = await this.deps.keys.find(keyId);
+    // Another organization's key looks exactly like a key that does not exist.
+    if (actor.role === "operator") {
+      const organization = key && (await this.organization(key.organizationId));
+      if (!key || !organization) throw new SluiceError("not_found", "No such key.");
+      return { key, organization };
+    }
+    const organization = await this.memberOrganization(actor);
+    if (!key || key.organizationId !== organization.id) throw new SluiceError("not_found", "No such key.");
+    return { key, organization };
   }
 
   private async memberOrganization(actor: Actor): Promise<Organization> {

@@ -32,7 +32,13 @@ export class OrganizationService {
     if (await this.findByName(name)) throw new OrganizationError(`organization "${name}" already exists`);
     const row: Organization = { id: randomId("org_", 12), name, plan, status: input.status ?? "active", createdAt: Date.now() };
     // Nothing caches an organization before it exists: no instance needs telling.
-    await this.repository.insert(row);
+    try {
+      await this.repository.insert(row);
+    } catch (error) {
+      // The same name created at the same moment by another request or instance: the name's unique index said no.
+      if (await this.findByName(name)) throw new OrganizationError(`organization "${name}" already exists`);
+      throw error;
+    }
     await this.audit.record(actor, "organization.created", row.name, {
       organizationId: row.id,
       changes: { plan: [null, row.plan], status: [null, row.status] },

@@ -178,6 +178,42 @@ test("sign up, waitlist, operator activates, sign in, create a key, use it, usag
   expect(violations).toEqual([]);
 }, 60_000);
 
+test("an operator makes a console token, a script provisions with it, the operator revokes it", async () => {
+  const page = watchPolicy(await (await browser.newContext()).newPage());
+  await page.goto(sluice.url);
+  await page.getByLabel("Email").fill("operator@example.com");
+  await page.getByLabel("Password").fill("operator password");
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.getByRole("button", { name: "Console tokens" }).click();
+  await page.getByLabel("Name").fill("provisioning");
+  await page.getByLabel("Expires after (optional)").selectOption("30d");
+  await page.getByRole("button", { name: "Create token" }).click();
+  const token = (await page.getByTestId("new-console-token").textContent())?.trim() as string;
+  expect(token).toMatch(/^sluice-console-/);
+  await shot(page, "08-console-token-created");
+  await page.getByRole("button", { name: "I have stored it" }).click();
+  expect(await page.content()).not.toContain(token);
+  await visible(page.getByRole("cell", { name: "operator@example.com" }));
+
+  const script = (path: string, body?: unknown) =>
+    fetch(`${sluice.url}/console/api${path}`, {
+      method: body === undefined ? "GET" : "POST",
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+  const created = await script("/operator/organizations", { name: "Scripted Co" });
+  expect(created.status).toBe(201);
+  await page.getByRole("button", { name: "Organizations and models" }).click();
+  await visible(page.getByTestId("org-Scripted Co"));
+
+  await page.getByRole("button", { name: "Console tokens" }).click();
+  page.once("dialog", (dialog) => void dialog.accept());
+  await page.getByRole("button", { name: "Revoke provisioning" }).click();
+  await visible(page.getByRole("cell", { name: "revoked" }));
+  expect((await script("/operator/organizations")).status).toBe(401);
+  expect(violations).toEqual([]);
+}, 60_000);
+
 test("another site cannot frame the console", async () => {
   const page = await (await browser.newContext()).newPage();
   const refused: string[] = [];

@@ -7,6 +7,7 @@ import operators from "./0001_operators.sql" with { type: "text" };
 import keyLimits from "./0002_key_limits.sql" with { type: "text" };
 import usageHours from "./0003_usage_hours.sql" with { type: "text" };
 import keyModels from "./0004_key_models.sql" with { type: "text" };
+import consoleTokens from "./0005_console_tokens.sql" with { type: "text" };
 import type { EmbeddedMigration } from "../../migrations/index";
 
 const sqlByTag: Record<string, string> = {
@@ -15,6 +16,7 @@ const sqlByTag: Record<string, string> = {
   "0002_key_limits": keyLimits,
   "0003_usage_hours": usageHours,
   "0004_key_models": keyModels,
+  "0005_console_tokens": consoleTokens,
 };
 
 export const postgresJournalTags: string[] = journal.entries.map((entry) => entry.tag);

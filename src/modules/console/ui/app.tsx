@@ -5,8 +5,11 @@ import uPlot from "uplot";
 import "uplot/dist/uPlot.min.css";
 import { api, setCsrfToken } from "./api";
 import { ErrorText } from "./error-text";
+import { shownTime } from "./time";
 import { capsBody, CapsFields, capsSummary, EditCaps, type Caps } from "./key-caps";
 import { AuditPage, RequestsPage } from "./logs";
+import { ExpiryField, secretStatus, ShownOnce } from "./new-secret";
+import { TokensPage } from "./tokens";
 import type { ServerHealth } from "../../../upstream/server-health";
 
 interface Me {
@@ -36,8 +39,6 @@ interface Usage {
   keys: { id: string; name: string; limits: Caps; snapshot: { fiveHours: Window; month: Window; inFlight: number } }[];
   series: { hours: number[]; byModel: Record<string, number[]>; byKey: Record<string, number[]> };
 }
-
-const time = (value: number | null) => (value === null ? "—" : new Date(value).toLocaleString());
 
 function SignIn({ onSignedIn }: { onSignedIn: (me: Me) => void }) {
   const [mode, setMode] = useState<"signin" | "signup">("signin");
@@ -93,7 +94,6 @@ function SignIn({ onSignedIn }: { onSignedIn: (me: Me) => void }) {
 function Keys({ me }: { me: Me }) {
   const [keys, setKeys] = useState<Key[]>([]);
   const [created, setCreated] = useState<{ secret: string; name: string } | null>(null);
-  const [copied, setCopied] = useState(false);
   const [error, setError] = useState("");
   const [editing, setEditing] = useState<string | null>(null);
   const load = () => api<Key[]>("/keys").then(setKeys, (caught: Error) => setError(caught.message));
@@ -109,7 +109,6 @@ function Keys({ me }: { me: Me }) {
         ...capsBody(form),
       });
       setCreated({ secret: result.secret, name: result.key.name });
-      setCopied(false);
       (event.target as HTMLFormElement).reset();
       await load();
     } catch (caught) {
@@ -131,43 +130,14 @@ function Keys({ me }: { me: Me }) {
           activates it.
         </p>
       )}
-      {created && (
-        <div class="notice" role="status" aria-live="polite">
-          <p>
-            <strong>Copy your new key "{created.name}" now.</strong> It is shown this once and never again.
-          </p>
-          <p class="secret" data-testid="new-key">
-            {created.secret}
-          </p>
-          <button
-            type="button"
-            onClick={async () => {
-              await navigator.clipboard?.writeText(created.secret).catch(() => undefined);
-              setCopied(true);
-            }}
-          >
-            {copied ? "Copied" : "Copy"}
-          </button>{" "}
-          <button type="button" onClick={() => setCreated(null)}>
-            I have stored it
-          </button>
-        </div>
-      )}
+      {created && <ShownOnce what="key" name={created.name} secret={created.secret} onDone={() => setCreated(null)} />}
       {active && (
         <form onSubmit={create}>
           <label>
             Label
             <input name="name" required maxLength={100} />
           </label>
-          <label>
-            Expires after (optional)
-            <select name="expires_in">
-              <option value="">Never</option>
-              <option value="1d">1 day</option>
-              <option value="30d">30 days</option>
-              <option value="90d">90 days</option>
-            </select>
-          </label>
+          <ExpiryField />
           <CapsFields label="inside your plan" planModels={me.organization?.models ?? []} />
           <button class="primary" type="submit">
             Create key
@@ -197,10 +167,10 @@ function Keys({ me }: { me: Me }) {
                 <td>
                   <code>{key.prefix}…</code>
                 </td>
-                <td>{time(key.createdAt)}</td>
-                <td>{time(key.lastUsedAt)}</td>
-                <td>{time(key.expiresAt)}</td>
-                <td>{key.revokedAt ? "revoked" : key.expiresAt && key.expiresAt < Date.now() ? "expired" : "active"}</td>
+                <td>{shownTime(key.createdAt)}</td>
+                <td>{shownTime(key.lastUsedAt)}</td>
+                <td>{shownTime(key.expiresAt)}</td>
+                <td>{secretStatus(key)}</td>
                 <td data-testid={`caps-${key.name}`}>{capsSummary(key)}</td>
                 <td>
                   {!key.revokedAt && (
@@ -457,7 +427,7 @@ function Operator() {
 
 function App() {
   const [me, setMe] = useState<Me | null | undefined>(undefined);
-  const [page, setPage] = useState<"keys" | "usage" | "requests" | "operator" | "audit">("keys");
+  const [page, setPage] = useState<"keys" | "usage" | "requests" | "operator" | "audit" | "tokens">("keys");
   useEffect(() => {
     api<Me>("/me").then(
       (current) => {
@@ -479,8 +449,15 @@ function App() {
     setMe(null);
   };
   if (me === undefined) return <p>Loading…</p>;
-  const tabs = me?.role === "operator" ? (["operator", "requests", "audit"] as const) : (["keys", "usage", "requests"] as const);
-  const labels = { keys: "API keys", usage: "Usage", requests: "Requests", operator: "Organizations and models", audit: "Audit trail" };
+  const tabs = me?.role === "operator" ? (["operator", "requests", "audit", "tokens"] as const) : (["keys", "usage", "requests", "tokens"] as const);
+  const labels = {
+    keys: "API keys",
+    usage: "Usage",
+    requests: "Requests",
+    operator: "Organizations and models",
+    audit: "Audit trail",
+    tokens: "Console tokens",
+  };
   return (
     <>
       <header>
@@ -509,6 +486,7 @@ function App() {
       {me && page === "operator" && <Operator />}
       {me && page === "requests" && <RequestsPage operator={me.role === "operator"} />}
       {me && page === "audit" && <AuditPage />}
+      {me && page === "tokens" && <TokensPage operator={me.role === "operator"} />}
     </>
   );
 }

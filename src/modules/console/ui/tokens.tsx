@@ -1,0 +1,100 @@
+// Console tokens: made and revoked here, for scripts that drive the console API with `Authorization: Bearer`.
+import { useEffect, useState } from "preact/hooks";
+import { api } from "./api";
+import { ErrorText } from "./error-text";
+import { shownTime } from "./time";
+import { ExpiryField, secretStatus, ShownOnce } from "./new-secret";
+
+interface Token {
+  id: string;
+  name: string;
+  email: string;
+  prefix: string;
+  createdAt: number;
+  expiresAt: number | null;
+  revokedAt: number | null;
+}
+
+export function TokensPage({ operator }: { operator: boolean }) {
+  const [tokens, setTokens] = useState<Token[]>([]);
+  const [created, setCreated] = useState<{ secret: string; name: string } | null>(null);
+  const [error, setError] = useState("");
+  const load = () => api<Token[]>("/tokens").then(setTokens, (caught: Error) => setError(caught.message));
+  useEffect(() => void load(), []);
+  const create = async (event: Event) => {
+    event.preventDefault();
+    const form = new FormData(event.target as HTMLFormElement);
+    setError("");
+    try {
+      const result = await api<{ token: Token; secret: string }>("/tokens", { name: form.get("name"), expires_in: form.get("expires_in") || undefined });
+      setCreated({ secret: result.secret, name: result.token.name });
+      (event.target as HTMLFormElement).reset();
+      await load();
+    } catch (caught) {
+      setError((caught as Error).message);
+    }
+  };
+  const revoke = async (token: Token) => {
+    if (!confirm(`Revoke the console token "${token.name}"? Scripts using it stop working at once.`)) return;
+    await api(`/tokens/${token.id}/revoke`, {}).catch((caught: Error) => setError(caught.message));
+    await load();
+  };
+  return (
+    <section aria-labelledby="tokens-title">
+      <h2 id="tokens-title">Console tokens</h2>
+      <p>
+        For scripts that use the console API (<code>/console/api</code>) with <code>Authorization: Bearer</code>: a token can do what you can do here. It is not
+        an API key for the models.
+      </p>
+      {created && <ShownOnce what="console token" name={created.name} secret={created.secret} onDone={() => setCreated(null)} />}
+      <form onSubmit={create}>
+        <label>
+          Name
+          <input name="name" required maxLength={100} />
+        </label>
+        <ExpiryField />
+        <button class="primary" type="submit">
+          Create token
+        </button>
+      </form>
+      <ErrorText error={error} />
+      <div class="table-wrap">
+        <table>
+          <caption class="visually-hidden">{operator ? "Every account's console tokens" : "Your console tokens"}</caption>
+          <thead>
+            <tr>
+              <th scope="col">Name</th>
+              {operator && <th scope="col">Account</th>}
+              <th scope="col">Prefix</th>
+              <th scope="col">Created</th>
+              <th scope="col">Expires</th>
+              <th scope="col">Status</th>
+              <th scope="col" />
+            </tr>
+          </thead>
+          <tbody>
+            {tokens.map((token) => (
+              <tr key={token.id}>
+                <td>{token.name}</td>
+                {operator && <td>{token.email}</td>}
+                <td>
+                  <code>{token.prefix}…</code>
+                </td>
+                <td>{shownTime(token.createdAt)}</td>
+                <td>{shownTime(token.expiresAt)}</td>
+                <td>{secretStatus(token)}</td>
+                <td>
+                  {!token.revokedAt && (
+                    <button type="button" onClick={() => revoke(token)} aria-label={`Revoke ${token.name}`}>
+                      Revoke
+                    </button>
+                  )}
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </div>
+    </section>
+  );
+}
