@@ -97,7 +97,7 @@ function sse(body: string | ReadableStream<Uint8Array>): Response {
  * `completion-tokens-only` (a 400 for max_tokens, as OpenAI's reasoning models answer), `fail-500`, `overloaded-429`, `hang`, `context-400`, `bad-400`, `no-usage`, `html-200`, `error-200`, `refusal` and `refusal-redline` (OpenAI's refusal field), `custom-call` (whole answers only), `midstream-error`,
  * `malformed-stream`, `no-done`.
  */
-export function startFakeUpstream(): FakeUpstream {
+export function startFakeUpstream(options: { tls?: { cert: string; key: string } } = {}): FakeUpstream {
   const state = {
     bodies: [] as Record<string, unknown>[],
     authorizations: [] as (string | null)[],
@@ -109,6 +109,7 @@ export function startFakeUpstream(): FakeUpstream {
   const server = Bun.serve({
     port: 0,
     idleTimeout: 0,
+    tls: options.tls,
     async fetch(request) {
       const url = new URL(request.url);
       state.requests.push({ path: url.pathname + url.search, headers: request.headers.toJSON() });
@@ -328,7 +329,7 @@ export function startFakeUpstream(): FakeUpstream {
   }
 
   return {
-    url: `http://127.0.0.1:${server.port}/v1`,
+    url: `${options.tls ? "https" : "http"}://127.0.0.1:${server.port}/v1`,
     get bodies() {
       return state.bodies;
     },

@@ -8,6 +8,7 @@ import { redactUrl } from "../storage/open";
 import { RedisConnection } from "../storage/redis";
 import { withTimeout } from "../storage/with-timeout";
 import { accessHeaders, upstreamUrl } from "../upstream/endpoint";
+import { isUntrustedCertificate } from "../upstream/errors";
 
 interface Finding {
   ok: boolean;
@@ -26,7 +27,10 @@ async function checkUpstream(model: ModelConfig, baseUrl: string): Promise<Findi
     return { ok: true, text: `model ${id}: ${baseUrl} reachable (HTTP ${response.status})` };
   } catch (error) {
     const reason = (error as Error).name === "TimeoutError" ? "no answer within 3 s" : (error as Error).message;
-    return { ok: false, text: `model ${id}: cannot reach ${baseUrl} (${reason})` };
+    const hint = isUntrustedCertificate(error)
+      ? "; if its certificate comes from a private CA, start Sluice (and this command) with NODE_EXTRA_CA_CERTS=/path/to/ca.pem"
+      : "";
+    return { ok: false, text: `model ${id}: cannot reach ${baseUrl} (${reason})${hint}` };
   }
 }
 

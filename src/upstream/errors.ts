@@ -84,9 +84,36 @@ export function abortError(modelId: string, signal: AbortSignal, reached = true)
   return new ClientGoneError("client disconnected", reached);
 }
 
+/** fetch's codes for a server certificate whose chain does not lead to a trusted CA: a private CA, a self-signed one. */
+const untrustedCertificateCodes = new Set([
+  "UNABLE_TO_VERIFY_LEAF_SIGNATURE",
+  "UNABLE_TO_GET_ISSUER_CERT",
+  "UNABLE_TO_GET_ISSUER_CERT_LOCALLY",
+  "SELF_SIGNED_CERT_IN_CHAIN",
+  "DEPTH_ZERO_SELF_SIGNED_CERT",
+]);
+
+/** Whether fetch failed because it does not trust the server's certificate (see the README on NODE_EXTRA_CA_CERTS). */
+export function isUntrustedCertificate(error: unknown): boolean {
+  return untrustedCertificateCodes.has(String((error as { code?: unknown })?.code));
+}
+
+/** A certificate refused, for any reason: the TLS handshake failed, so no request was sent. */
+function isCertificateFailure(error: unknown): boolean {
+  const code = String((error as { code?: unknown })?.code);
+  return untrustedCertificateCodes.has(code) || code === "ERR_TLS_CERT_ALTNAME_INVALID" || code === "CERT_HAS_EXPIRED" || code === "CERT_NOT_YET_VALID";
+}
+
 function isConnectionFailure(error: unknown): boolean {
   const code = (error as { code?: unknown })?.code;
-  return code === "ECONNREFUSED" || code === "ConnectionRefused" || code === "ENOTFOUND" || code === "FailedToOpenSocket" || code === "EHOSTUNREACH";
+  return (
+    code === "ECONNREFUSED" ||
+    code === "ConnectionRefused" ||
+    code === "ENOTFOUND" ||
+    code === "FailedToOpenSocket" ||
+    code === "EHOSTUNREACH" ||
+    isCertificateFailure(error)
+  );
 }
 
 /**
