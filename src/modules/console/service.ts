@@ -214,7 +214,13 @@ export class ConsoleService {
       organizations.map(async (organization) => {
         const plan = this.deps.plans.get(organization.plan);
         const snapshot = plan ? await this.deps.admission.snapshot(organization.id, plan, now) : undefined;
-        return { ...organization, fiveHourTokens: snapshot?.fiveHours.used ?? 0, monthTokens: snapshot?.month.used ?? 0 };
+        return {
+          ...organization,
+          fiveHourTokens: snapshot?.fiveHours.used ?? 0,
+          monthTokens: snapshot?.month.used ?? 0,
+          // What its keys may be limited to, for the operator's key form.
+          models: this.planModels(organization.plan),
+        };
       }),
     );
   }

@@ -214,6 +214,40 @@ test("an operator makes a console token, a script provisions with it, the operat
   expect(violations).toEqual([]);
 }, 60_000);
 
+test("an operator creates an organization and manages its keys from the console: one made, used, revoked", async () => {
+  const page = watchPolicy(await (await browser.newContext()).newPage());
+  await page.goto(sluice.url);
+  await page.getByLabel("Email").fill("operator@example.com");
+  await page.getByLabel("Password").fill("operator password");
+  await page.getByRole("button", { name: "Sign in" }).click();
+  const form = page.getByRole("form", { name: "New organization" });
+  await form.getByLabel("Organization name").fill("Console Co");
+  await form.getByRole("button", { name: "Create organization" }).click();
+  await visible(page.getByTestId("org-Console Co"));
+  await form.getByLabel("Organization name").fill("Console Co");
+  await form.getByRole("button", { name: "Create organization" }).click();
+  await visible(form.getByText("An organization with this name already exists."));
+
+  await page.getByRole("button", { name: "Keys of Console Co" }).click();
+  const keys = page.getByRole("region", { name: "Keys of Console Co" });
+  await keys.getByLabel("Label").fill("ops");
+  await keys.getByRole("button", { name: "Create key" }).click();
+  const secret = (await keys.getByTestId("new-key").textContent())?.trim() as string;
+  expect(secret).toMatch(/^sk-sluice-/);
+  await shot(page, "09-operator-keys");
+  await keys.getByRole("button", { name: "I have stored it" }).click();
+  const client = new OpenAI({ baseURL: sluice.baseURL, apiKey: secret, maxRetries: 0 });
+  const answer = await client.chat.completions.create({ model: "qwen3", messages: [{ role: "user", content: "hello" }] });
+  expect(answer.usage?.total_tokens).toBe(42);
+
+  page.once("dialog", (dialog) => void dialog.accept());
+  await keys.getByRole("button", { name: "Revoke ops" }).click();
+  await visible(keys.getByRole("cell", { name: "revoked" }));
+  const refused = await client.chat.completions.create({ model: "qwen3", messages: [{ role: "user", content: "hello" }] }).catch((caught: unknown) => caught);
+  expect(refused).toBeInstanceOf(OpenAI.AuthenticationError);
+  expect(violations).toEqual([]);
+}, 60_000);
+
 test("another site cannot frame the console", async () => {
   const page = await (await browser.newContext()).newPage();
   const refused: string[] = [];

@@ -91,19 +91,29 @@ function SignIn({ onSignedIn }: { onSignedIn: (me: Me) => void }) {
   );
 }
 
-function Keys({ me }: { me: Me }) {
+/** The organization whose keys a Keys page shows: a member's own, or any (the operator's view). */
+interface KeyOrganization {
+  id: string;
+  name: string;
+  status: string;
+  models: string[];
+}
+
+/** A member's keys, or (`operated`) an operator's view of one organization's keys, which may also be managed there. */
+function Keys({ organization, operated = false }: { organization: KeyOrganization; operated?: boolean }) {
+  const keysPath = operated ? `/operator/organizations/${organization.id}/keys` : "/keys";
   const [keys, setKeys] = useState<Key[]>([]);
   const [created, setCreated] = useState<{ secret: string; name: string } | null>(null);
   const [error, setError] = useState("");
   const [editing, setEditing] = useState<string | null>(null);
-  const load = () => api<Key[]>("/keys").then(setKeys, (caught: Error) => setError(caught.message));
+  const load = () => api<Key[]>(keysPath).then(setKeys, (caught: Error) => setError(caught.message));
   useEffect(() => void load(), []);
   const create = async (event: Event) => {
     event.preventDefault();
     const form = new FormData(event.target as HTMLFormElement);
     setError("");
     try {
-      const result = await api<{ key: Key; secret: string }>("/keys", {
+      const result = await api<{ key: Key; secret: string }>(keysPath, {
         name: form.get("name"),
         expires_in: form.get("expires_in") || undefined,
         ...capsBody(form),
@@ -120,14 +130,16 @@ function Keys({ me }: { me: Me }) {
     await api(`/keys/${key.id}/revoke`, {});
     await load();
   };
-  const active = me.organization?.status === "active";
+  const active = organization.status === "active";
+  const state = organization.status === "suspended" ? "suspended" : "on the waitlist";
   return (
-    <section aria-labelledby="keys-title">
-      <h2 id="keys-title">API keys</h2>
+    <section aria-labelledby={`keys-title-${organization.id}`}>
+      <h2 id={`keys-title-${organization.id}`}>{operated ? `Keys of ${organization.name}` : "API keys"}</h2>
       {!active && (
         <p class="notice" role="status">
-          Your organization is {me.organization?.status === "suspended" ? "suspended" : "on the waitlist"}. Keys can be created and used once an operator
-          activates it.
+          {operated
+            ? `${organization.name} is ${state}: activate it to create keys.`
+            : `Your organization is ${state}. Keys can be created and used once an operator activates it.`}
         </p>
       )}
       {created && <ShownOnce what="key" name={created.name} secret={created.secret} onDone={() => setCreated(null)} />}
@@ -138,7 +150,7 @@ function Keys({ me }: { me: Me }) {
             <input name="name" required maxLength={100} />
           </label>
           <ExpiryField />
-          <CapsFields label="inside your plan" planModels={me.organization?.models ?? []} />
+          <CapsFields label={operated ? "inside its plan" : "inside your plan"} planModels={organization.models} />
           <button class="primary" type="submit">
             Create key
           </button>
@@ -147,7 +159,7 @@ function Keys({ me }: { me: Me }) {
       <ErrorText error={error} />
       <div class="table-wrap">
         <table>
-          <caption class="visually-hidden">Your organization's keys</caption>
+          <caption class="visually-hidden">{operated ? `The keys of ${organization.name}` : "Your organization's keys"}</caption>
           <thead>
             <tr>
               <th scope="col">Label</th>
@@ -192,7 +204,7 @@ function Keys({ me }: { me: Me }) {
                       keyId={key.id}
                       name={key.name}
                       caps={key}
-                      planModels={me.organization?.models ?? []}
+                      planModels={organization.models}
                       onDone={() => {
                         setEditing(null);
                         void load();
@@ -301,9 +313,11 @@ function serverStateText(server: ServerHealth): string {
 }
 
 function Operator() {
-  const [organizations, setOrganizations] = useState<{ id: string; name: string; plan: string; status: string; fiveHourTokens: number; monthTokens: number }[]>(
-    [],
-  );
+  const [organizations, setOrganizations] = useState<
+    { id: string; name: string; plan: string; status: string; fiveHourTokens: number; monthTokens: number; models: string[] }[]
+  >([]);
+  const [showingKeys, setShowingKeys] = useState<string | null>(null);
+  const [error, setError] = useState("");
   const [models, setModels] = useState<
     {
       id: string;
@@ -327,10 +341,47 @@ function Operator() {
     await api(`/operator/organizations/${id}`, change);
     await load();
   };
+  const create = async (event: Event) => {
+    event.preventDefault();
+    const form = new FormData(event.target as HTMLFormElement);
+    setError("");
+    try {
+      await api("/operator/organizations", { name: form.get("name"), plan: form.get("plan"), status: form.get("status") });
+      (event.target as HTMLFormElement).reset();
+      await load();
+    } catch (caught) {
+      setError((caught as Error).message);
+    }
+  };
   return (
     <>
       <section aria-labelledby="orgs-title">
         <h2 id="orgs-title">Organizations</h2>
+        <form onSubmit={create} aria-label="New organization">
+          <label>
+            Organization name
+            <input name="name" required maxLength={100} />
+          </label>
+          <label>
+            Plan
+            <select name="plan">
+              {plans.map((plan) => (
+                <option key={plan}>{plan}</option>
+              ))}
+            </select>
+          </label>
+          <label>
+            Status
+            <select name="status">
+              <option value="active">active</option>
+              <option value="waitlist">waitlist</option>
+            </select>
+          </label>
+          <button class="primary" type="submit">
+            Create organization
+          </button>
+          <ErrorText error={error} />
+        </form>
         <div class="table-wrap">
           <table>
             <thead>
@@ -344,7 +395,7 @@ function Operator() {
               </tr>
             </thead>
             <tbody>
-              {organizations.map((organization) => (
+              {organizations.map((organization) => [
                 <tr key={organization.id} data-testid={`org-${organization.name}`}>
                   <td>{organization.name}</td>
                   <td>{organization.status}</td>
@@ -371,10 +422,24 @@ function Operator() {
                       <button type="button" onClick={() => update(organization.id, { status: "suspended" })}>
                         Suspend {organization.name}
                       </button>
-                    )}
+                    )}{" "}
+                    <button
+                      type="button"
+                      aria-expanded={showingKeys === organization.id}
+                      onClick={() => setShowingKeys(showingKeys === organization.id ? null : organization.id)}
+                    >
+                      Keys of {organization.name}
+                    </button>
                   </td>
-                </tr>
-              ))}
+                </tr>,
+                showingKeys === organization.id && (
+                  <tr key={`${organization.id}-keys`}>
+                    <td colSpan={6}>
+                      <Keys organization={organization} operated />
+                    </td>
+                  </tr>
+                ),
+              ])}
             </tbody>
           </table>
         </div>
@@ -481,7 +546,7 @@ function App() {
           Organization: {me.organization.name} ({me.organization.status}, plan {me.organization.plan})
         </p>
       )}
-      {me && page === "keys" && <Keys me={me} />}
+      {me?.organization && page === "keys" && <Keys organization={me.organization} />}
       {me && page === "usage" && <UsagePage />}
       {me && page === "operator" && <Operator />}
       {me && page === "requests" && <RequestsPage operator={me.role === "operator"} />}

@@ -47,8 +47,8 @@ export function CapsFields({ caps, label, planModels }: { caps?: Caps; label?: s
         </label>
       ))}
       <label>
-        Models (optional, separated by commas: {planModels.join(", ") || "none in your plan"})
-        <input name="models" placeholder="every model of your plan" defaultValue={caps?.models?.join(", ") ?? ""} />
+        Models (optional, separated by commas: {planModels.join(", ") || "none in the plan"})
+        <input name="models" placeholder="every model of the plan" defaultValue={caps?.models?.join(", ") ?? ""} />
       </label>
     </>
   );
