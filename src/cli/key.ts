@@ -1,7 +1,7 @@
 import type { Config } from "../config/schema";
 import { restoreKeyFromLedger } from "../modules/admission/ledger-usage";
 import { RedisAdmissionStore } from "../modules/admission/redis-store";
-import { parseDuration } from "../modules/keys/duration";
+import { parseDuration, parseGrace } from "../modules/keys/duration";
 import { checkKeyModels, noLimits, type ApiKeyInfo, type KeyLimits } from "../modules/keys/service";
 import { formatTime, withCliContext } from "./context";
 import { UsageError, parseCommand } from "./usage";
@@ -125,6 +125,21 @@ export async function runKey(args: string[]): Promise<number> {
           ].join("\t"),
         );
       }
+    });
+    return 0;
+  }
+  if (action === "rotate") {
+    const { values, positionals } = parseCommand(rest, { grace: { type: "string" }, "expires-in": { type: "string" } }, 1);
+    const grace = values.grace ?? "24h";
+    const graceMs = parseGrace(grace);
+    if (graceMs === undefined) throw new UsageError(`--grace must be now, or look like 90s, 30m, 12h or 30d, got "${grace}"`);
+    const expiresInMs = expiryOption(values["expires-in"]);
+    await withCliContext(async (context) => {
+      const { key, secret, previous } = await context.keys.rotate(positionals[0] as string, { graceMs, expiresInMs }, context.actor);
+      console.error(`created key ${key.id} "${key.name}" in place of ${previous.id}, expires ${formatTime(key.expiresAt)}`);
+      console.error(previous.revokedAt === null ? `${previous.id} keeps working until ${formatTime(previous.expiresAt)}` : `${previous.id} is revoked`);
+      console.error("this is the only time the new key is shown; store it now:");
+      console.log(secret);
     });
     return 0;
   }

@@ -22,6 +22,8 @@ export const usageText = `Usage: sluice <command>
              [--models ID,ID|all]
                                           the key's own caps and models, inside its organization's plan
   key list --org NAME
+  key rotate KEY_ID [--grace 24h|now] [--expires-in 30d]
+                                          a new key with the same label, caps and models; the old one works for the grace
   key revoke KEY_ID
   usage --org NAME                        5-hour and monthly usage: used, limit, remaining
   usage reset --org NAME                  forget the organization's usage so far (a running server honours it)

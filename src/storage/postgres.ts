@@ -76,6 +76,9 @@ function keyRepository(db: Database): KeyRepository {
     async revoke(keyId, at) {
       await timed(db.update(apiKeys).set({ revokedAt: at }).where(eq(apiKeys.id, keyId)));
     },
+    async setExpiry(keyId, expiresAt) {
+      await timed(db.update(apiKeys).set({ expiresAt }).where(eq(apiKeys.id, keyId)));
+    },
     async setLimits(keyId, { maxConcurrency, tokensPer5h, tokensPerMonth }) {
       await timed(db.update(apiKeys).set({ maxConcurrency, tokensPer5h, tokensPerMonth }).where(eq(apiKeys.id, keyId)));
     },

@@ -91,6 +91,9 @@ function keyRepository({ db, sqlite }: DatabaseHandle): KeyRepository {
     async revoke(keyId, at) {
       db.update(apiKeys).set({ revokedAt: at }).where(eq(apiKeys.id, keyId)).run();
     },
+    async setExpiry(keyId, expiresAt) {
+      db.update(apiKeys).set({ expiresAt }).where(eq(apiKeys.id, keyId)).run();
+    },
     async setLimits(keyId, { maxConcurrency, tokensPer5h, tokensPerMonth }) {
       db.update(apiKeys).set({ maxConcurrency, tokensPer5h, tokensPerMonth }).where(eq(apiKeys.id, keyId)).run();
     },

@@ -159,6 +159,7 @@ export interface KeyRepository {
   find(keyId: string): Promise<ApiKeyInfo | undefined>;
   revoke(keyId: string, at: number): Promise<void>;
   setLimits(keyId: string, limits: KeyLimits): Promise<void>;
+  setExpiry(keyId: string, expiresAt: number | null): Promise<void>;
   /** Sets the models a key may call; null: every model of its plan. */
   setModels(keyId: string, models: string[] | null): Promise<void>;
   /** Every key with a cap of its own (a partial index holds only them). */

@@ -439,3 +439,12 @@ test("the same organization created twenty times at once: one row; the others ar
   }
   expect((await storage.organizations.list()).filter((organization) => organization.name === "racing").length).toBe(1);
 });
+
+test("a key's expiry set and cleared (a rotation's grace)", async () => {
+  await storage.organizations.insert({ id: "org_expiry", name: "expiry", plan: "default", status: "active", createdAt: 1 });
+  await insertKey("key_expiry", "org_expiry", "rotating", "h_expiry");
+  await storage.keys.setExpiry("key_expiry", 5000);
+  expect((await storage.keys.find("key_expiry"))?.expiresAt).toBe(5000);
+  await storage.keys.setExpiry("key_expiry", null);
+  expect((await storage.keys.find("key_expiry"))?.expiresAt).toBeNull();
+});

@@ -12,6 +12,7 @@ import {
   readConsoleBody,
   readConsoleQuery,
   RequestLogQuery,
+  RotateKeyBody,
   SignInBody,
   SignUpBody,
   UpdateOrganizationBody,
@@ -88,6 +89,11 @@ export const consoleRoutes = (service: ConsoleService, accounts: AccountService)
         return service.createKey(actor, body);
       })
       .post("/keys/:id/revoke", ({ actor, params }) => service.revokeKey(actor, params.id))
+      .post("/keys/:id/rotate", async ({ actor, params, request, set }) => {
+        const body = await readConsoleBody(request, RotateKeyBody);
+        set.status = 201;
+        return service.rotateKey(actor, params.id, body);
+      })
       .post("/keys/:id/limits", async ({ actor, params, request }) => service.setKeyLimits(actor, params.id, await readConsoleBody(request, KeyLimitsBody)))
       .get("/usage", ({ actor }) => service.usage(actor))
       .get("/tokens", ({ actor }) => service.listTokens(actor))

@@ -46,6 +46,13 @@ export const CreateKeyBody = Type.Composite([
   KeyLimitsBody,
 ]);
 
+export const RotateKeyBody = Type.Object({
+  /** How long the old key keeps working: `now`, or 90s, 30m, 12h, 30d; 24h when absent. */
+  grace: Type.Optional(Type.String({ maxLength: 20 })),
+  /** The new key's lifetime; absent: the old key's, if it had one. */
+  expires_in: expiresIn,
+});
+
 export const CreateOrganizationBody = Type.Object({
   name: Type.String({ maxLength: 100 }),
   /** `active` unless given. */
@@ -99,6 +106,7 @@ export type KeyLimitsInput = Static<typeof KeyLimitsBody>;
 export type UpdateOrganization = Static<typeof UpdateOrganizationBody>;
 export type CreateOrganization = Static<typeof CreateOrganizationBody>;
 export type CreateToken = Static<typeof CreateTokenBody>;
+export type RotateKey = Static<typeof RotateKeyBody>;
 
 function checked<T extends TSchema>(model: T, value: unknown): Static<T> {
   const result = validateBody(model, value, []);

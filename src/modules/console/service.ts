@@ -2,7 +2,7 @@ import type { PlanConfig } from "../../config/schema";
 import { SluiceError, invalidRequest } from "../../errors";
 import type { AdmissionStore } from "../admission/store";
 import type { AuthService } from "../auth/service";
-import { parseDuration, parseTimeBound, timeBoundForms } from "../keys/duration";
+import { parseDuration, parseGrace, parseTimeBound, timeBoundForms } from "../keys/duration";
 import { checkOutcome, defaultPageSize, maxPageSize, type RequestLogPage, type RequestLogService } from "../requests/service";
 import { checkKeyModels, KeyError, type ApiKeyInfo, type KeyService } from "../keys/service";
 import type { ModelRegistry } from "../models/registry";
@@ -11,7 +11,17 @@ import type { Queue } from "../queue/model-queue";
 import type { AuditEntry, ConsoleTokenInfo, RequestLogFilter, UsageRepository } from "../../storage/types";
 import { auditActions, type AuditActor, type AuditLog } from "../audit/service";
 import type { AccountService, Actor } from "./accounts";
-import type { AuditQueryInput, CreateKey, CreateOrganization, CreateToken, KeyLimitsInput, RequestLogQueryInput, SignUp, UpdateOrganization } from "./model";
+import type {
+  AuditQueryInput,
+  CreateKey,
+  CreateOrganization,
+  CreateToken,
+  KeyLimitsInput,
+  RequestLogQueryInput,
+  RotateKey,
+  SignUp,
+  UpdateOrganization,
+} from "./model";
 import { tokenNotFound } from "./tokens";
 import { restoreKeyFromLedger } from "../admission/ledger-usage";
 import type { UsageSnapshot } from "../admission/store";
@@ -175,6 +185,25 @@ export class ConsoleService {
     // enforces them (Redis in shared mode; a server on the same SQLite file in another process notices by itself).
     await restoreKeyFromLedger(this.deps.admission, this.deps.usage, updated, this.deps.clock());
     return updated;
+  }
+
+  /**
+   * Replaces a key (see KeyService.rotate): the new key's secret is in this answer and nowhere else; the old key works
+   * for `grace` more (24 hours unless given).
+   */
+  async rotateKey(actor: Actor, keyId: string, input: RotateKey): Promise<{ key: ApiKeyInfo; secret: string; previous: ApiKeyInfo }> {
+    await this.keyFor(actor, keyId);
+    const graceMs = parseGrace(input.grace ?? "24h");
+    if (graceMs === undefined) throw invalidRequest("grace must be now, or look like 90s, 30m, 12h or 30d.", "grace");
+    const expiresInMs = expiryOf(input.expires_in);
+    try {
+      const rotated = await this.deps.keys.rotate(keyId, { graceMs, expiresInMs, now: this.deps.clock() }, auditActor(actor));
+      this.deps.auth.invalidate();
+      return rotated;
+    } catch (error) {
+      if (error instanceof KeyError) throw invalidRequest(`${error.message}.`);
+      throw error;
+    }
   }
 
   async revokeKey(actor: Actor, keyId: string): Promise<ApiKeyInfo> {

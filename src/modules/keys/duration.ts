@@ -9,6 +9,11 @@ export function parseDuration(text: string): number | undefined {
   return amount * unitMs[match[2] as keyof typeof unitMs];
 }
 
+/** A grace period: `now` (none), or a duration as parseDuration reads it. */
+export function parseGrace(text: string): number | undefined {
+  return text.trim() === "now" ? 0 : parseDuration(text);
+}
+
 /** What parseTimeBound takes, for the message that refuses anything else. */
 export const timeBoundForms = "a time back from now (24h, 7d), an ISO 8601 time, or milliseconds since the epoch";
 

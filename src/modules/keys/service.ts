@@ -54,7 +54,16 @@ export class KeyService {
   ) {}
 
   async create(
-    input: { organizationId: string; name?: string; expiresInMs?: number; limits?: KeyLimits; models?: string[] | null; now?: number },
+    input: {
+      organizationId: string;
+      name?: string;
+      expiresInMs?: number;
+      limits?: KeyLimits;
+      models?: string[] | null;
+      now?: number;
+      /** The key this one replaces (see rotate), for the audit trail. */
+      rotatedFrom?: string;
+    },
     actor: AuditActor,
   ): Promise<{ key: ApiKeyInfo; secret: string }> {
     const now = input.now ?? Date.now();
@@ -87,9 +96,52 @@ export class KeyService {
           ? { maxConcurrency: [null, limits.maxConcurrency], tokensPer5h: [null, limits.tokensPer5h], tokensPerMonth: [null, limits.tokensPerMonth] }
           : {}),
         ...(row.models === null ? {} : { models: [null, row.models] }),
+        ...(input.rotatedFrom === undefined ? {} : { rotatedFrom: [null, input.rotatedFrom] }),
       },
     });
     return { key, secret };
+  }
+
+  /**
+   * Replaces a key without a failed request: a new key with the same organization, label, caps and models (and, when
+   * the old one expires, the same lifetime unless `expiresInMs` says otherwise), while the old one keeps working for
+   * `graceMs` more (0: revoked at once). The new key's own caps count from zero: it is another key.
+   */
+  async rotate(
+    keyId: string,
+    input: { graceMs: number; expiresInMs?: number; now?: number },
+    actor: AuditActor,
+  ): Promise<{ key: ApiKeyInfo; secret: string; previous: ApiKeyInfo }> {
+    const now = input.now ?? Date.now();
+    const existing = await this.find(keyId);
+    if (!existing) throw new KeyError(`no key with id "${keyId}"`);
+    if (existing.revokedAt !== null || (existing.expiresAt !== null && existing.expiresAt <= now)) {
+      throw new KeyError(`key "${keyId}" is ${existing.revokedAt !== null ? "revoked" : "expired"}: create a new key instead`);
+    }
+    const created = await this.create(
+      {
+        organizationId: existing.organizationId,
+        name: existing.name,
+        expiresInMs: input.expiresInMs ?? (existing.expiresAt === null ? undefined : existing.expiresAt - existing.createdAt),
+        limits: { maxConcurrency: existing.maxConcurrency, tokensPer5h: existing.tokensPer5h, tokensPerMonth: existing.tokensPerMonth },
+        models: existing.models,
+        now,
+        rotatedFrom: keyId,
+      },
+      actor,
+    );
+    if (input.graceMs === 0) return { ...created, previous: await this.revoke(keyId, actor, now) };
+    // A key that expires before the grace ends keeps its own expiry.
+    const expiresAt = existing.expiresAt === null ? now + input.graceMs : Math.min(existing.expiresAt, now + input.graceMs);
+    if (expiresAt !== existing.expiresAt) {
+      await this.repository.setExpiry(keyId, expiresAt);
+      await this.changes?.announce();
+      await this.audit.record(actor, "key.updated", keyId, {
+        organizationId: existing.organizationId,
+        changes: { expiresAt: [existing.expiresAt, expiresAt], rotatedTo: [null, created.key.id] },
+      });
+    }
+    return { ...created, previous: { ...existing, expiresAt } };
   }
 
   listForOrganization(organizationId: string): Promise<ApiKeyInfo[]> {

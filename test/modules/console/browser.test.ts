@@ -245,6 +245,22 @@ test("an operator creates an organization and manages its keys from the console:
   await visible(keys.getByRole("cell", { name: "revoked" }));
   const refused = await client.chat.completions.create({ model: "qwen3", messages: [{ role: "user", content: "hello" }] }).catch((caught: unknown) => caught);
   expect(refused).toBeInstanceOf(OpenAI.AuthenticationError);
+
+  // Rotated: a new key shown once, the old one still working through its grace.
+  await keys.getByLabel("Label").fill("rotating");
+  await keys.getByRole("button", { name: "Create key" }).click();
+  const first = (await keys.getByTestId("new-key").textContent())?.trim() as string;
+  await keys.getByRole("button", { name: "I have stored it" }).click();
+  page.once("dialog", (dialog) => void dialog.accept());
+  await keys.getByRole("button", { name: "Rotate rotating" }).click();
+  await showsText(keys.getByTestId("new-key"), "sk-sluice-");
+  const second = (await keys.getByTestId("new-key").textContent())?.trim() as string;
+  expect(second).not.toBe(first);
+  expect(await keys.getByRole("button", { name: "Rotate rotating" }).count()).toBe(2);
+  for (const secret of [first, second]) {
+    const rotatedClient = new OpenAI({ baseURL: sluice.baseURL, apiKey: secret, maxRetries: 0 });
+    expect((await rotatedClient.chat.completions.create({ model: "qwen3", messages: [{ role: "user", content: "hello" }] })).usage?.total_tokens).toBe(42);
+  }
   expect(violations).toEqual([]);
 }, 60_000);
 

@@ -130,6 +130,17 @@ function Keys({ organization, operated = false }: { organization: KeyOrganizatio
     await api(`/keys/${key.id}/revoke`, {});
     await load();
   };
+  const rotate = async (key: Key) => {
+    if (!confirm(`Replace the key "${key.name}" with a new one? The old key keeps working for 24 hours, then stops.`)) return;
+    setError("");
+    try {
+      const result = await api<{ key: Key; secret: string }>(`/keys/${key.id}/rotate`, { grace: "24h" });
+      setCreated({ secret: result.secret, name: result.key.name });
+      await load();
+    } catch (caught) {
+      setError((caught as Error).message);
+    }
+  };
   const active = organization.status === "active";
   const state = organization.status === "suspended" ? "suspended" : "on the waitlist";
   return (
@@ -189,6 +200,9 @@ function Keys({ organization, operated = false }: { organization: KeyOrganizatio
                     <>
                       <button type="button" onClick={() => setEditing(editing === key.id ? null : key.id)} aria-label={`Change caps of ${key.name}`}>
                         Caps
+                      </button>{" "}
+                      <button type="button" onClick={() => rotate(key)} aria-label={`Rotate ${key.name}`}>
+                        Rotate
                       </button>{" "}
                       <button type="button" onClick={() => revoke(key)} aria-label={`Revoke ${key.name}`}>
                         Revoke
