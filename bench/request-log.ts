@@ -11,6 +11,7 @@ import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { openDatabase } from "../src/db/client";
 import { RequestLogService, type RequestLogFilter } from "../src/modules/requests/service";
+import { reportHours } from "../src/modules/usage/report";
 import { postgresStorage } from "../src/storage/postgres";
 import { sqliteStorage } from "../src/storage/sqlite";
 import type { ChangeFeed, Storage } from "../src/storage/types";
@@ -41,6 +42,10 @@ const shape = {
   model: "CASE WHEN i % 1000 = 7 THEN 'rare' ELSE 'model_' || (i % 4) END",
   outcome: "CASE WHEN i % 200 = 3 THEN 'content_filter' WHEN i % 200 = 5 THEN 'upstream_error' WHEN i % 50 = 9 THEN 'client_disconnected' ELSE 'completed' END",
 };
+
+/** The organizations the rows name (a usage report names each organization; the ledger has no foreign key). */
+const organizationsSql = `INSERT INTO organizations (id, name, plan, status, created_at)
+  SELECT DISTINCT organization_id, organization_id, 'default', 'active', 0 FROM usage_ledger`;
 
 function endedAt(index: number): number {
   return now - monthSpanMs + Math.floor((index / rows) * monthSpanMs);
@@ -76,6 +81,13 @@ async function fillSqlite(path: string, spanMs: number): Promise<void> {
     `INSERT INTO usage_hours (organization_id, hour, key_id, model, tokens)
      SELECT organization_id, ended_at / ${hourMs}, key_id, model, sum(prompt_tokens + completion_tokens) FROM usage_ledger GROUP BY 1, 2, 3, 4`,
   );
+  database.sqlite.run(
+    `INSERT INTO usage_key_months (organization_id, month, key_id, model, tokens)
+     SELECT organization_id, CAST(strftime('%Y', hour * 3600, 'unixepoch') AS INTEGER) * 12 + CAST(strftime('%m', hour * 3600, 'unixepoch') AS INTEGER) - 1,
+            key_id, model, sum(tokens)
+       FROM usage_hours GROUP BY 1, 2, 3, 4`,
+  );
+  database.sqlite.run(organizationsSql);
   database.close();
 }
 
@@ -102,6 +114,13 @@ async function fillPostgres(url: string, spanMs: number): Promise<void> {
     `INSERT INTO usage_hours (organization_id, hour, key_id, model, tokens)
      SELECT organization_id, ended_at / ${hourMs}, key_id, model, sum(prompt_tokens + completion_tokens) FROM usage_ledger GROUP BY 1, 2, 3, 4`,
   );
+  await client.unsafe(
+    `INSERT INTO usage_key_months (organization_id, month, key_id, model, tokens)
+     SELECT organization_id, (extract(year FROM utc) * 12 + extract(month FROM utc) - 1)::bigint, key_id, model, sum(tokens)
+       FROM (SELECT organization_id, key_id, model, tokens, to_timestamp(hour * 3600) AT TIME ZONE 'UTC' AS utc FROM usage_hours) AS hours
+      GROUP BY 1, 2, 3, 4`,
+  );
+  await client.unsafe(organizationsSql);
   // What autovacuum does on its own after such a load; a fresh bulk load has no statistics until it runs.
   await client.unsafe("ANALYZE");
   await client.close();
@@ -142,6 +161,8 @@ async function timeRuns(read: () => Promise<number>): Promise<{ median_ms: numbe
 /** The usage reads that a start-up and the console make, on a database filled over `span`. */
 async function measureUsage(storage: Storage, span: string): Promise<Record<string, { median_ms: number; rows: number }>> {
   const since = (Math.floor(now / hourMs) - 23) * hourMs;
+  const lastMonth = { firstHour: Math.floor((now - monthSpanMs) / hourMs), endHour: Math.ceil(now / hourMs) };
+  const thisMonth = reportHours({}, now);
   const cases: [string, () => Promise<number>][] = [
     ["every organization's usage (a start-up's restore)", async () => (await storage.usage.read(now)).size],
     ["one organization's usage", async () => (await storage.usage.read(now, "org_big")).size],
@@ -149,6 +170,10 @@ async function measureUsage(storage: Storage, span: string): Promise<Record<stri
     ["a capped key with 0.4% of the rows", async () => (await storage.usage.keyUsage("key_17", now)).buckets.length],
     ["the console's 24-hour chart, organization with half the rows", async () => (await storage.usage.hourly("org_big", since)).length],
     ["the console's 24-hour chart, organization with 2.6% of the rows", async () => (await storage.usage.hourly("org_3", since)).length],
+    ["this month's usage report (the console's), every organization by model", async () => (await storage.usage.report({ ...thisMonth, by: "model" })).length],
+    ["this month's usage report (the console's), every organization by key", async () => (await storage.usage.report({ ...thisMonth, by: "key" })).length],
+    ["a usage report of the last 30 days' hours (the CLI's --since), by model", async () => (await storage.usage.report({ ...lastMonth, by: "model" })).length],
+    ["a usage report of the last 30 days' hours (the CLI's --since), by key", async () => (await storage.usage.report({ ...lastMonth, by: "key" })).length],
   ];
   const results: Record<string, { median_ms: number; rows: number }> = {};
   for (const [name, read] of cases) {

@@ -3,11 +3,49 @@ import { MemoryAdmissionStore } from "../modules/admission/memory-store";
 import { RedisAdmissionStore } from "../modules/admission/redis-store";
 import { resetUsage } from "../modules/admission/service";
 import type { UsageSnapshot } from "../modules/admission/store";
+import { ReportRequestError, reportCsv, usageReport, type UsageReport } from "../modules/usage/report";
 import { formatTime, withCliContext } from "./context";
 import { UsageError, parseCommand } from "./usage";
 
-/** `sluice usage --org NAME` and `sluice usage reset --org NAME`. */
+/** `sluice usage report`: tokens by organization and model (or key) over a month or a span of hours. */
+async function runReport(args: string[]): Promise<number> {
+  const { values } = parseCommand(
+    args,
+    {
+      month: { type: "string" },
+      since: { type: "string" },
+      until: { type: "string" },
+      org: { type: "string" },
+      by: { type: "string" },
+      csv: { type: "boolean" },
+    },
+    0,
+  );
+  const organizationName = values.org;
+  await withCliContext(async (context) => {
+    const organization = organizationName === undefined ? undefined : await context.organizations.requireByName(organizationName);
+    let report: UsageReport;
+    try {
+      report = await usageReport(context.storage.usage, values, Date.now(), organization?.id);
+    } catch (error) {
+      if (error instanceof ReportRequestError) throw new UsageError(`--${error.param}: ${error.message}`);
+      throw error;
+    }
+    if (values.csv) {
+      process.stdout.write(reportCsv(report));
+      return;
+    }
+    console.log(`from ${formatTime(report.since)} to ${formatTime(report.until)} (UTC hours), tokens (prompt + completion) by ${report.by}`);
+    console.log(["organization", report.by, "tokens"].join("\t"));
+    for (const row of report.rows) console.log([row.organization, report.by === "key" ? `${row.group} (${row.keyId})` : row.group, row.tokens].join("\t"));
+    console.log(["total", "", report.total].join("\t"));
+  });
+  return 0;
+}
+
+/** `sluice usage --org NAME`, `sluice usage reset --org NAME` and `sluice usage report`. */
 export async function runUsage(args: string[]): Promise<number> {
+  if (args[0] === "report") return await runReport(args.slice(1));
   const reset = args[0] === "reset";
   const { values } = parseCommand(reset ? args.slice(1) : args, { org: { type: "string" } }, 0);
   if (!values.org) throw new UsageError("--org NAME is required");

@@ -27,6 +27,8 @@ export const usageText = `Usage: sluice <command>
   key revoke KEY_ID
   usage --org NAME                        5-hour and monthly usage: used, limit, remaining
   usage reset --org NAME                  forget the organization's usage so far (a running server honours it)
+  usage report [--month 2026-11 | --since T [--until T]] [--org NAME] [--by model|key] [--csv]
+                                          tokens by organization and model (or key); this month unless given
   refusals [--since 24h]                  red-line refusals by rule, then the latest ones (never their text)
   requests [--org NAME] [--since 24h] [--until T] [--outcome X] [--id REQ_ID] [--key KEY_ID] [--model M]
            [--limit 50] [--csv]               the request log, newest first (--csv: every matching row)

@@ -166,6 +166,23 @@ export const usageHours = sqliteTable(
   ],
 );
 
+/**
+ * Tokens per organization, UTC month (as monthOf() numbers it), key and model: what a month's usage report reads, a
+ * row per key and model where usage_hours has one per hour. Written with the ledger's rows (usage-fold.ts) and never
+ * reset, as usage_hours.
+ */
+export const usageKeyMonths = sqliteTable(
+  "usage_key_months",
+  {
+    organizationId: text("organization_id").notNull(),
+    month: integer("month").notNull(),
+    keyId: text("key_id").notNull(),
+    model: text("model").notNull(),
+    tokens: integer("tokens").notNull(),
+  },
+  (table) => [primaryKey({ columns: [table.organizationId, table.month, table.keyId, table.model] })],
+);
+
 /** People who sign in to the console: members of one organization, or operators of the whole installation. */
 export const users = sqliteTable("users", {
   id: text("id").primaryKey(),

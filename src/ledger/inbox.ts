@@ -83,7 +83,7 @@ function moveAll(sqlite: Database): number {
     if (group.lastTime === null) continue;
     // The group's minute is its lastTime's, and so are its hour and month.
     fold.add(group.organizationId, group.tokens, group.lastTime);
-    fold.addToHours(group.organizationId, group.keyId, group.model, group.tokens, group.lastTime);
+    fold.addToHistory(group.organizationId, group.keyId, group.model, group.tokens, group.lastTime);
   }
   finishMove(sqlite, fold);
   return added;
@@ -101,7 +101,7 @@ function moveAdded(sqlite: Database): number {
   const fold = new UsageFold();
   for (const row of added) {
     fold.add(row.organizationId, row.tokens, row.endedAt);
-    fold.addToHours(row.organizationId, row.keyId, row.model, row.tokens, row.endedAt);
+    fold.addToHistory(row.organizationId, row.keyId, row.model, row.tokens, row.endedAt);
   }
   finishMove(sqlite, fold);
   return added.length;

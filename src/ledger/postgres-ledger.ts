@@ -57,6 +57,11 @@ function commitRows(client: SQL, rows: LedgerRow[]): Promise<unknown> {
       SELECT organization_id, ended_at / ${hourMs}::bigint, key_id, model, sum(tokens) FROM counted GROUP BY 1, 2, 3, 4
       ORDER BY organization_id COLLATE "C", 2, key_id COLLATE "C", model COLLATE "C"
       ON CONFLICT (organization_id, hour, key_id, model) DO UPDATE SET tokens = h.tokens + excluded.tokens
+    ), key_months AS (
+      INSERT INTO usage_key_months AS k (organization_id, month, key_id, model, tokens)
+      SELECT organization_id, month, key_id, model, sum(tokens) FROM counted GROUP BY 1, 2, 3, 4
+      ORDER BY organization_id COLLATE "C", 2, key_id COLLATE "C", model COLLATE "C"
+      ON CONFLICT (organization_id, month, key_id, model) DO UPDATE SET tokens = k.tokens + excluded.tokens
     )
     SELECT count(*) AS inserted FROM inserted`;
 }

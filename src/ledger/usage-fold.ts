@@ -9,6 +9,10 @@ const addToMinuteSql = `INSERT INTO usage_minutes (organization_id, minute, toke
 const addToMonthSql = `INSERT INTO usage_months (organization_id, month, tokens) VALUES (?1, ?2, ?3)
   ON CONFLICT (organization_id, month) DO UPDATE SET tokens = tokens + excluded.tokens`;
 
+/** Adds tokens to an organization's month of one key and model: (organization_id, month, key_id, model, tokens). */
+const addToKeyMonthSql = `INSERT INTO usage_key_months (organization_id, month, key_id, model, tokens) VALUES (?1, ?2, ?3, ?4, ?5)
+  ON CONFLICT (organization_id, month, key_id, model) DO UPDATE SET tokens = tokens + excluded.tokens`;
+
 /** Adds tokens to an organization's hour of one key and model: (organization_id, hour, key_id, model, tokens). */
 const addToHourSql = `INSERT INTO usage_hours (organization_id, hour, key_id, model, tokens) VALUES (?1, ?2, ?3, ?4, ?5)
   ON CONFLICT (organization_id, hour, key_id, model) DO UPDATE SET tokens = tokens + excluded.tokens`;
@@ -35,23 +39,38 @@ export interface HourTotal {
   tokens: number;
 }
 
+export interface KeyMonthTotal {
+  organizationId: string;
+  month: number;
+  keyId: string;
+  model: string;
+  tokens: number;
+}
+
 /**
  * Sums ledger rows into the aggregates kept beside them, so that a batch of rows is one upsert per organization and
  * minute, month or hour rather than one per row. `add` feeds the quota's aggregates (usage_minutes, usage_months),
- * which a reset rebuilds; `addToHours` the history by key and model (usage_hours), which only new ledger rows feed.
+ * which a reset rebuilds; `addToHistory` the history by key and model (usage_hours, usage_key_months), which only new
+ * ledger rows feed.
  */
 export class UsageFold {
   private readonly minutes = new Map<string, MinuteTotal>();
   private readonly months = new Map<string, MonthTotal>();
   private readonly hours = new Map<string, HourTotal>();
+  private readonly keyMonths = new Map<string, KeyMonthTotal>();
 
-  addToHours(organizationId: string, keyId: string, model: string, tokens: number, endedAt: number): void {
+  addToHistory(organizationId: string, keyId: string, model: string, tokens: number, endedAt: number): void {
     if (tokens === 0) return;
     const hour = Math.floor(endedAt / hourMs);
-    const entryKey = `${organizationId} ${hour} ${keyId} ${model}`;
-    const entry = this.hours.get(entryKey);
-    if (entry) entry.tokens += tokens;
-    else this.hours.set(entryKey, { organizationId, hour, keyId, model, tokens });
+    const hourKey = `${organizationId} ${hour} ${keyId} ${model}`;
+    const hourEntry = this.hours.get(hourKey);
+    if (hourEntry) hourEntry.tokens += tokens;
+    else this.hours.set(hourKey, { organizationId, hour, keyId, model, tokens });
+    const month = monthOf(endedAt);
+    const monthKey = `${organizationId} ${month} ${keyId} ${model}`;
+    const monthEntry = this.keyMonths.get(monthKey);
+    if (monthEntry) monthEntry.tokens += tokens;
+    else this.keyMonths.set(monthKey, { organizationId, month, keyId, model, tokens });
   }
 
   add(organizationId: string, tokens: number, endedAt: number): void {
@@ -80,9 +99,16 @@ export class UsageFold {
   hourTotals(): HourTotal[] {
     return inKeyOrder(this.hours);
   }
+
+  keyMonthTotals(): KeyMonthTotal[] {
+    return inKeyOrder(this.keyMonths);
+  }
 }
 
-/** Adds a fold's totals to SQLite's aggregates (usage_minutes, usage_months, usage_hours), inside the caller's transaction. */
+/**
+ * Adds a fold's totals to SQLite's aggregates (usage_minutes, usage_months, usage_hours, usage_key_months), inside the
+ * caller's transaction.
+ */
 export function addToAggregates(sqlite: Database, fold: UsageFold): void {
   const addMinute = sqlite.query<unknown, [string, number, number, number]>(addToMinuteSql);
   const addMonth = sqlite.query<unknown, [string, number, number]>(addToMonthSql);
@@ -92,6 +118,8 @@ export function addToAggregates(sqlite: Database, fold: UsageFold): void {
   if (hours.length === 0) return;
   const addHour = sqlite.query<unknown, [string, number, string, string, number]>(addToHourSql);
   for (const entry of hours) addHour.run(entry.organizationId, entry.hour, entry.keyId, entry.model, entry.tokens);
+  const addKeyMonth = sqlite.query<unknown, [string, number, string, string, number]>(addToKeyMonthSql);
+  for (const entry of fold.keyMonthTotals()) addKeyMonth.run(entry.organizationId, entry.month, entry.keyId, entry.model, entry.tokens);
 }
 
 function inKeyOrder<T>(entries: Map<string, T>): T[] {

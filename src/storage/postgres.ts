@@ -1,7 +1,7 @@
 // The PostgreSQL backend of shared mode: the durable truth of every instance (tenants, accounts, sessions, the
 // ledger and its aggregates), through Drizzle over Bun's built-in SQL client.
 import { SQL } from "bun";
-import { and, asc, desc, eq, getTableColumns, gt, gte, isNull, lt, sql } from "drizzle-orm";
+import { and, asc, desc, eq, getTableColumns, gt, gte, inArray, isNull, lt, sql } from "drizzle-orm";
 import { drizzle, type BunSQLDatabase } from "drizzle-orm/bun-sql";
 import * as schema from "../db/postgres/schema";
 import { migratePostgres } from "../db/postgres/migrate";
@@ -26,8 +26,21 @@ import { modelsText, withModelList } from "./key-models";
 import { withTimeout } from "./with-timeout";
 
 type Database = BunSQLDatabase<typeof schema>;
-const { apiKeys, auditLog, consoleTokens, organizations, sessions, signInFailures, usageHours, usageLedger, usageMinutes, usageMonths, usageResets, users } =
-  schema;
+const {
+  apiKeys,
+  auditLog,
+  consoleTokens,
+  organizations,
+  sessions,
+  signInFailures,
+  usageHours,
+  usageKeyMonths,
+  usageLedger,
+  usageMinutes,
+  usageMonths,
+  usageResets,
+  users,
+} = schema;
 
 /** Every query that a request waits for gives up after this long (PostgreSQL stopped, a dead link). */
 export const postgresTimeoutMs = 3000;
@@ -337,6 +350,35 @@ function usageRepository(db: Database): UsageRepository {
           .groupBy(usageHours.hour, usageHours.model, usageHours.keyId, apiKeys.name),
       );
       return rows;
+    },
+    async report({ firstHour, endHour, month, organizationId, by }) {
+      // Per organization along the aggregate's primary key (organization, month or hour, …): a month or a range of
+      // hours alone has no index.
+      const source = month === undefined ? usageHours : usageKeyMonths;
+      const period = month === undefined ? and(gte(usageHours.hour, firstHour), lt(usageHours.hour, endHour)) : eq(usageKeyMonths.month, month);
+      const organizationIds = db
+        .select({ id: organizations.id })
+        .from(organizations)
+        .where(organizationId === undefined ? undefined : eq(organizations.id, organizationId));
+      const byModel = by === "model";
+      const tokens = sql<number>`sum(${source.tokens})`.mapWith(Number);
+      const group = byModel ? sql<string>`${source.model}` : sql<string>`coalesce(${apiKeys.name}, ${source.keyId})`;
+      return await timed(
+        db
+          .select({
+            organizationId: sql<string>`${source.organizationId}`,
+            organization: organizations.name,
+            group,
+            keyId: byModel ? sql<null>`NULL` : sql<string>`${source.keyId}`,
+            tokens,
+          })
+          .from(source)
+          .innerJoin(organizations, eq(organizations.id, source.organizationId))
+          .leftJoin(apiKeys, eq(apiKeys.id, source.keyId))
+          .where(and(inArray(source.organizationId, organizationIds), period))
+          .groupBy(source.organizationId, organizations.name, ...(byModel ? [source.model] : [source.keyId, apiKeys.name]))
+          .orderBy(sql`lower(${organizations.name})`, organizations.name, desc(tokens), group),
+      );
     },
     async refusalsByRule(since) {
       return await timed(

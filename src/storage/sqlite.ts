@@ -30,6 +30,7 @@ import type {
   RequestLogRow,
   Storage,
   UsageRepository,
+  UsageReportRow,
 } from "./types";
 import { modelsText, withModelList } from "./key-models";
 
@@ -292,6 +293,31 @@ function usageRepository({ sqlite }: DatabaseHandle): UsageRepository {
             GROUP BY usage.hour, usage.model, usage.key_id`,
         )
         .all(organizationId, Math.floor(since / hourMs), since);
+    },
+    async report({ firstHour, endHour, month, organizationId, by }): Promise<UsageReportRow[]> {
+      // Read per organization along the aggregate's primary key (organization, month or hour, …): a month or a range of
+      // hours alone has no index. The few rows still staged are summed beside it, as in hourly.
+      const byModel = by === "model";
+      const organizations = "organization_id IN (SELECT id FROM organizations WHERE $organization IS NULL OR id = $organization)";
+      const aggregated =
+        month === undefined
+          ? `SELECT organization_id, model, key_id, tokens FROM usage_hours WHERE ${organizations} AND hour >= $firstHour AND hour < $endHour`
+          : `SELECT organization_id, model, key_id, tokens FROM usage_key_months WHERE ${organizations} AND month = $month`;
+      return sqlite
+        .query<UsageReportRow, Record<string, string | number | null>>(
+          `SELECT usage.organization_id AS organizationId, o.name AS organization,
+                  ${byModel ? "usage.model" : "coalesce(k.name, usage.key_id)"} AS "group",
+                  ${byModel ? "NULL" : "usage.key_id"} AS keyId, sum(usage.tokens) AS tokens
+             FROM (${aggregated}
+                   UNION ALL
+                   SELECT organization_id, model, key_id, prompt_tokens + completion_tokens FROM usage_ledger_inbox
+                    WHERE ended_at >= $since AND ended_at < $until AND ($organization IS NULL OR organization_id = $organization)) AS usage
+             JOIN organizations o ON o.id = usage.organization_id
+             LEFT JOIN api_keys k ON k.id = usage.key_id
+            GROUP BY usage.organization_id, ${byModel ? "usage.model" : "usage.key_id"}
+            ORDER BY lower(o.name), o.name, tokens DESC, "group"`,
+        )
+        .all({ firstHour, endHour, since: firstHour * hourMs, until: endHour * hourMs, organization: organizationId ?? null, month: month ?? null });
     },
     async refusalsByRule(since): Promise<RefusalCount[]> {
       return sqlite

@@ -226,7 +226,7 @@ test("usage_hours: the chart and a capped key's month answer what the rows say, 
     try {
       await migratePostgres(
         older,
-        postgresMigrations.filter((migration) => migration.tag !== "0003_usage_hours"),
+        postgresMigrations.filter((migration) => migration.tag < "0003_usage_hours"),
       );
       await older`INSERT INTO usage_ledger SELECT * FROM json_populate_recordset(NULL::usage_ledger, ${JSON.stringify(
         rows.map((entry) => ({
@@ -243,12 +243,14 @@ test("usage_hours: the chart and a capped key's month answer what the rows say, 
           ended_at: entry.endedAt,
         })),
       )}::text::json)`;
-      expect(await migratePostgres(older)).toEqual(["0003_usage_hours"]);
+      expect(await migratePostgres(older)).toEqual(postgresMigrations.map((migration) => migration.tag).filter((tag) => tag >= "0003_usage_hours"));
       const [sums] =
         await older`SELECT (SELECT sum(tokens) FROM usage_hours) AS hours, (SELECT sum(prompt_tokens + completion_tokens) FROM usage_ledger) AS rows,
+          (SELECT sum(tokens) FROM usage_key_months) AS key_months,
           (SELECT count(*) FROM usage_hours) AS groups,
           (SELECT count(*) FROM (SELECT DISTINCT organization_id, ended_at / 3600000, key_id, model FROM usage_ledger) AS distinct_groups) AS expected_groups`;
       expect(Number(sums.hours)).toBe(Number(sums.rows));
+      expect(Number(sums.key_months)).toBe(Number(sums.rows));
       expect(Number(sums.groups)).toBe(Number(sums.expected_groups));
     } finally {
       await older.close();
@@ -447,4 +449,62 @@ test("a key's expiry set and cleared (a rotation's grace)", async () => {
   expect((await storage.keys.find("key_expiry"))?.expiresAt).toBe(5000);
   await storage.keys.setExpiry("key_expiry", null);
   expect((await storage.keys.find("key_expiry"))?.expiresAt).toBeNull();
+});
+
+test("a usage report: tokens by organization and model or key over whole hours, organizations by name whatever their case", async () => {
+  const ledger = storage.openLedger();
+  await storage.organizations.insert({ id: "org_report_b", name: "Beta report", plan: "default", status: "active", createdAt: 1 });
+  await storage.organizations.insert({ id: "org_report_a", name: "alpha report", plan: "default", status: "active", createdAt: 1 });
+  await insertKey("key_report_a", "org_report_a", "ci", "h_report_a");
+  const start = Date.UTC(2030, 0, 1);
+  const rows: [string, string, string, number, number][] = [
+    // organization, key, model, prompt tokens, hours after the start
+    ["org_report_b", "key_report_b", "m", 100, 0],
+    ["org_report_a", "key_report_a", "m", 10, 1],
+    ["org_report_a", "key_report_a", "n", 40, 2],
+    ["org_report_a", "key_report_x", "m", 30, 3],
+    // The next month: outside a January report.
+    ["org_report_a", "key_report_a", "m", 1000, 24 * 31],
+  ];
+  await Promise.all(
+    rows.map(([organizationId, keyId, model, promptTokens, hours], index) =>
+      ledger.record({
+        requestId: `req_report_${index}`,
+        organizationId,
+        keyId,
+        model,
+        promptTokens,
+        completionTokens: 0,
+        reasoningTokens: 0,
+        outcome: "completed",
+        errorCode: null,
+        ruleId: null,
+        usageSource: "upstream",
+        startedAt: start + hours * 3_600_000,
+        endedAt: start + hours * 3_600_000,
+        firstTokenMs: null,
+      }),
+    ),
+  );
+  await ledger.flush();
+  const january = { firstHour: start / 3_600_000, endHour: Date.UTC(2030, 1, 1) / 3_600_000 };
+  expect(await storage.usage.report({ ...january, by: "model" })).toEqual([
+    { organizationId: "org_report_a", organization: "alpha report", group: "m", keyId: null, tokens: 40 },
+    { organizationId: "org_report_a", organization: "alpha report", group: "n", keyId: null, tokens: 40 },
+    { organizationId: "org_report_b", organization: "Beta report", group: "m", keyId: null, tokens: 100 },
+  ]);
+  expect(await storage.usage.report({ ...january, by: "key", organizationId: "org_report_a" })).toEqual([
+    { organizationId: "org_report_a", organization: "alpha report", group: "ci", keyId: "key_report_a", tokens: 50 },
+    // A key the database no longer knows is named by its id.
+    { organizationId: "org_report_a", organization: "alpha report", group: "key_report_x", keyId: "key_report_x", tokens: 30 },
+  ]);
+  // The month read from usage_key_months answers as its hours do.
+  expect(await storage.usage.report({ ...january, month: monthOf(start), by: "model" })).toEqual(await storage.usage.report({ ...january, by: "model" }));
+  expect(await storage.usage.report({ ...january, month: monthOf(start), by: "key" })).toEqual(await storage.usage.report({ ...january, by: "key" }));
+  // Hours 1 and 2 only; the most tokens first.
+  expect(await storage.usage.report({ firstHour: january.firstHour + 1, endHour: january.firstHour + 3, by: "model" })).toEqual([
+    { organizationId: "org_report_a", organization: "alpha report", group: "n", keyId: null, tokens: 40 },
+    { organizationId: "org_report_a", organization: "alpha report", group: "m", keyId: null, tokens: 10 },
+  ]);
+  await ledger.close();
 });

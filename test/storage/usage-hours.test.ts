@@ -9,7 +9,7 @@ import { embeddedMigrations } from "../../src/db/migrations";
 import type { LedgerRow } from "../../src/ledger/ledger";
 import { moveStagedRows } from "../../src/ledger/inbox";
 import { sqliteStorage } from "../../src/storage/sqlite";
-import { hourMs, startOfMonth } from "../../src/usage-periods";
+import { hourMs, monthOf, startOfMonth } from "../../src/usage-periods";
 import { stageRows, temporaryDirectory } from "../helpers";
 
 // Mid-afternoon of the 26th: the month holds 25 days of history before today.
@@ -157,14 +157,14 @@ test("after a reset in the middle of an hour, a key's month counts only what end
   );
 });
 
-test("the migration fills usage_hours from the rows a database already holds", () => {
+test("the migrations fill usage_hours, then usage_key_months, from the rows a database already holds", () => {
   const directory = temporaryDirectory();
   cleanups.push(() => directory.remove());
   const path = join(directory.path, "sluice.db");
   const older = new Database(path, { strict: true });
   migrate(
     older,
-    embeddedMigrations.filter((migration) => migration.tag !== "0010_usage_hours"),
+    embeddedMigrations.filter((migration) => migration.tag < "0010_usage_hours"),
   );
   const insert = older.query(
     `INSERT INTO usage_ledger (request_id, organization_id, key_id, model, prompt_tokens, completion_tokens, reasoning_tokens, outcome, usage_source, started_at, ended_at)
@@ -185,4 +185,16 @@ test("the migration fills usage_hours from the rows a database already holds", (
     .get();
   expect(byGroup?.tokens).toBe(rows.reduce((sum, entry) => sum + entry.promptTokens + entry.completionTokens, 0));
   expect(byGroup?.groups).toBe(upgraded.sqlite.query<{ value: number }, []>("SELECT count(*) AS value FROM usage_hours").get()?.value);
+  // Each key's and model's month, as monthOf() numbers months.
+  const expected = new Map<string, number>();
+  for (const entry of rows) {
+    const group = `${entry.organizationId} ${monthOf(entry.endedAt)} ${entry.keyId} ${entry.model}`;
+    expected.set(group, (expected.get(group) ?? 0) + entry.promptTokens + entry.completionTokens);
+  }
+  const months = upgraded.sqlite
+    .query<{ group: string; tokens: number }, []>(
+      `SELECT organization_id || ' ' || month || ' ' || key_id || ' ' || model AS "group", tokens FROM usage_key_months`,
+    )
+    .all();
+  expect(new Map(months.map((entry) => [entry.group, entry.tokens]))).toEqual(expected);
 });

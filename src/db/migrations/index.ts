@@ -15,6 +15,7 @@ import ledgerInbox from "./0009_ledger_inbox.sql" with { type: "text" };
 import usageHours from "./0010_usage_hours.sql" with { type: "text" };
 import keyModels from "./0011_key_models.sql" with { type: "text" };
 import consoleTokens from "./0012_console_tokens.sql" with { type: "text" };
+import usageKeyMonths from "./0013_usage_key_months.sql" with { type: "text" };
 
 export interface EmbeddedMigration {
   tag: string;
@@ -35,6 +36,7 @@ const sqlByTag: Record<string, string> = {
   "0010_usage_hours": usageHours,
   "0011_key_models": keyModels,
   "0012_console_tokens": consoleTokens,
+  "0013_usage_key_months": usageKeyMonths,
 };
 
 export const journalTags: string[] = journal.entries.map((entry) => entry.tag);

@@ -123,6 +123,18 @@ export const usageHours = pgTable(
   ],
 );
 
+export const usageKeyMonths = pgTable(
+  "usage_key_months",
+  {
+    organizationId: text("organization_id").notNull(),
+    month: bigint("month", { mode: "number" }).notNull(),
+    keyId: text("key_id").notNull(),
+    model: text("model").notNull(),
+    tokens: bigint("tokens", { mode: "number" }).notNull(),
+  },
+  (table) => [primaryKey({ columns: [table.organizationId, table.month, table.keyId, table.model] })],
+);
+
 export const users = pgTable("users", {
   id: text("id").primaryKey(),
   email: text("email").notNull().unique(),

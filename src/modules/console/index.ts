@@ -15,9 +15,11 @@ import {
   RotateKeyBody,
   SignInBody,
   SignUpBody,
+  UsageReportQuery,
   UpdateOrganizationBody,
 } from "./model";
 import { consoleAssets } from "./page";
+import { reportCsv } from "../usage/report";
 import { requireSession, type ConsoleService } from "./service";
 
 const sessionCookie = "sluice_session";
@@ -96,6 +98,13 @@ export const consoleRoutes = (service: ConsoleService, accounts: AccountService)
       })
       .post("/keys/:id/limits", async ({ actor, params, request }) => service.setKeyLimits(actor, params.id, await readConsoleBody(request, KeyLimitsBody)))
       .get("/usage", ({ actor }) => service.usage(actor))
+      .get("/usage-report", ({ actor, query }) => service.usageReport(actor, readConsoleQuery(query, UsageReportQuery)))
+      .get("/usage-report.csv", async ({ actor, query }) => {
+        const report = await service.usageReport(actor, readConsoleQuery(query, UsageReportQuery));
+        return new Response(reportCsv(report), {
+          headers: { "content-type": "text/csv; charset=utf-8", "content-disposition": 'attachment; filename="sluice-usage-report.csv"' },
+        });
+      })
       .get("/tokens", ({ actor }) => service.listTokens(actor))
       .post("/tokens", async ({ actor, request, set }) => {
         const body = await readConsoleBody(request, CreateTokenBody);

@@ -21,7 +21,9 @@ import type {
   RotateKey,
   SignUp,
   UpdateOrganization,
+  UsageReportQueryInput,
 } from "./model";
+import { ReportRequestError, usageReport, type UsageReport } from "../usage/report";
 import { tokenNotFound } from "./tokens";
 import { restoreKeyFromLedger } from "../admission/ledger-usage";
 import type { UsageSnapshot } from "../admission/store";
@@ -304,6 +306,17 @@ export class ConsoleService {
     }));
   }
 
+  /** Tokens by organization and model (or key): a member's own organization, or (operators) every one or the one asked for. */
+  async usageReport(actor: Actor, query: UsageReportQueryInput): Promise<UsageReport> {
+    const organizationId = await this.organizationScope(actor, query.organization);
+    try {
+      return await usageReport(this.deps.usage, { month: query.month, by: query.by }, this.deps.clock(), organizationId);
+    } catch (error) {
+      if (error instanceof ReportRequestError) throw invalidRequest(error.message, error.param);
+      throw error;
+    }
+  }
+
   /** A page of the request log: a member's own organization, or (operators) every one or the one asked for. */
   async requests(actor: Actor, query: RequestLogQueryInput): Promise<RequestLogPage> {
     return await this.deps.requestLog.page(await this.requestFilter(actor, query), { cursor: query.cursor, limit: pageSize(query.limit) });
@@ -335,13 +348,16 @@ export class ConsoleService {
     return { entries, nextCursor: more ? (entries.at(-1)?.id ?? null) : null };
   }
 
+  /** Which organization a read covers: a member's own (naming another is 403), or (operators) the one named or all. */
+  private async organizationScope(actor: Actor, asked: string | undefined): Promise<string | undefined> {
+    if (actor.role === "operator") return asked || undefined;
+    const organizationId = (await this.memberOrganization(actor)).id;
+    if (asked && asked !== organizationId) throw forbidden();
+    return organizationId;
+  }
+
   private async requestFilter(actor: Actor, query: RequestLogQueryInput): Promise<Omit<RequestLogFilter, "limit" | "after">> {
-    let organizationId: string | undefined;
-    if (actor.role === "operator") organizationId = query.organization || undefined;
-    else {
-      organizationId = (await this.memberOrganization(actor)).id;
-      if (query.organization && query.organization !== organizationId) throw forbidden();
-    }
+    const organizationId = await this.organizationScope(actor, query.organization);
     return {
       organizationId,
       keyId: query.key || undefined,

@@ -54,7 +54,8 @@ const csvColumns = [
   "usage_source",
 ] as const;
 
-function csvField(value: string | number | null): string {
+/** One CSV cell, safe to open in a spreadsheet. */
+export function csvField(value: string | number | null): string {
   if (value === null) return "";
   const text = String(value);
   // A leading =, +, - or @ would be a formula in a spreadsheet: quoted and prefixed, as OWASP advises.

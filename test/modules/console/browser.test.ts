@@ -127,6 +127,7 @@ test("sign up, waitlist, operator activates, sign in, create a key, use it, usag
 
   await member.getByRole("button", { name: "Usage" }).click();
   await showsText(member.getByTestId("usage-5 hours"), "42 tokens used");
+  await showsText(member.getByTestId("usage-report"), "qwen342");
   await visible(member.locator(".uplot").first());
   await showsText(member.getByTestId("key-usage"), "42 of 100,000 tokens");
   await shot(member, "05-usage");

@@ -10,6 +10,7 @@ import { capsBody, CapsFields, capsSummary, EditCaps, type Caps } from "./key-ca
 import { AuditPage, RequestsPage } from "./logs";
 import { ExpiryField, secretStatus, ShownOnce } from "./new-secret";
 import { TokensPage } from "./tokens";
+import { UsageReportSection } from "./usage-report";
 import type { ServerHealth } from "../../../upstream/server-health";
 
 interface Me {
@@ -315,6 +316,7 @@ function UsagePage() {
       )}
       <Chart title="Tokens per hour by model (last 24 h)" hours={usage.series.hours} series={usage.series.byModel} />
       <Chart title="Tokens per hour by key (last 24 h)" hours={usage.series.hours} series={usage.series.byKey} />
+      <UsageReportSection operator={false} />
     </section>
   );
 }
@@ -500,6 +502,7 @@ function Operator() {
           </table>
         </div>
       </section>
+      <UsageReportSection operator />
     </>
   );
 }

@@ -6,7 +6,7 @@ import { api } from "./api";
 import { ErrorText } from "./error-text";
 
 /** The form's non-empty fields as a query string. */
-function queryOf(filters: Record<string, string>, cursor?: string): string {
+export function queryOf(filters: Record<string, string>, cursor?: string): string {
   const parameters = new URLSearchParams();
   for (const [name, value] of Object.entries(filters)) if (value.trim()) parameters.set(name, value.trim());
   if (cursor) parameters.set("cursor", cursor);
@@ -14,7 +14,7 @@ function queryOf(filters: Record<string, string>, cursor?: string): string {
   return text ? `?${text}` : "";
 }
 
-function formValues(form: HTMLFormElement): Record<string, string> {
+export function formValues(form: HTMLFormElement): Record<string, string> {
   const values: Record<string, string> = {};
   for (const [name, value] of new FormData(form)) values[name] = String(value);
   return values;

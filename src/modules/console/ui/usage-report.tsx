@@ -1,0 +1,93 @@
+// The usage report: tokens by organization and model (or key) in a month, for showback and chargeback; members see
+// their own organization, operators every one. The same rows as `sluice usage report`, and as CSV.
+import { useEffect, useState } from "preact/hooks";
+import { api } from "./api";
+import { ErrorText } from "./error-text";
+import { formValues, queryOf } from "./logs";
+
+interface ReportRow {
+  organizationId: string;
+  organization: string;
+  group: string;
+  keyId: string | null;
+  tokens: number;
+}
+interface Report {
+  since: number;
+  until: number;
+  by: "model" | "key";
+  rows: ReportRow[];
+  total: number;
+}
+
+export function UsageReportSection({ operator }: { operator: boolean }) {
+  const [filters, setFilters] = useState<Record<string, string>>({ month: new Date().toISOString().slice(0, 7), by: "model" });
+  const [report, setReport] = useState<Report | null>(null);
+  const [error, setError] = useState("");
+  const load = async (next: Record<string, string>) => {
+    setError("");
+    try {
+      setReport(await api<Report>(`/usage-report${queryOf(next)}`));
+      setFilters(next);
+    } catch (caught) {
+      setError((caught as Error).message);
+    }
+  };
+  useEffect(() => void load(filters), []);
+  const submit = (event: Event) => {
+    event.preventDefault();
+    void load(formValues(event.target as HTMLFormElement));
+  };
+  return (
+    <section aria-labelledby="report-title">
+      <h2 id="report-title">Usage report</h2>
+      <p>Tokens (prompt and completion) by {operator ? "organization and " : ""}model or key, in a UTC month.</p>
+      <form class="filters" onSubmit={submit}>
+        <label>
+          Month
+          <input name="month" type="month" defaultValue={filters.month} required />
+        </label>
+        <label>
+          By
+          <select name="by" defaultValue={filters.by}>
+            <option value="model">model</option>
+            <option value="key">key</option>
+          </select>
+        </label>
+        <button type="submit">Show report</button>
+        <a class="button" href={`/console/api/usage-report.csv${queryOf(filters)}`} download>
+          Download report CSV
+        </a>
+      </form>
+      <ErrorText error={error} />
+      {report && (
+        <div class="table-wrap">
+          <table data-testid="usage-report">
+            <caption class="visually-hidden">Tokens by {report.by}</caption>
+            <thead>
+              <tr>
+                {operator && <th scope="col">Organization</th>}
+                <th scope="col">{report.by === "model" ? "Model" : "Key"}</th>
+                <th scope="col">Tokens</th>
+              </tr>
+            </thead>
+            <tbody>
+              {report.rows.map((row) => (
+                <tr key={`${row.organizationId}-${row.keyId ?? row.group}`}>
+                  {operator && <td>{row.organization}</td>}
+                  <td>{row.group}</td>
+                  <td>{row.tokens.toLocaleString()}</td>
+                </tr>
+              ))}
+              <tr>
+                {operator && <td />}
+                <th scope="row">Total</th>
+                <td>{report.total.toLocaleString()}</td>
+              </tr>
+            </tbody>
+          </table>
+        </div>
+      )}
+    </section>
+  );
+}

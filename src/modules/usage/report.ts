@@ -1,0 +1,83 @@
+// Usage reports: tokens by organization and model (or key) over a month or a span of hours, for showback and
+// chargeback. Read from usage_hours, which the ledger's rows feed and a usage reset never clears.
+import { hourMs } from "../../usage-periods";
+import { parseTimeBound, timeBoundForms } from "../keys/duration";
+import { csvField } from "../requests/service";
+import type { UsageReportFilter, UsageReportRow, UsageRepository } from "../../storage/types";
+
+/** What a report is asked for, as the CLI's options and the console's query parameters give it. */
+export interface ReportRequest {
+  /** A UTC month, `2026-11`; the current one when neither it nor `since` is given. */
+  month?: string;
+  since?: string;
+  until?: string;
+  by?: string;
+}
+
+export interface UsageReport {
+  /** The whole hours covered, in milliseconds: from `since` to before `until`. */
+  since: number;
+  until: number;
+  by: "model" | "key";
+  rows: UsageReportRow[];
+  total: number;
+}
+
+/** A report's request that cannot be read; `param` names what is wrong (the console's 400, the CLI's option). */
+export class ReportRequestError extends Error {
+  constructor(
+    message: string,
+    readonly param: string,
+  ) {
+    super(message);
+  }
+}
+
+/**
+ * The whole UTC hours a request covers: a month exactly (and its number, as monthOf gives it), or `since` (rounded
+ * down to its hour) to `until` (rounded up; now when absent), so that the hour under way is in.
+ */
+export function reportHours(request: ReportRequest, now: number): Pick<UsageReportFilter, "firstHour" | "endHour" | "month"> {
+  if (request.month !== undefined && (request.since !== undefined || request.until !== undefined)) {
+    throw new ReportRequestError("Give a month, or since and until, not both.", "month");
+  }
+  if (request.month !== undefined || request.since === undefined) {
+    const month = request.month ?? new Date(now).toISOString().slice(0, 7);
+    const match = /^(\d{4})-(0[1-9]|1[0-2])$/.exec(month);
+    if (!match) throw new ReportRequestError("month must look like 2026-11.", "month");
+    const year = Number(match[1]);
+    const index = Number(match[2]) - 1;
+    return { firstHour: Date.UTC(year, index, 1) / hourMs, endHour: Date.UTC(year, index + 1, 1) / hourMs, month: year * 12 + index };
+  }
+  const since = parseTimeBound(request.since, now);
+  if (since === undefined) throw new ReportRequestError(`since must be ${timeBoundForms}.`, "since");
+  const until = request.until === undefined ? now : parseTimeBound(request.until, now);
+  if (until === undefined) throw new ReportRequestError(`until must be ${timeBoundForms}.`, "until");
+  const firstHour = Math.floor(since / hourMs);
+  const endHour = Math.ceil(until / hourMs);
+  if (endHour <= firstHour) throw new ReportRequestError("until must come after since.", "until");
+  return { firstHour, endHour };
+}
+
+/** Reads a report: checks the request (ReportRequestError), then sums usage_hours. */
+export async function usageReport(usage: UsageRepository, request: ReportRequest, now: number, organizationId?: string): Promise<UsageReport> {
+  const by = request.by ?? "model";
+  if (by !== "model" && by !== "key") throw new ReportRequestError("by must be model or key.", "by");
+  const hours = reportHours(request, now);
+  const rows = await usage.report({ ...hours, organizationId, by });
+  return { since: hours.firstHour * hourMs, until: hours.endHour * hourMs, by, rows, total: rows.reduce((sum, row) => sum + row.tokens, 0) };
+}
+
+/** A report as CSV, one line per row, for a spreadsheet (cells that would be formulas are escaped). */
+export function reportCsv(report: UsageReport): string {
+  const header = report.by === "model" ? "organization,organization_id,model,tokens" : "organization,organization_id,key,key_id,tokens";
+  const lines = report.rows.map((row) =>
+    (report.by === "model"
+      ? [row.organization, row.organizationId, row.group, row.tokens]
+      : [row.organization, row.organizationId, row.group, row.keyId, row.tokens]
+    )
+      .map(csvField)
+      .join(","),
+  );
+  return `${[header, ...lines].join("\n")}\n`;
+}
