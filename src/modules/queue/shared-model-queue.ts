@@ -87,7 +87,7 @@ export class SharedModelQueue implements Queue {
    * Gives each slot taken while the model had no limit a lease in Redis, whatever the new limit (a request under way
    * is not stopped, so the slots in use may exceed it for a while). Sent before any slot is taken under the limit, on
    * the same connection, so Redis counts them first; a release sent after finds its lease there. Should Redis not
-   * take them, the slots are released as before and the keeper renews nothing that is not there.
+   * take them now, the keeper's next renewal adds them (it puts back what Redis lacks).
    */
   private adopt(): void {
     if (this.unleased.size === 0) return;
