@@ -53,7 +53,10 @@ interface Subjects {
   /** Names the set in one process (its organization and capped key), for batching. */
   id: string;
   scriptKeys: string[];
-  /** The leases sets a lease lives in (the organization's, and its key's when the key has caps), for the keeper. */
+  /**
+   * For the keeper: the leases sets a lease lives in (the organization's, and its key's when the key has caps), each
+   * with the expired set beside it.
+   */
   leaseSets: LeaseSets;
 }
 
@@ -329,7 +332,8 @@ export class RedisAdmissionStore implements AdmissionStore {
       const usage = await this.usage.read(now);
       await Promise.all([...usage].map(([organizationId, entry]) => this.restore(organizationId, entry.buckets, entry.monthTokens, now)));
       await restoreLimitedKeys(this, this.keys, this.usage, now);
-      // A new generation: leases of the lost one settle without recording anything (see settle.lua).
+      // A new generation: leases of the lost one settle without recording anything (see settle.lua), unless a
+      // renewal moved them into this one first (see LeaseKeeper).
       await this.redis.call("SET", [generationKey, `${now}-${owner}`]);
     } finally {
       await this.redis.call("DEL", [rebuildLockKey]).catch(() => {});
