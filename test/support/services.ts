@@ -1,9 +1,12 @@
 // Real PostgreSQL and Redis servers for the shared-mode tests: Debian's packages (installed by `make test`), started
 // on loopback ports with temporary data directories and stopped after the tests. PostgreSQL refuses to run as root,
 // so as root (CI) it runs as the `postgres` user.
+import { afterAll, beforeAll } from "bun:test";
 import { chmodSync, chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { postgresStorage } from "../../src/storage/postgres";
+import type { ChangeFeed, Storage } from "../../src/storage/types";
 
 function freePort(): number {
   const server = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } });
@@ -149,4 +152,32 @@ export async function leasesHeld(url: string): Promise<number> {
   } finally {
     client.close();
   }
+}
+
+/** What useAdmissionServices gives a test file, once its beforeAll has run. */
+export interface AdmissionServices {
+  redis: RedisServer;
+  storage: Storage;
+}
+
+/**
+ * A PostgreSQL (with one database for this file, its repositories over it) and a Redis for a test file of shared-mode
+ * admission below the HTTP layer, started before its tests and stopped after them.
+ */
+export function useAdmissionServices(databaseName: string): AdmissionServices {
+  let postgres: PostgresServer | undefined;
+  const services = {} as AdmissionServices;
+  const quiet: ChangeFeed = { onChange() {}, check() {}, async announce() {} };
+  beforeAll(async () => {
+    let redis: RedisServer;
+    [postgres, redis] = await Promise.all([startPostgres(), startRedis()]);
+    services.redis = redis;
+    services.storage = await postgresStorage(await postgres.createDatabase(databaseName), quiet);
+  });
+  afterAll(async () => {
+    await services.storage?.close();
+    postgres?.stop();
+    await services.redis?.stop();
+  });
+  return services;
 }

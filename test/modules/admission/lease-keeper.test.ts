@@ -1,38 +1,23 @@
 // The lease keeper against a real Redis and PostgreSQL: what happens to the places of requests under way when Redis
 // loses its data (a restart without persistence, a failover) and the state is rebuilt from the ledger.
-import { afterAll, beforeAll, expect, test } from "bun:test";
+import { expect, test } from "bun:test";
 import type { ModelConfig, PlanConfig } from "../../../src/config/schema";
 import { LeaseKeeper } from "../../../src/modules/admission/lease-keeper";
 import { RedisAdmissionStore } from "../../../src/modules/admission/redis-store";
 import { AdmissionRejected, type Lease, type UsageSnapshot } from "../../../src/modules/admission/store";
 import { SharedModelQueue } from "../../../src/modules/queue/shared-model-queue";
-import { postgresStorage } from "../../../src/storage/postgres";
 import { RedisConnection } from "../../../src/storage/redis";
-import type { ChangeFeed, Storage } from "../../../src/storage/types";
-import { leasesHeld, startPostgres, startRedis, type PostgresServer, type RedisServer } from "../../support/services";
+import { leasesHeld, useAdmissionServices } from "../../support/services";
 
-let postgres: PostgresServer;
-let redis: RedisServer;
-let storage: Storage;
-const quiet: ChangeFeed = { onChange() {}, check() {}, async announce() {} };
-
-beforeAll(async () => {
-  [postgres, redis] = await Promise.all([startPostgres(), startRedis()]);
-  storage = await postgresStorage(await postgres.createDatabase("keeper"), quiet);
-});
-afterAll(async () => {
-  await storage?.close();
-  postgres?.stop();
-  await redis?.stop();
-});
+const services = useAdmissionServices("keeper");
 
 const plan: PlanConfig = { id: "default", models: ["*"], tokensPer5h: 1000, maxConcurrency: 3 };
 
 /** One instance's admission: a store and its keeper on a connection of their own, closed after `body`. */
 async function withInstance(body: (store: RedisAdmissionStore, keeper: LeaseKeeper, connection: RedisConnection) => Promise<void>): Promise<void> {
-  const connection = new RedisConnection(redis.url);
+  const connection = new RedisConnection(services.redis.url);
   const keeper = new LeaseKeeper(connection);
-  const store = new RedisAdmissionStore(connection, storage.usage, storage.keys, keeper);
+  const store = new RedisAdmissionStore(connection, services.storage.usage, services.storage.keys, keeper);
   try {
     while (!connection.connected) await Bun.sleep(10);
     await body(store, keeper, connection);
@@ -73,7 +58,7 @@ test("Redis loses its data while three requests run: the next renewal puts their
     expect(snapshot.inFlight).toBe(0);
     // Their rows are not in the ledger the rebuild read: their settles are what counts them.
     expect(snapshot.fiveHours.used).toBe(90);
-    expect(await leasesHeld(redis.url)).toBe(0);
+    expect(await leasesHeld(services.redis.url)).toBe(0);
   });
 });
 
@@ -89,14 +74,14 @@ test("a lease of the lost generation settled before any renewal moved it frees i
     const snapshot = await settled(store, "org_early");
     expect(snapshot.inFlight).toBe(0);
     expect(snapshot.fiveHours.used).toBe(0);
-    expect(await leasesHeld(redis.url)).toBe(0);
+    expect(await leasesHeld(services.redis.url)).toBe(0);
   });
 });
 
 test("a model's shared slot taken before Redis lost its data is put back by the next renewal: another instance waits for it", async () => {
   const model = { id: "lost-slot", maxConcurrency: 1, queueSize: 10, queueTimeoutMs: 5000 } as ModelConfig;
   await withInstance(async (_store, keeper, connection) => {
-    const other = new RedisConnection(redis.url);
+    const other = new RedisConnection(services.redis.url);
     const otherKeeper = new LeaseKeeper(other);
     const here = new SharedModelQueue(model, connection, keeper);
     const there = new SharedModelQueue(model, other, otherKeeper);
@@ -116,7 +101,7 @@ test("a model's shared slot taken before Redis lost its data is put back by the 
       (await waiting).release();
       expect(granted).toBe(true);
       await Promise.all([here.close(), there.close()]);
-      expect(await leasesHeld(redis.url)).toBe(0);
+      expect(await leasesHeld(services.redis.url)).toBe(0);
     } finally {
       otherKeeper.close();
       other.close();

@@ -1,29 +1,14 @@
 // The shared admission store against a real Redis and PostgreSQL, below the HTTP layer: the races between instances
 // that the cluster tests can only hit by chance.
-import { afterAll, beforeAll, expect, test } from "bun:test";
+import { expect, test } from "bun:test";
 import type { PlanConfig } from "../../../src/config/schema";
 import { MemoryAdmissionStore } from "../../../src/modules/admission/memory-store";
 import { cachedSubjects, RedisAdmissionStore, subjectKeys } from "../../../src/modules/admission/redis-store";
 import { AdmissionRejected, type Lease, type UsageSnapshot } from "../../../src/modules/admission/store";
-import { postgresStorage } from "../../../src/storage/postgres";
 import { RedisConnection } from "../../../src/storage/redis";
-import type { ChangeFeed, Storage } from "../../../src/storage/types";
-import { startPostgres, startRedis, type PostgresServer, type RedisServer } from "../../support/services";
+import { useAdmissionServices } from "../../support/services";
 
-let postgres: PostgresServer;
-let redis: RedisServer;
-let storage: Storage;
-const quiet: ChangeFeed = { onChange() {}, check() {}, async announce() {} };
-
-beforeAll(async () => {
-  [postgres, redis] = await Promise.all([startPostgres(), startRedis()]);
-  storage = await postgresStorage(await postgres.createDatabase("admission"), quiet);
-});
-afterAll(async () => {
-  await storage?.close();
-  postgres?.stop();
-  await redis?.stop();
-});
+const services = useAdmissionServices("admission");
 
 /** The organization's usage once nothing is in flight (settles reach Redis just after the call), or after 2 s. */
 async function settledSnapshot(store: RedisAdmissionStore, organizationId: string, limits: PlanConfig): Promise<UsageSnapshot> {
@@ -39,10 +24,10 @@ const plan: PlanConfig = { id: "default", models: ["*"], tokensPer5h: 1000, maxC
 const request = { organizationId: "org_1", plan, modelId: "m", promptTokens: 10, maxTokens: 20 };
 
 test("a rebuild asked for after another instance finished one does nothing: leases admitted in between still settle and count", async () => {
-  const first = new RedisConnection(redis.url);
-  const second = new RedisConnection(redis.url);
-  const one = new RedisAdmissionStore(first, storage.usage, storage.keys);
-  const other = new RedisAdmissionStore(second, storage.usage, storage.keys);
+  const first = new RedisConnection(services.redis.url);
+  const second = new RedisConnection(services.redis.url);
+  const one = new RedisAdmissionStore(first, services.storage.usage, services.storage.keys);
+  const other = new RedisAdmissionStore(second, services.storage.usage, services.storage.keys);
   try {
     while (!first.connected || !second.connected) await Bun.sleep(10);
     await first.call("FLUSHALL", []);
@@ -73,8 +58,8 @@ async function scriptCalls(connection: RedisConnection): Promise<number> {
 
 /** Runs `body` with a store of its own on a connected Redis whose state is rebuilt; closes both after. */
 async function withStore(body: (store: RedisAdmissionStore, connection: RedisConnection) => Promise<void>): Promise<void> {
-  const connection = new RedisConnection(redis.url);
-  const store = new RedisAdmissionStore(connection, storage.usage, storage.keys);
+  const connection = new RedisConnection(services.redis.url);
+  const store = new RedisAdmissionStore(connection, services.storage.usage, services.storage.keys);
   try {
     while (!connection.connected) await Bun.sleep(10);
     await store.rebuildFromLedger();

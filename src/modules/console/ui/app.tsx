@@ -8,7 +8,7 @@ import { ErrorText } from "./error-text";
 import { shownTime } from "./time";
 import { capsBody, CapsFields, capsSummary, EditCaps, type Caps } from "./key-caps";
 import { AuditPage, RequestsPage } from "./logs";
-import { ExpiryField, secretStatus, ShownOnce } from "./new-secret";
+import { ExpiryField, secretStatus, ShownOnce, useNewSecret } from "./new-secret";
 import { TokensPage } from "./tokens";
 import { UsageReportSection } from "./usage-report";
 import type { ServerHealth } from "../../../upstream/server-health";
@@ -104,43 +104,26 @@ interface KeyOrganization {
 function Keys({ organization, operated = false }: { organization: KeyOrganization; operated?: boolean }) {
   const keysPath = operated ? `/operator/organizations/${organization.id}/keys` : "/keys";
   const [keys, setKeys] = useState<Key[]>([]);
-  const [created, setCreated] = useState<{ secret: string; name: string } | null>(null);
-  const [error, setError] = useState("");
+  const { created, dismiss, error, setError, make } = useNewSecret(() => load());
   const [editing, setEditing] = useState<string | null>(null);
   const load = () => api<Key[]>(keysPath).then(setKeys, (caught: Error) => setError(caught.message));
   useEffect(() => void load(), []);
-  const create = async (event: Event) => {
+  const made = (result: { key: Key; secret: string }) => ({ secret: result.secret, name: result.key.name });
+  const create = (event: Event) => {
     event.preventDefault();
-    const form = new FormData(event.target as HTMLFormElement);
-    setError("");
-    try {
-      const result = await api<{ key: Key; secret: string }>(keysPath, {
-        name: form.get("name"),
-        expires_in: form.get("expires_in") || undefined,
-        ...capsBody(form),
-      });
-      setCreated({ secret: result.secret, name: result.key.name });
-      (event.target as HTMLFormElement).reset();
-      await load();
-    } catch (caught) {
-      setError((caught as Error).message);
-    }
+    const form = event.target as HTMLFormElement;
+    const fields = new FormData(form);
+    const body = { name: fields.get("name"), expires_in: fields.get("expires_in") || undefined, ...capsBody(fields) };
+    void make(async () => made(await api<{ key: Key; secret: string }>(keysPath, body)), form);
   };
   const revoke = async (key: Key) => {
     if (!confirm(`Revoke the key "${key.name}"? Programs using it stop working at once.`)) return;
     await api(`/keys/${key.id}/revoke`, {});
     await load();
   };
-  const rotate = async (key: Key) => {
+  const rotate = (key: Key) => {
     if (!confirm(`Replace the key "${key.name}" with a new one? The old key keeps working for 24 hours, then stops.`)) return;
-    setError("");
-    try {
-      const result = await api<{ key: Key; secret: string }>(`/keys/${key.id}/rotate`, { grace: "24h" });
-      setCreated({ secret: result.secret, name: result.key.name });
-      await load();
-    } catch (caught) {
-      setError((caught as Error).message);
-    }
+    void make(async () => made(await api<{ key: Key; secret: string }>(`/keys/${key.id}/rotate`, { grace: "24h" })));
   };
   const active = organization.status === "active";
   const state = organization.status === "suspended" ? "suspended" : "on the waitlist";
@@ -154,7 +137,7 @@ function Keys({ organization, operated = false }: { organization: KeyOrganizatio
             : `Your organization is ${state}. Keys can be created and used once an operator activates it.`}
         </p>
       )}
-      {created && <ShownOnce what="key" name={created.name} secret={created.secret} onDone={() => setCreated(null)} />}
+      {created && <ShownOnce what="key" name={created.name} secret={created.secret} onDone={dismiss} />}
       {active && (
         <form onSubmit={create}>
           <label>

@@ -51,3 +51,29 @@ export function secretStatus(secret: { revokedAt: number | null; expiresAt: numb
   if (secret.revokedAt) return "revoked";
   return secret.expiresAt && secret.expiresAt < Date.now() ? "expired" : "active";
 }
+
+/** A secret just made, for ShownOnce. */
+export interface NewSecret {
+  secret: string;
+  name: string;
+}
+
+/**
+ * Making secrets from a page: `make` runs what makes one, then shows it once, clears the form it came from and reloads
+ * the list; or shows the error instead.
+ */
+export function useNewSecret(reload: () => Promise<unknown>) {
+  const [created, setCreated] = useState<NewSecret | null>(null);
+  const [error, setError] = useState("");
+  const make = async (send: () => Promise<NewSecret>, form?: HTMLFormElement) => {
+    setError("");
+    try {
+      setCreated(await send());
+      form?.reset();
+      await reload();
+    } catch (caught) {
+      setError((caught as Error).message);
+    }
+  };
+  return { created, dismiss: () => setCreated(null), error, setError, make };
+}

@@ -3,7 +3,7 @@ import { useEffect, useState } from "preact/hooks";
 import { api } from "./api";
 import { ErrorText } from "./error-text";
 import { shownTime } from "./time";
-import { ExpiryField, secretStatus, ShownOnce } from "./new-secret";
+import { ExpiryField, secretStatus, ShownOnce, useNewSecret } from "./new-secret";
 
 interface Token {
   id: string;
@@ -17,22 +17,18 @@ interface Token {
 
 export function TokensPage({ operator }: { operator: boolean }) {
   const [tokens, setTokens] = useState<Token[]>([]);
-  const [created, setCreated] = useState<{ secret: string; name: string } | null>(null);
-  const [error, setError] = useState("");
+  const { created, dismiss, error, setError, make } = useNewSecret(() => load());
   const load = () => api<Token[]>("/tokens").then(setTokens, (caught: Error) => setError(caught.message));
   useEffect(() => void load(), []);
-  const create = async (event: Event) => {
+  const create = (event: Event) => {
     event.preventDefault();
-    const form = new FormData(event.target as HTMLFormElement);
-    setError("");
-    try {
-      const result = await api<{ token: Token; secret: string }>("/tokens", { name: form.get("name"), expires_in: form.get("expires_in") || undefined });
-      setCreated({ secret: result.secret, name: result.token.name });
-      (event.target as HTMLFormElement).reset();
-      await load();
-    } catch (caught) {
-      setError((caught as Error).message);
-    }
+    const form = event.target as HTMLFormElement;
+    const fields = new FormData(form);
+    const body = { name: fields.get("name"), expires_in: fields.get("expires_in") || undefined };
+    void make(async () => {
+      const result = await api<{ token: Token; secret: string }>("/tokens", body);
+      return { secret: result.secret, name: result.token.name };
+    }, form);
   };
   const revoke = async (token: Token) => {
     if (!confirm(`Revoke the console token "${token.name}"? Scripts using it stop working at once.`)) return;
@@ -46,7 +42,7 @@ export function TokensPage({ operator }: { operator: boolean }) {
         For scripts that use the console API (<code>/console/api</code>) with <code>Authorization: Bearer</code>: a token can do what you can do here. It is not
         an API key for the models.
       </p>
-      {created && <ShownOnce what="console token" name={created.name} secret={created.secret} onDone={() => setCreated(null)} />}
+      {created && <ShownOnce what="console token" name={created.name} secret={created.secret} onDone={dismiss} />}
       <form onSubmit={create}>
         <label>
           Name
