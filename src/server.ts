@@ -133,6 +133,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     requestLog: new RequestLogService(storage.requestLog),
     audit,
     clock,
+    // A reloaded configuration's from then on.
+    signUpOpen: () => config.console.signUp,
   });
   /** Everything the services hold (threads, timers, connections' batches), let go once nothing is in flight. */
   const closeServices = async (): Promise<void> => {

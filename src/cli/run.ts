@@ -13,7 +13,7 @@ import { runServe } from "./serve";
 import { runUsage } from "./usage-command";
 import { runBackup } from "./backup";
 import { runDoctor } from "./doctor";
-import { runOperator } from "./operator";
+import { runMember, runOperator } from "./operator";
 import { runToken } from "./token";
 import { CommandError, UsageError, parseCommand, usageText } from "./usage";
 
@@ -27,6 +27,7 @@ const commands: Record<string, (args: string[]) => number | Promise<number>> = {
   audit: runAudit,
   backup: runBackup,
   operator: runOperator,
+  member: runMember,
   token: runToken,
   doctor: (args) => {
     parseCommand(args, {}, 0);

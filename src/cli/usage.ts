@@ -35,6 +35,7 @@ export const usageText = `Usage: sluice <command>
   audit [--since 7d] [--action A] [--org NAME] [--limit 200]
                                           who changed what: organizations, keys, accounts, resets, sign-ins
   operator create EMAIL                   a console operator (password from SLUICE_OPERATOR_PASSWORD, or asked)
+  member create EMAIL --org NAME          a console member of an organization (password from SLUICE_MEMBER_PASSWORD, or asked)
   token create EMAIL --name NAME [--expires-in 90d]
                                           a console token for scripts (Authorization: Bearer), acting as that account
   token list [--email EMAIL]              console tokens: id, name, account, prefix, created, expires, revoked

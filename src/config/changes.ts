@@ -13,6 +13,8 @@ export interface ConfigChanges {
   plans: ItemChanges;
   /** The red-line rules or the external check changed. */
   safety: boolean;
+  /** The console's settings changed (whether anyone may sign up). */
+  console: boolean;
 }
 
 /** A change as the audit trail records it: field → [old, new]. */
@@ -84,11 +86,13 @@ export function configChanges(before: Config, after: Config): { changes: ConfigC
   const plans = compareItems("plan", before.plans, after.plans, audited);
   const safety = safetyShape(before.safety) !== safetyShape(after.safety);
   if (safety) audited.safety = [safetySummary(before.safety), safetySummary(after.safety)];
-  return { changes: { models, plans, safety }, audited: Object.keys(audited).length > 0 ? audited : null };
+  const console = before.console.signUp !== after.console.signUp;
+  if (console) audited["console.signUp"] = [before.console.signUp, after.console.signUp];
+  return { changes: { models, plans, safety, console }, audited: Object.keys(audited).length > 0 ? audited : null };
 }
 
 /** Whether the changes change anything. */
 export function anyChange(changes: ConfigChanges): boolean {
   const { models, plans } = changes;
-  return changes.safety || [models, plans].some((kind) => kind.added.length + kind.removed.length + kind.changed.length > 0);
+  return changes.safety || changes.console || [models, plans].some((kind) => kind.added.length + kind.removed.length + kind.changed.length > 0);
 }

@@ -185,6 +185,7 @@ export function resolveConfig(file: unknown): Config {
   return {
     models,
     safety: resolveSafety(checked.safety),
+    console: { signUp: checked.console?.sign_up ?? true },
     plans: plans.map((plan) => ({
       id: plan.id,
       models: plan.models,

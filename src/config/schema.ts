@@ -95,11 +95,20 @@ export const SafetyConfigSchema = Type.Object(
   strict,
 );
 
+export const ConsoleConfigSchema = Type.Object(
+  {
+    /** Whether anyone may sign up (their organization starts on the waitlist); false: operators create accounts. */
+    sign_up: Type.Optional(Type.Boolean()),
+  },
+  strict,
+);
+
 export const ConfigFileSchema = Type.Object(
   {
     models: Type.Optional(Type.Array(ModelConfigSchema)),
     plans: Type.Optional(Type.Array(PlanConfigSchema)),
     safety: Type.Optional(SafetyConfigSchema),
+    console: Type.Optional(ConsoleConfigSchema),
   },
   strict,
 );
@@ -165,8 +174,13 @@ export interface SafetyConfig {
   rules: SafetyRuleConfig[];
 }
 
+export interface ConsoleConfig {
+  signUp: boolean;
+}
+
 export interface Config {
   models: ModelConfig[];
   plans: PlanConfig[];
   safety: SafetyConfig;
+  console: ConsoleConfig;
 }

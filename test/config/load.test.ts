@@ -19,6 +19,8 @@ test("defaults fill in every model field", () => {
 test("refused with the key named: unknown keys, wrong types, missing base_url, unknown plan models, duplicates", () => {
   const cases: [unknown, string][] = [
     [{ modles: [] }, "modles"],
+    [{ console: { signup: false } }, "console.signup"],
+    [{ console: { sign_up: "no" } }, "console.sign_up"],
     [{ models: [{ id: "a", backend: "demo", bse_url: "x" }] }, "models[0].bse_url"],
     [{ models: [{ id: "a", backend: "gpt" }] }, "models[0].backend"],
     [{ models: [{ id: "a", backend: "demo", timeout_ms: "10" }] }, "models[0].timeout_ms"],
@@ -139,4 +141,9 @@ test("a model's upstream headers: names in lower case; the key's own header need
     expect(() => resolveConfig(file)).toThrow(ConfigError);
     expect(() => resolveConfig(file)).toThrow(named);
   }
+});
+
+test("[console] sign_up: open unless set to false", () => {
+  expect(resolveConfig({}).console).toEqual({ signUp: true });
+  expect(resolveConfig({ console: { sign_up: false } }).console).toEqual({ signUp: false });
 });

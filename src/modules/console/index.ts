@@ -6,6 +6,7 @@ import type { AccountService, Actor } from "./accounts";
 import {
   AuditQuery,
   CreateKeyBody,
+  CreateMemberBody,
   CreateOrganizationBody,
   CreateTokenBody,
   KeyLimitsBody,
@@ -43,6 +44,7 @@ export const securityHeaders: Readonly<Record<string, string>> = {
 export const consoleRoutes = (service: ConsoleService, accounts: AccountService) =>
   new Elysia({ name: "console" }).group("/console/api", (api) =>
     api
+      .get("/sign-up", () => service.signUpSetting())
       .post("/signup", async ({ request, set }) => {
         await service.signUp(await readConsoleBody(request, SignUpBody));
         set.status = 201;
@@ -133,6 +135,11 @@ export const consoleRoutes = (service: ConsoleService, accounts: AccountService)
         return service.createKey(actor, body, params.id);
       })
       .get("/operator/organizations/:id/usage", ({ actor, params }) => service.usage(actor, params.id))
+      .post("/operator/organizations/:id/members", async ({ actor, params, request, set }) => {
+        const body = await readConsoleBody(request, CreateMemberBody);
+        set.status = 201;
+        return service.createMember(actor, params.id, body);
+      })
       .post("/operator/organizations/:id", async ({ actor, params, request }) => {
         return service.updateOrganization(actor, params.id, await readConsoleBody(request, UpdateOrganizationBody));
       })

@@ -61,6 +61,11 @@ export const CreateOrganizationBody = Type.Object({
   plan: Type.Optional(Type.String({ maxLength: 100 })),
 });
 
+export const CreateMemberBody = Type.Object({
+  email: Type.String({ maxLength: 254 }),
+  password: Type.String({ maxLength: 1024 }),
+});
+
 export const CreateTokenBody = Type.Object({
   name: Type.String({ maxLength: 100 }),
   expires_in: expiresIn,
@@ -119,6 +124,7 @@ export type KeyLimitsInput = Static<typeof KeyLimitsBody>;
 export type UpdateOrganization = Static<typeof UpdateOrganizationBody>;
 export type CreateOrganization = Static<typeof CreateOrganizationBody>;
 export type CreateToken = Static<typeof CreateTokenBody>;
+export type CreateMember = Static<typeof CreateMemberBody>;
 export type RotateKey = Static<typeof RotateKeyBody>;
 
 function checked<T extends TSchema>(model: T, value: unknown): Static<T> {

@@ -15,6 +15,7 @@ import type {
   AuditQueryInput,
   CreateKey,
   CreateOrganization,
+  CreateMember,
   CreateToken,
   KeyLimitsInput,
   RequestLogQueryInput,
@@ -45,6 +46,8 @@ export interface ConsoleDependencies {
   requestLog: RequestLogService;
   audit: AuditLog;
   clock: () => number;
+  /** Whether anyone may sign up (`[console] sign_up`); false: operators create the accounts. */
+  signUpOpen: () => boolean;
 }
 
 /** Tokens per hour over the last day, by model and by key. */
@@ -100,8 +103,14 @@ export function requireSession(actor: Actor): void {
 export class ConsoleService {
   constructor(private readonly deps: ConsoleDependencies) {}
 
-  /** Sign-up creates the organization on the waitlist and its first member. */
+  /** Whether the sign-in page offers sign-up. */
+  signUpSetting(): { open: boolean } {
+    return { open: this.deps.signUpOpen() };
+  }
+
+  /** Sign-up creates the organization on the waitlist and its first member; 403 when sign-up is closed. */
   async signUp(input: SignUp): Promise<void> {
+    if (!this.deps.signUpOpen()) throw new SluiceError("forbidden", "Sign-up is closed here: ask an operator for an account.");
     const name = input.organization.trim();
     if (!name || name.length > 100) throw invalidRequest("Enter your organization's name (at most 100 characters).", "organization");
     // Both checked before anything is created, so that a refused sign-up leaves no organization behind.
@@ -254,6 +263,16 @@ export class ConsoleService {
         };
       }),
     );
+  }
+
+  /** A member account in an organization, made by an operator (where sign-up is closed, the only way to one). */
+  async createMember(actor: Actor, organizationId: string, input: CreateMember): Promise<{ email: string; role: string; organizationId: string }> {
+    const organization = await this.organizationFor(actor, organizationId);
+    const user = await this.deps.accounts.createUser(
+      { email: input.email, password: input.password, role: "member", organizationId: organization.id },
+      auditActor(actor),
+    );
+    return { email: user.email, role: user.role, organizationId: organization.id };
   }
 
   /** Creates an organization (operators): active on the `default` plan unless the body says otherwise. */

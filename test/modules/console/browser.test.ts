@@ -6,9 +6,16 @@ import { join } from "node:path";
 import OpenAI from "openai";
 import { chromium, type Browser, type Locator, type Page } from "playwright-core";
 import { startFakeUpstream, type FakeUpstream } from "../../fake-upstream";
+import { resolveConfig } from "../../../src/config/load";
+import type { ConfigFile } from "../../../src/config/schema";
 import { fakeModel, repositoryRoot, startSluice, testActor, type TestSluice } from "../../helpers";
 
 const artifacts = join(repositoryRoot, "test/artifacts");
+const configFile = (signUp: boolean): ConfigFile => ({
+  models: [fakeModel(upstream.url, "qwen3", "usage-12-30")],
+  plans: [{ id: "default", models: ["*"], tokens_per_5h: 200_000, tokens_per_month: 5_000_000 }],
+  console: { sign_up: signUp },
+});
 let upstream: FakeUpstream;
 let sluice: TestSluice;
 let browser: Browser;
@@ -16,10 +23,7 @@ let browser: Browser;
 beforeAll(async () => {
   mkdirSync(artifacts, { recursive: true });
   upstream = startFakeUpstream();
-  sluice = await startSluice({
-    models: [fakeModel(upstream.url, "qwen3", "usage-12-30")],
-    plans: [{ id: "default", models: ["*"], tokens_per_5h: 200_000, tokens_per_month: 5_000_000 }],
-  });
+  sluice = await startSluice(configFile(true));
   await sluice.accounts.createUser({ email: "operator@example.com", password: "operator password", role: "operator", organizationId: null }, testActor);
   browser = await chromium.launch({
     executablePath: "/usr/bin/chromium",
@@ -263,6 +267,36 @@ test("an operator creates an organization and manages its keys from the console:
     expect((await rotatedClient.chat.completions.create({ model: "qwen3", messages: [{ role: "user", content: "hello" }] })).usage?.total_tokens).toBe(42);
   }
   expect(violations).toEqual([]);
+}, 60_000);
+
+test("sign-up closed: the page says to ask an operator, who adds the member from the organization's row; the member signs in", async () => {
+  await sluice.server.reconfigure(resolveConfig(configFile(false)), testActor);
+  try {
+    const visitor = watchPolicy(await (await browser.newContext()).newPage());
+    await visitor.goto(sluice.url);
+    await visible(visitor.getByText("Accounts are made by an operator of this Sluice"));
+    expect(await visitor.getByRole("button", { name: "No account yet? Sign up" }).count()).toBe(0);
+
+    const page = watchPolicy(await (await browser.newContext()).newPage());
+    await page.goto(sluice.url);
+    await page.getByLabel("Email").fill("operator@example.com");
+    await page.getByLabel("Password").fill("operator password");
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await page.getByRole("button", { name: "Keys of acme" }).click();
+    const form = page.getByRole("form", { name: "Add a member to acme" });
+    await form.getByLabel("Member email").fill("invited@example.com");
+    await form.getByLabel("Their password").fill("an invited password");
+    await form.getByRole("button", { name: "Add member" }).click();
+    await visible(form.getByText("invited@example.com can now sign in to acme."));
+
+    await visitor.getByLabel("Email").fill("invited@example.com");
+    await visitor.getByLabel("Password").fill("an invited password");
+    await visitor.getByRole("button", { name: "Sign in" }).click();
+    await visible(visitor.getByText("Organization: acme"));
+    expect(violations).toEqual([]);
+  } finally {
+    await sluice.server.reconfigure(resolveConfig(configFile(true)), testActor);
+  }
 }, 60_000);
 
 test("another site cannot frame the console", async () => {

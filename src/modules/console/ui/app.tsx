@@ -43,6 +43,16 @@ interface Usage {
 
 function SignIn({ onSignedIn }: { onSignedIn: (me: Me) => void }) {
   const [mode, setMode] = useState<"signin" | "signup">("signin");
+  // Closed by the operator (`[console] sign_up = false`): accounts come from an operator only.
+  const [signUpOpen, setSignUpOpen] = useState(true);
+  useEffect(
+    () =>
+      void api<{ open: boolean }>("/sign-up").then(
+        (setting) => setSignUpOpen(setting.open),
+        () => undefined,
+      ),
+    [],
+  );
   const [error, setError] = useState("");
   const [notice, setNotice] = useState("");
   const submit = async (event: Event) => {
@@ -83,11 +93,15 @@ function SignIn({ onSignedIn }: { onSignedIn: (me: Me) => void }) {
         </button>
         <ErrorText error={error} />
       </form>
-      <p>
-        <button type="button" onClick={() => setMode(mode === "signin" ? "signup" : "signin")}>
-          {mode === "signin" ? "No account yet? Sign up" : "Have an account? Sign in"}
-        </button>
-      </p>
+      {signUpOpen ? (
+        <p>
+          <button type="button" onClick={() => setMode(mode === "signin" ? "signup" : "signin")}>
+            {mode === "signin" ? "No account yet? Sign up" : "Have an account? Sign in"}
+          </button>
+        </p>
+      ) : (
+        <p>Accounts are made by an operator of this Sluice: ask one for yours.</p>
+      )}
     </section>
   );
 }
@@ -311,6 +325,48 @@ function serverStateText(server: ServerHealth): string {
   return `up${failures}`;
 }
 
+/** An operator adds a member account to an organization (the only way in where sign-up is closed). */
+function AddMember({ organization }: { organization: { id: string; name: string } }) {
+  const [error, setError] = useState("");
+  const [added, setAdded] = useState("");
+  const submit = async (event: Event) => {
+    event.preventDefault();
+    const form = event.target as HTMLFormElement;
+    const fields = new FormData(form);
+    setError("");
+    setAdded("");
+    try {
+      const member = await api<{ email: string }>(`/operator/organizations/${organization.id}/members`, {
+        email: fields.get("email"),
+        password: fields.get("password"),
+      });
+      setAdded(`${member.email} can now sign in to ${organization.name}.`);
+      form.reset();
+    } catch (caught) {
+      setError((caught as Error).message);
+    }
+  };
+  return (
+    <form onSubmit={submit} aria-label={`Add a member to ${organization.name}`} class="filters">
+      <label>
+        Member email
+        <input name="email" type="email" required />
+      </label>
+      <label>
+        Their password
+        <input name="password" type="password" minLength={10} autocomplete="new-password" required />
+      </label>
+      <button type="submit">Add member</button>
+      {added && (
+        <p class="notice" role="status">
+          {added}
+        </p>
+      )}
+      <ErrorText error={error} />
+    </form>
+  );
+}
+
 function Operator() {
   const [organizations, setOrganizations] = useState<
     { id: string; name: string; plan: string; status: string; fiveHourTokens: number; monthTokens: number; models: string[] }[]
@@ -434,6 +490,7 @@ function Operator() {
                 showingKeys === organization.id && (
                   <tr key={`${organization.id}-keys`}>
                     <td colSpan={6}>
+                      <AddMember organization={organization} />
                       <Keys organization={organization} operated />
                     </td>
                   </tr>
