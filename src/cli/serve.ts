@@ -5,11 +5,16 @@ import type { Config } from "../config/schema";
 import { Logger } from "../modules/observability/logger";
 import { startServer } from "../server";
 import { openBackends } from "../storage/open";
+import { keyPrefix } from "../storage/redis";
 import { parseCommand } from "./usage";
+
+/** Shared mode: a SIGHUP to one instance is announced here, so that every instance reads its own file again. */
+const reloadChannel = `${keyPrefix}config-reload`;
 
 /**
  * `sluice serve`: listens on SLUICE_HOST:SLUICE_PORT until SIGINT or SIGTERM; SIGHUP reads the configuration file
- * again and serves it from the next request on, or keeps the one in force if the file is not valid.
+ * again and serves it from the next request on, or keeps the one in force if the file is not valid. In shared mode
+ * the other instances are told, and each does the same with its own file.
  */
 export async function runServe(args: string[]): Promise<number> {
   parseCommand(args, {}, 0);
@@ -51,7 +56,7 @@ export async function runServe(args: string[]): Promise<number> {
     console.error(JSON.stringify({ level: "info", message: "stopped" }));
     process.exit(0);
   };
-  const reload = async () => {
+  const reload = async (trigger: string) => {
     if (stopping) return;
     let next: Config;
     try {
@@ -63,7 +68,7 @@ export async function runServe(args: string[]): Promise<number> {
     }
     let changes: ConfigChanges;
     try {
-      changes = await server.reconfigure(next, { kind: "server", name: "SIGHUP" });
+      changes = await server.reconfigure(next, { kind: "server", name: trigger });
     } catch (error) {
       // A signal's handler must not end the server: a rejection nobody awaits would.
       server.metrics.configReloads.inc({ result: "failed" });
@@ -72,9 +77,19 @@ export async function runServe(args: string[]): Promise<number> {
     }
     server.metrics.configReloads.inc({ result: "applied" });
     const message = anyChange(changes) ? "configuration reloaded" : "configuration reloaded: nothing changed";
-    console.error(JSON.stringify({ level: "info", message, models: next.models.map((model) => model.id), changes }));
+    console.error(JSON.stringify({ level: "info", message, trigger, models: next.models.map((model) => model.id), changes }));
   };
-  process.on("SIGHUP", () => void reload());
+  // Each instance announces its own SIGHUP once it has reloaded, whatever its file said: the others read theirs. A
+  // reload an announcement caused is not announced again.
+  const instance = crypto.randomUUID();
+  if (redis) {
+    void redis.subscribe(reloadChannel, (origin) => {
+      if (origin !== instance) void reload("SIGHUP to another instance");
+    });
+  }
+  process.on("SIGHUP", () => {
+    void reload("SIGHUP").then(() => redis?.call("PUBLISH", [reloadChannel, instance]).catch(() => {}));
+  });
   process.on("SIGINT", () => void stop("SIGINT"));
   process.on("SIGTERM", () => void stop("SIGTERM"));
   return 0;

@@ -51,6 +51,27 @@ async function leasesLeft(): Promise<number> {
   return held;
 }
 
+/** The configuration reloads an instance has applied so far, from its /metrics. */
+async function reloadsApplied(instance: SluiceProcess): Promise<number> {
+  const metrics = await (await fetch(`${instance.url}/metrics`)).text();
+  return Number(/sluice_config_reloads_total\{result="applied"\} (\d+)/.exec(metrics)?.[1] ?? 0);
+}
+
+/**
+ * SIGHUP to the first instance, which says it reloaded; then waits (up to 5 s) until every other instance has applied
+ * the reload that it announced over Redis.
+ */
+async function reloadEverywhere(cluster: Cluster): Promise<void> {
+  const [first, ...others] = cluster.instances as SluiceProcess[];
+  const before = await Promise.all(others.map(reloadsApplied));
+  expect((await reloadConfiguration(first as SluiceProcess)).message).toBe("configuration reloaded");
+  const deadline = Date.now() + 5000;
+  for (const [index, instance] of others.entries()) {
+    while ((await reloadsApplied(instance)) <= (before[index] ?? 0) && Date.now() < deadline) await Bun.sleep(10);
+    expect(await reloadsApplied(instance)).toBeGreaterThan(before[index] ?? 0);
+  }
+}
+
 /** Sends again while the answer is 503 (an engine coming back), for up to 15 s; the last answer. */
 async function sendWhileUnavailable(send: () => Promise<Response>): Promise<Response> {
   const deadline = Date.now() + 15_000;
@@ -108,7 +129,7 @@ describe("limits are exact across three instances", () => {
     });
   }, 60_000);
 
-  test("SIGHUP to every instance: a model's shared max_concurrency taken away lets the waiters go on; set again, it caps the next requests", async () => {
+  test("SIGHUP (announced to every instance): a model's shared max_concurrency taken away lets the waiters go on; set again, it caps the next requests", async () => {
     const limited = (slots?: number) =>
       toml("", { upstream: "usage-10-20-300", extra: `${slots === undefined ? "" : `max_concurrency = ${slots}\n`}queue_size = 50\nqueue_timeout_ms = 20000` });
     await withCluster(
@@ -120,7 +141,7 @@ describe("limits are exact across three instances", () => {
         const requests = Array.from({ length: 20 }, (_, index) => cluster.chat(index, key, { model: "m", messages }));
         await Bun.sleep(100);
         await Bun.write(cluster.environment.SLUICE_CONFIG as string, limited());
-        for (const instance of cluster.instances) expect((await reloadConfiguration(instance)).message).toBe("configuration reloaded");
+        await reloadEverywhere(cluster);
         const statuses = await Promise.all(requests.map(async (request) => (await request).status));
         expect(statuses).toEqual(Array(20).fill(200));
         // One at a time, 20 answers of 300 ms would take 6 s.
@@ -128,7 +149,7 @@ describe("limits are exact across three instances", () => {
         expect(upstream.maxInFlight).toBeGreaterThan(2);
 
         await Bun.write(cluster.environment.SLUICE_CONFIG as string, limited(2));
-        for (const instance of cluster.instances) await reloadConfiguration(instance);
+        await reloadEverywhere(cluster);
         upstream.reset();
         const capped = await Promise.all(Array.from({ length: 8 }, (_, index) => cluster.chat(index, key, { model: "m", messages })));
         expect(capped.map((response) => response.status)).toEqual(Array(8).fill(200));
@@ -139,7 +160,33 @@ describe("limits are exact across three instances", () => {
     );
   }, 60_000);
 
-  test("SIGHUP sets a max_concurrency where the model had none: the requests already under way on every instance count against it", async () => {
+  test("SIGHUP to one instance: the others read the file too, and serve a model it adds from their next request", async () => {
+    const models = (ids: string[]) =>
+      ids.map((id) => `[[models]]\nid = "${id}"\nbackend = "openai"\nbase_url = "${upstream.url}"\nupstream_model = "usage-10-20"\n`).join("\n");
+    const plan = `\n[[plans]]\nid = "default"\nmodels = ["*"]\n`;
+    await withCluster(
+      models(["m"]) + plan,
+      async (cluster) => {
+        const key = cluster.addOrganization("acme");
+        for (let index = 0; index < 3; index++) expect((await cluster.chat(index, key, { model: "n", messages })).status).toBe(404);
+        await Bun.write(cluster.environment.SLUICE_CONFIG as string, models(["m", "n"]) + plan);
+        expect((await reloadConfiguration(cluster.instances[0] as SluiceProcess)).message).toBe("configuration reloaded");
+        // The others hear of it over Redis within milliseconds; each request below goes to another instance.
+        for (const index of [1, 2]) {
+          const deadline = Date.now() + 5000;
+          let status = 0;
+          while (status !== 200 && Date.now() < deadline) {
+            status = (await cluster.chat(index, key, { model: "n", messages })).status;
+            if (status !== 200) await Bun.sleep(25);
+          }
+          expect(status).toBe(200);
+        }
+      },
+      3,
+    );
+  }, 60_000);
+
+  test("SIGHUP (announced to every instance) sets a max_concurrency where the model had none: the requests already under way on every instance count against it", async () => {
     const limited = (slots?: number) =>
       toml("", {
         upstream: "usage-10-20-1500",
@@ -155,7 +202,7 @@ describe("limits are exact across three instances", () => {
         while (upstream.inFlight < 6 && Date.now() < deadline) await Bun.sleep(10);
         expect(upstream.inFlight).toBe(6);
         await Bun.write(cluster.environment.SLUICE_CONFIG as string, limited(2));
-        for (const instance of cluster.instances) expect((await reloadConfiguration(instance)).message).toBe("configuration reloaded");
+        await reloadEverywhere(cluster);
         const next = Array.from({ length: 4 }, (_, index) => cluster.chat(index, key, { model: "m", messages }));
         // Six slots are in use against a limit of two: the next requests wait for the first six to end.
         await Bun.sleep(400);
