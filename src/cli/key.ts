@@ -2,7 +2,7 @@ import type { Config } from "../config/schema";
 import { restoreKeyFromLedger } from "../modules/admission/ledger-usage";
 import { RedisAdmissionStore } from "../modules/admission/redis-store";
 import { parseDuration, parseGrace } from "../modules/keys/duration";
-import { checkKeyModels, noLimits, type ApiKeyInfo, type KeyLimits } from "../modules/keys/service";
+import { capsOf, checkKeyModels, noLimits, type ApiKeyInfo, type KeyLimits } from "../modules/keys/service";
 import { formatTime, withCliContext } from "./context";
 import { UsageError, parseCommand } from "./usage";
 
@@ -16,7 +16,7 @@ const limitFields = { "max-concurrency": "maxConcurrency", "tokens-per-5h": "tok
 
 /** The caps given on the command line over `base`: a whole number from 1, or `none` to remove one. */
 function limitsOf(values: Partial<Record<keyof typeof limitFields, string>>, base: KeyLimits): KeyLimits {
-  const limits: KeyLimits = { maxConcurrency: base.maxConcurrency, tokensPer5h: base.tokensPer5h, tokensPerMonth: base.tokensPerMonth };
+  const limits = capsOf(base);
   for (const [option, field] of Object.entries(limitFields) as [keyof typeof limitFields, keyof KeyLimits][]) {
     const value = values[option];
     if (value === undefined) continue;

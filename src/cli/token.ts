@@ -12,7 +12,7 @@ export async function runToken(args: string[]): Promise<number> {
   const [action, ...rest] = args;
   if (action === "create") {
     const { values, positionals } = parseCommand(rest, { name: { type: "string" }, "expires-in": { type: "string" } }, 1);
-    const email = (positionals[0] as string).trim().toLowerCase();
+    const email = positionals[0] as string;
     if (!values.name?.trim()) throw new UsageError("--name NAME is required (what the token is for)");
     const name = values.name;
     const expiresInMs = expiryOption(values["expires-in"]);

@@ -13,7 +13,7 @@ import { openDatabase } from "../../src/db/client";
 import { sqliteStorage } from "../../src/storage/sqlite";
 import { temporaryDirectory } from "../helpers";
 import { AuditLog } from "../../src/modules/audit/service";
-import { OrganizationError, OrganizationService } from "../../src/modules/organizations/service";
+import { OrganizationExistsError, OrganizationService } from "../../src/modules/organizations/service";
 
 let postgres: PostgresServer;
 let storage: Storage;
@@ -435,7 +435,7 @@ test("the same organization created twenty times at once: one row; the others ar
   expect(results.filter((result) => result.status === "fulfilled").length).toBe(1);
   for (const result of results) {
     if (result.status === "rejected") {
-      expect(result.reason).toBeInstanceOf(OrganizationError);
+      expect(result.reason).toBeInstanceOf(OrganizationExistsError);
       expect((result.reason as Error).message).toBe('organization "racing" already exists');
     }
   }

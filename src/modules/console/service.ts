@@ -4,9 +4,9 @@ import type { AdmissionStore } from "../admission/store";
 import type { AuthService } from "../auth/service";
 import { parseDuration, parseGrace, parseTimeBound, timeBoundForms } from "../keys/duration";
 import { checkOutcome, defaultPageSize, maxPageSize, type RequestLogPage, type RequestLogService } from "../requests/service";
-import { checkKeyModels, KeyError, type ApiKeyInfo, type KeyService } from "../keys/service";
+import { capsOf, checkKeyModels, KeyError, type ApiKeyInfo, type KeyService } from "../keys/service";
 import type { ModelRegistry } from "../models/registry";
-import { OrganizationError, organizationStatuses, type Organization, type OrganizationService, type OrganizationStatus } from "../organizations/service";
+import { OrganizationExistsError, organizationStatuses, type Organization, type OrganizationService, type OrganizationStatus } from "../organizations/service";
 import type { Queue } from "../queue/model-queue";
 import type { AuditEntry, ConsoleTokenInfo, RequestLogFilter, UsageRepository } from "../../storage/types";
 import { auditActions, type AuditActor, type AuditLog } from "../audit/service";
@@ -235,11 +235,10 @@ export class ConsoleService {
     for (const key of await this.deps.keys.listForOrganization(organization.id)) {
       const limits = keyLimitsOf(key);
       if (!limits || key.revokedAt !== null) continue;
-      const limitsShown: KeyLimits = { maxConcurrency: key.maxConcurrency, tokensPer5h: key.tokensPer5h, tokensPerMonth: key.tokensPerMonth };
       keys.push({
         id: key.id,
         name: key.name,
-        limits: limitsShown,
+        limits: capsOf(key),
         snapshot: await this.deps.admission.keySnapshot(organization.id, { id: key.id, limits }, now),
       });
     }
@@ -290,7 +289,7 @@ export class ConsoleService {
     try {
       return await this.deps.organizations.create(input, actor);
     } catch (error) {
-      if (error instanceof OrganizationError) throw invalidRequest("An organization with this name already exists.", param);
+      if (error instanceof OrganizationExistsError) throw invalidRequest("An organization with this name already exists.", param);
       throw error;
     }
   }

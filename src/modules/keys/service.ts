@@ -7,6 +7,11 @@ export type { ApiKeyInfo, KeyLimits };
 
 export const noLimits: KeyLimits = { maxConcurrency: null, tokensPer5h: null, tokensPerMonth: null };
 
+/** The three caps alone, from a key (or anything else that has them). */
+export function capsOf(limits: KeyLimits): KeyLimits {
+  return { maxConcurrency: limits.maxConcurrency, tokensPer5h: limits.tokensPer5h, tokensPerMonth: limits.tokensPerMonth };
+}
+
 /** Whether a key has any cap of its own. */
 export function hasLimits(limits: KeyLimits): boolean {
   return limits.maxConcurrency !== null || limits.tokensPer5h !== null || limits.tokensPerMonth !== null;
@@ -123,7 +128,7 @@ export class KeyService {
         organizationId: existing.organizationId,
         name: existing.name,
         expiresInMs: input.expiresInMs ?? (existing.expiresAt === null ? undefined : existing.expiresAt - existing.createdAt),
-        limits: { maxConcurrency: existing.maxConcurrency, tokensPer5h: existing.tokensPer5h, tokensPerMonth: existing.tokensPerMonth },
+        limits: capsOf(existing),
         models: existing.models,
         now,
         rotatedFrom: keyId,
@@ -158,7 +163,7 @@ export class KeyService {
     if (!existing) throw new KeyError(`no key with id "${keyId}"`);
     const wrong = checkLimits(limits);
     if (wrong) throw new KeyError(wrong.message);
-    const updated = { ...existing, maxConcurrency: limits.maxConcurrency, tokensPer5h: limits.tokensPer5h, tokensPerMonth: limits.tokensPerMonth };
+    const updated = { ...existing, ...capsOf(limits) };
     const changed = changedFields(existing, updated, ["maxConcurrency", "tokensPer5h", "tokensPerMonth"]);
     if (!changed) return updated;
     await this.repository.setLimits(keyId, limits);

@@ -9,6 +9,13 @@ export class OrganizationError extends Error {
   override name = "OrganizationError";
 }
 
+/** The name asked for is taken, found before the insert or by the name's unique index during it. */
+export class OrganizationExistsError extends OrganizationError {
+  constructor(name: string) {
+    super(`organization "${name}" already exists`);
+  }
+}
+
 /** The configured plans' ids: a set of them, or the server's plans by id (filled again when it reloads). */
 export interface PlanIds {
   has(id: string): boolean;
@@ -29,14 +36,14 @@ export class OrganizationService {
     const name = input.name.trim();
     if (!name) throw new OrganizationError("organization name must not be empty");
     const plan = this.checkPlan(input.plan ?? "default");
-    if (await this.findByName(name)) throw new OrganizationError(`organization "${name}" already exists`);
+    if (await this.findByName(name)) throw new OrganizationExistsError(name);
     const row: Organization = { id: randomId("org_", 12), name, plan, status: input.status ?? "active", createdAt: Date.now() };
     // Nothing caches an organization before it exists: no instance needs telling.
     try {
       await this.repository.insert(row);
     } catch (error) {
       // The same name created at the same moment by another request or instance: the name's unique index said no.
-      if (await this.findByName(name)) throw new OrganizationError(`organization "${name}" already exists`);
+      if (await this.findByName(name)) throw new OrganizationExistsError(name);
       throw error;
     }
     await this.audit.record(actor, "organization.created", row.name, {

@@ -7,6 +7,7 @@ import { api, setCsrfToken } from "./api";
 import { ErrorText } from "./error-text";
 import { shownTime } from "./time";
 import { capsBody, CapsFields, capsSummary, EditCaps, type Caps } from "./key-caps";
+import { useFormAction } from "./form-action";
 import { AuditPage, RequestsPage } from "./logs";
 import { ExpiryField, secretStatus, ShownOnce, useNewSecret } from "./new-secret";
 import { TokensPage } from "./tokens";
@@ -327,24 +328,18 @@ function serverStateText(server: ServerHealth): string {
 
 /** An operator adds a member account to an organization (the only way in where sign-up is closed). */
 function AddMember({ organization }: { organization: { id: string; name: string } }) {
-  const [error, setError] = useState("");
+  const { error, run } = useFormAction();
   const [added, setAdded] = useState("");
-  const submit = async (event: Event) => {
+  const submit = (event: Event) => {
     event.preventDefault();
     const form = event.target as HTMLFormElement;
     const fields = new FormData(form);
-    setError("");
     setAdded("");
-    try {
-      const member = await api<{ email: string }>(`/operator/organizations/${organization.id}/members`, {
-        email: fields.get("email"),
-        password: fields.get("password"),
-      });
+    void run(async () => {
+      const body = { email: fields.get("email"), password: fields.get("password") };
+      const member = await api<{ email: string }>(`/operator/organizations/${organization.id}/members`, body);
       setAdded(`${member.email} can now sign in to ${organization.name}.`);
-      form.reset();
-    } catch (caught) {
-      setError((caught as Error).message);
-    }
+    }, form);
   };
   return (
     <form onSubmit={submit} aria-label={`Add a member to ${organization.name}`} class="filters">
@@ -372,7 +367,7 @@ function Operator() {
     { id: string; name: string; plan: string; status: string; fiveHourTokens: number; monthTokens: number; models: string[] }[]
   >([]);
   const [showingKeys, setShowingKeys] = useState<string | null>(null);
-  const [error, setError] = useState("");
+  const { error, run } = useFormAction();
   const [models, setModels] = useState<
     {
       id: string;
@@ -396,17 +391,14 @@ function Operator() {
     await api(`/operator/organizations/${id}`, change);
     await load();
   };
-  const create = async (event: Event) => {
+  const create = (event: Event) => {
     event.preventDefault();
-    const form = new FormData(event.target as HTMLFormElement);
-    setError("");
-    try {
-      await api("/operator/organizations", { name: form.get("name"), plan: form.get("plan"), status: form.get("status") });
-      (event.target as HTMLFormElement).reset();
+    const form = event.target as HTMLFormElement;
+    const fields = new FormData(form);
+    void run(async () => {
+      await api("/operator/organizations", { name: fields.get("name"), plan: fields.get("plan"), status: fields.get("status") });
       await load();
-    } catch (caught) {
-      setError((caught as Error).message);
-    }
+    }, form);
   };
   return (
     <>

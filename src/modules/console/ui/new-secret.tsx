@@ -1,6 +1,7 @@
 // Making a secret (an API key, a console token): its expiry field, and the secret shown this once with a copy button
 // (the server keeps only its hash).
 import { useState } from "preact/hooks";
+import { useFormAction } from "./form-action";
 
 export function ShownOnce({ what, name, secret, onDone }: { what: string; name: string; secret: string; onDone: () => void }) {
   const [copied, setCopied] = useState(false);
@@ -64,16 +65,11 @@ export interface NewSecret {
  */
 export function useNewSecret(reload: () => Promise<unknown>) {
   const [created, setCreated] = useState<NewSecret | null>(null);
-  const [error, setError] = useState("");
-  const make = async (send: () => Promise<NewSecret>, form?: HTMLFormElement) => {
-    setError("");
-    try {
+  const { error, setError, run } = useFormAction();
+  const make = (send: () => Promise<NewSecret>, form?: HTMLFormElement) =>
+    run(async () => {
       setCreated(await send());
-      form?.reset();
       await reload();
-    } catch (caught) {
-      setError((caught as Error).message);
-    }
-  };
+    }, form);
   return { created, dismiss: () => setCreated(null), error, setError, make };
 }
