@@ -469,7 +469,7 @@ async function answer(request: Request, requestId: string, facts: Facts): Promis
       const upstreamBody = { model: "bench-upstream", messages: body.messages, max_tokens: maxTokens };
       if (sluiceBackend) {
         const completion = await sluiceBackend.complete({ model: sluiceModel, body: upstreamBody, signal: controller.signal });
-        sluiceAnswer = { completion, usage: completion.usage ?? { promptTokens: 0, completionTokens: 0, reasoningTokens: 0 } };
+        sluiceAnswer = { completion, usage: completion.usage ?? { promptTokens: 0, completionTokens: 0, reasoningTokens: 0, cachedTokens: 0 } };
       } else {
         const upstreamResponse = await fetch(upstreamChat, {
           method: "POST",

@@ -93,7 +93,8 @@ function sse(body: string | ReadableStream<Uint8Array>): Response {
 
 /**
  * Models: `vllm`, `deepseek`, `mistral`, `vllm-tools`, `tgi-tools`, `ollama-tools` (streams only) (fixtures), `agent-tools` (calls get_weather, then answers with its result), `namespaced-call` (calls weather__get_weather), `stop-sequence` (ended by the stop string `###`), `echo` (answers with the body it got), `slow-N-D` (N words, D ms apart),
- * `usage-P-C[-D]` (reports P prompt and C completion tokens, after D ms),
+ * `usage-P-C[-D]` (reports P prompt and C completion tokens, after D ms), `cached-P-C-K` (P prompt tokens of which K were
+ * read from the prompt cache, C completion tokens),
  * `completion-tokens-only` (a 400 for max_tokens, as OpenAI's reasoning models answer), `fail-500`, `overloaded-429`, `hang`, `context-400`, `bad-400`, `no-usage`, `html-200`, `error-200`, `refusal` and `refusal-redline` (OpenAI's refusal field), `custom-call` (whole answers only), `midstream-error`,
  * `malformed-stream`, `no-done`.
  */
@@ -220,6 +221,20 @@ export function startFakeUpstream(options: { tls?: { cert: string; key: string }
       return stream
         ? sse(`${chunk(model, { role: "assistant", content: text }) + chunk(model, {}, "stop", usage)}data: [DONE]\n\n`)
         : Response.json(whole(model, text, null, usage));
+    }
+    const cached = /^cached-(\d+)-(\d+)-(\d+)$/.exec(model);
+    if (cached) {
+      // As vLLM reports a prefix-cache hit (with --enable-prompt-tokens-details), and OpenAI does.
+      const [promptTokens, completionTokens, cachedTokens] = [Number(cached[1]), Number(cached[2]), Number(cached[3])];
+      const reported = {
+        prompt_tokens: promptTokens,
+        completion_tokens: completionTokens,
+        total_tokens: promptTokens + completionTokens,
+        prompt_tokens_details: { cached_tokens: cachedTokens },
+      };
+      return stream
+        ? sse(`${chunk(model, { role: "assistant", content: "cached" }) + chunk(model, {}, "stop", reported)}data: [DONE]\n\n`)
+        : Response.json(whole(model, "cached", null, reported));
     }
     const fixedUsage = /^usage-(\d+)-(\d+)(?:-(\d+))?$/.exec(model);
     if (fixedUsage) {

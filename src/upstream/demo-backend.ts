@@ -99,6 +99,7 @@ export class DemoBackend implements Backend {
         promptTokens,
         completionTokens: reasoning.tokens + content.tokens,
         reasoningTokens: reasoning.tokens,
+        cachedTokens: 0,
       },
     };
   }

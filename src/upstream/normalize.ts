@@ -88,7 +88,10 @@ export function usageOf(value: unknown): Usage | undefined {
   const details = isObject(value.completion_tokens_details) ? value.completion_tokens_details : {};
   // Reasoning is part of the completion's count (OpenAI's definition), never more than it.
   const reasoningTokens = isCount(details.reasoning_tokens) ? Math.min(details.reasoning_tokens, completionTokens) : 0;
-  return { promptTokens, completionTokens, reasoningTokens };
+  // Cached tokens are part of the prompt's count, never more than it.
+  const promptDetails = isObject(value.prompt_tokens_details) ? value.prompt_tokens_details : {};
+  const cachedTokens = isCount(promptDetails.cached_tokens) ? Math.min(promptDetails.cached_tokens, promptTokens) : 0;
+  return { promptTokens, completionTokens, reasoningTokens, cachedTokens };
 }
 
 /** A call's `arguments` as OpenAI's format has them, JSON text; undefined when the call carries none. */

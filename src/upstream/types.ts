@@ -1,11 +1,13 @@
 import type { ModelConfig } from "../config/schema";
 import type { ServerHealth } from "./server-health";
 
-/** Token usage as OpenAI reports it, reasoning included in completion tokens. */
+/** Token usage as OpenAI reports it, reasoning included in completion tokens and cached tokens in prompt tokens. */
 export interface Usage {
   promptTokens: number;
   completionTokens: number;
   reasoningTokens: number;
+  /** Prompt tokens the upstream read from its prompt cache (vLLM's prefix cache, OpenAI's); 0 when it did not say. */
+  cachedTokens: number;
 }
 
 export type ToolCallDelta = Record<string, unknown>;

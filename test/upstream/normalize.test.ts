@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import Anthropic from "@anthropic-ai/sdk";
 import type OpenAI from "openai";
-import { contentOf, finishReasonOf, reasoningOf, ToolCallNumbering, toolCallsOf } from "../../src/upstream/normalize";
+import { contentOf, finishReasonOf, reasoningOf, ToolCallNumbering, toolCallsOf, usageOf } from "../../src/upstream/normalize";
 import { fakeModel, schemaErrors, startSluice, useFakeUpstream, type TestSluice } from "../helpers";
 
 const upstream = useFakeUpstream();
@@ -79,6 +79,16 @@ test("finishReasonOf: OpenAI's reasons as they are, a cut by the limit as length
   for (const reason of ["stop", "length", "tool_calls", "content_filter", "function_call"]) expect(finishReasonOf(reason)).toBe(reason);
   expect(finishReasonOf("max_tokens")).toBe("length");
   for (const reason of ["eos_token", "stop_sequence", "abort", "", "STOP"]) expect(finishReasonOf(reason)).toBe("stop");
+});
+
+test("usageOf: cached_tokens read from prompt_tokens_details, within the prompt's count; anything but a count is 0", () => {
+  const usage = (details: unknown) => usageOf({ prompt_tokens: 100, completion_tokens: 9, prompt_tokens_details: details });
+  expect(usage({ cached_tokens: 64 })).toEqual({ promptTokens: 100, completionTokens: 9, reasoningTokens: 0, cachedTokens: 64 });
+  expect(usage({ cached_tokens: 101 })?.cachedTokens).toBe(100);
+  for (const bad of [-1, 1.5, "64", null, 1e400, 2 ** 31]) expect(usage({ cached_tokens: bad })?.cachedTokens).toBe(0);
+  for (const bad of [null, "x", 64, [64]]) expect(usage(bad)?.cachedTokens).toBe(0);
+  // DeepSeek reports its own fields beside OpenAI's; OpenAI's are read.
+  expect(usageOf({ prompt_tokens: 13, completion_tokens: 9, prompt_tokens_details: { cached_tokens: 5 }, prompt_cache_hit_tokens: 5 })?.cachedTokens).toBe(5);
 });
 
 describe("TGI's tool calls (arguments as an object; a stream's calls not in a list, with empty ids and null names)", () => {

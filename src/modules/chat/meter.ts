@@ -95,6 +95,7 @@ export class UsageMeter {
         promptTokens,
         completionTokens: reasoningTokens + contentTokens + toolCallTokens,
         reasoningTokens,
+        cachedTokens: 0,
       },
       source: "tokenizer",
     };

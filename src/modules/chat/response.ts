@@ -38,7 +38,7 @@ function withIds(identity: ResponseIdentity, calls: ToolCallDelta[]): ToolCallDe
 function usageText(usage: Usage): string {
   return (
     `{"prompt_tokens":${usage.promptTokens},"completion_tokens":${usage.completionTokens},"total_tokens":${usage.promptTokens + usage.completionTokens},` +
-    `"completion_tokens_details":{"reasoning_tokens":${usage.reasoningTokens}}}`
+    `"prompt_tokens_details":{"cached_tokens":${usage.cachedTokens}},"completion_tokens_details":{"reasoning_tokens":${usage.reasoningTokens}}}`
   );
 }
 

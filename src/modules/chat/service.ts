@@ -166,7 +166,7 @@ export class ChatService implements RunSettler {
   ): Promise<ChatResult> {
     const text = refusalText(rule, "input");
     const [promptTokens, completionTokens] = await Promise.all([prepared.promptTokens ?? countChatTokens(prepared.messages), countTextTokens(text)]);
-    const usage: Usage = { promptTokens, completionTokens, reasoningTokens: 0 };
+    const usage: Usage = { promptTokens, completionTokens, reasoningTokens: 0, cachedTokens: 0 };
     // Refused at once: it starts and ends in the same moment.
     await this.end(lease, prepared, context, usage, "tokenizer", { firstTokenMs: null }, { outcome: "content_filter", ruleId: rule.id });
     const completion = { content: text, reasoning: null, toolCalls: null, finishReason: "content_filter", usage };
@@ -243,7 +243,7 @@ export class ChatService implements RunSettler {
     let measuring: MeasuredUsage | Promise<MeasuredUsage>;
     try {
       measuring = ending.billNothing
-        ? { usage: { promptTokens: 0, completionTokens: 0, reasoningTokens: 0 }, source: "tokenizer" }
+        ? { usage: { promptTokens: 0, completionTokens: 0, reasoningTokens: 0, cachedTokens: 0 }, source: "tokenizer" }
         : run.meter.usage(run.prepared.messages, run.prepared.promptTokens);
     } catch (error) {
       run.permit.release(null, this.deps.clock());

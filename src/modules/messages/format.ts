@@ -33,8 +33,18 @@ function stopReasonOf(finishReason: string | undefined, stopSequence: string | u
   }
 }
 
-function usageBody(inputTokens: number, outputTokens: number): Json {
-  return { input_tokens: inputTokens, output_tokens: outputTokens, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 };
+/**
+ * Anthropic's usage: its `input_tokens` are the prompt's tokens not read from the cache, which it counts apart
+ * (`cache_read_input_tokens`), where OpenAI's `prompt_tokens` include them. Sluice writes no cache of its own, so
+ * `cache_creation_input_tokens` is 0.
+ */
+function usageBody(usage: Pick<Usage, "promptTokens" | "completionTokens" | "cachedTokens">): Json {
+  return {
+    input_tokens: usage.promptTokens - usage.cachedTokens,
+    output_tokens: usage.completionTokens,
+    cache_creation_input_tokens: 0,
+    cache_read_input_tokens: usage.cachedTokens,
+  };
 }
 
 function messageId(identity: ResponseIdentity): string {
@@ -79,7 +89,7 @@ function wholeMessage(identity: ResponseIdentity, completion: Completion, usage:
     content,
     stop_reason: stopReason,
     stop_sequence: stopReason === "stop_sequence" ? (completion.stopSequence ?? null) : null,
-    usage: usageBody(usage.promptTokens, usage.completionTokens),
+    usage: usageBody(usage),
   };
 }
 
@@ -121,7 +131,7 @@ class MessagesStreamEncoder implements StreamEncoder {
       content: [],
       stop_reason: null,
       stop_sequence: null,
-      usage: usageBody(this.opening.promptTokens, 0),
+      usage: usageBody({ promptTokens: this.opening.promptTokens, completionTokens: 0, cachedTokens: 0 }),
     };
     this.emit(out, "message_start", { message });
     out.push(pingEvent);
@@ -144,7 +154,7 @@ class MessagesStreamEncoder implements StreamEncoder {
     this.stopAll(out);
     const stopReason = stopReasonOf(this.finishReason, this.stopSequence, { calledTools: this.calls.size > 0, refused: this.refused });
     const delta = { stop_reason: stopReason, stop_sequence: stopReason === "stop_sequence" ? (this.stopSequence ?? null) : null };
-    this.emit(out, "message_delta", { delta, usage: usageBody(usage.promptTokens, usage.completionTokens) });
+    this.emit(out, "message_delta", { delta, usage: usageBody(usage) });
     this.emit(out, "message_stop", {});
   }
 

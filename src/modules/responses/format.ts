@@ -29,7 +29,7 @@ function echoOf(request: ResponsesRequest): Json {
 function usageBody(usage: Usage): Json {
   return {
     input_tokens: usage.promptTokens,
-    input_tokens_details: { cached_tokens: 0 },
+    input_tokens_details: { cached_tokens: usage.cachedTokens },
     output_tokens: usage.completionTokens,
     output_tokens_details: { reasoning_tokens: usage.reasoningTokens },
     total_tokens: usage.promptTokens + usage.completionTokens,

@@ -13,7 +13,7 @@ function completion(fields: Partial<Completion>): Completion {
 describe("UsageMeter", () => {
   test("an upstream's usage is billed as it came, without waiting for the tokenizer", () => {
     const meter = new UsageMeter();
-    const usage = { promptTokens: 12, completionTokens: 5, reasoningTokens: 0 };
+    const usage = { promptTokens: 12, completionTokens: 5, reasoningTokens: 0, cachedTokens: 0 };
     meter.observeCompletion(completion({ content: "Sunny.", usage }));
     const measured = meter.usage(messages, undefined);
     expect(measured).not.toBeInstanceOf(Promise);
@@ -30,6 +30,7 @@ describe("UsageMeter", () => {
         promptTokens: await countChatTokens(messages),
         completionTokens: reasoningTokens + (await countTextTokens("Let me look.")) + (await countTextTokens(JSON.stringify([call]))),
         reasoningTokens,
+        cachedTokens: 0,
       },
       source: "tokenizer",
     });
@@ -50,10 +51,10 @@ describe("UsageMeter", () => {
   test("reasoning the upstream streamed but did not report is counted, within its completion tokens", async () => {
     const meter = new UsageMeter();
     meter.observe({ type: "delta", reasoning: "thinking hard about it" });
-    meter.observe({ type: "usage", usage: { promptTokens: 9, completionTokens: 2, reasoningTokens: 0 } });
+    meter.observe({ type: "usage", usage: { promptTokens: 9, completionTokens: 2, reasoningTokens: 0, cachedTokens: 0 } });
     const measured = meter.usage(messages, undefined);
     expect(measured).toBeInstanceOf(Promise);
-    expect(await measured).toEqual({ usage: { promptTokens: 9, completionTokens: 2, reasoningTokens: 2 }, source: "upstream" });
+    expect(await measured).toEqual({ usage: { promptTokens: 9, completionTokens: 2, reasoningTokens: 2, cachedTokens: 0 }, source: "upstream" });
   });
 
   test("a meter that saw nothing says so, and one that saw only tool calls does not", () => {

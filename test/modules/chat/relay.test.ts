@@ -45,7 +45,7 @@ class CountingSettler implements RunSettler {
 
   async settle(run: Run, ending: Ending): Promise<void> {
     this.endings.push(ending.outcome);
-    run.billed = { promptTokens: 5, completionTokens: 2, reasoningTokens: 0 };
+    run.billed = { promptTokens: 5, completionTokens: 2, reasoningTokens: 0, cachedTokens: 0 };
     if (this.settleDelayMs) await Bun.sleep(this.settleDelayMs);
   }
 

@@ -51,7 +51,7 @@ describe("ChunkEncoder", () => {
     encoder.start(batch);
     for (const piece of ["one ", "two ", "three"]) encoder.event({ type: "delta", content: piece }, batch);
     encoder.event({ type: "finish", reason: "stop" }, batch);
-    encoder.end({ promptTokens: 3, completionTokens: 3, reasoningTokens: 0 }, batch);
+    encoder.end({ promptTokens: 3, completionTokens: 3, reasoningTokens: 0, cachedTokens: 0 }, batch);
     expect(batch.at(-1)).toBe("data: [DONE]\n\n");
     const chunks = payloads(batch.slice(0, -1));
     for (const chunk of chunks) expect(schemaErrors("CreateChatCompletionStreamResponse", chunk)).toEqual([]);
@@ -65,7 +65,7 @@ describe("ChunkEncoder", () => {
 describe("completionText", () => {
   const awkward = 'a "quoted" line\nthen \\ a backslash, </script>, \u2028 and 漢字 😀';
   const call = { id: "call_1", type: "function", function: { name: "lookup", arguments: '{"q":"x"}' } };
-  const usage = { promptTokens: 12, completionTokens: 7, reasoningTokens: 3 };
+  const usage = { promptTokens: 12, completionTokens: 7, reasoningTokens: 3, cachedTokens: 4 };
   const cases: [string, Completion, Record<string, unknown>][] = [
     [
       "content and reasoning",
@@ -90,7 +90,13 @@ describe("completionText", () => {
         created: identity.created,
         model: 'a "model"',
         choices: [{ index: 0, message, logprobs: null, finish_reason: completion.finishReason }],
-        usage: { prompt_tokens: 12, completion_tokens: 7, total_tokens: 19, completion_tokens_details: { reasoning_tokens: 3 } },
+        usage: {
+          prompt_tokens: 12,
+          completion_tokens: 7,
+          total_tokens: 19,
+          prompt_tokens_details: { cached_tokens: 4 },
+          completion_tokens_details: { reasoning_tokens: 3 },
+        },
       };
       expect(body).toEqual(expected);
       // As OpenAI's own bodies are written: its keys in this order, no spaces.

@@ -24,7 +24,7 @@ test("text, then a refusal: parts 0 and 1 of one message, and the completed resp
   encoder.event({ type: "delta", refusal: "I can't" }, out);
   encoder.event({ type: "delta", refusal: " help." }, out);
   encoder.event({ type: "finish", reason: "stop" }, out);
-  encoder.end({ promptTokens: 1, completionTokens: 5, reasoningTokens: 0 }, out);
+  encoder.end({ promptTokens: 1, completionTokens: 5, reasoningTokens: 0, cachedTokens: 0 }, out);
   const events = eventsOf(out);
   expect(events.map((event) => event.sequence_number)).toEqual(events.map((_, index) => index));
   const place = (event: Record<string, unknown>) => `${event.type}@${event.content_index}`;
@@ -53,7 +53,7 @@ test("a whole answer with text and a refusal: both parts, in that order", () => 
   const body = responsesFormat({ model: "m", input: "Hi" } as ResponsesRequest).whole(
     { requestId: "req_abc", created: 1, model: "m" },
     { content: "Let me see. ", reasoning: null, toolCalls: null, refusal: "I can't help.", finishReason: "stop", usage: undefined },
-    { promptTokens: 1, completionTokens: 5, reasoningTokens: 0 },
+    { promptTokens: 1, completionTokens: 5, reasoningTokens: 0, cachedTokens: 0 },
   );
   expect(JSON.parse(body).output[0].content).toEqual([
     { type: "output_text", text: "Let me see. ", annotations: [], logprobs: [] },

@@ -49,7 +49,7 @@ function firstBatchHit(watcher: OutputMonitor, pieces: string[], sizes: number[]
     const batch: CompletionEvent[] = [];
     const pieceAt: number[] = [];
     for (const piece of pieces.slice(next, next + size)) {
-      if (read % 3 === 1) batch.push({ type: "usage", usage: { promptTokens: 1, completionTokens: 1, reasoningTokens: 0 } });
+      if (read % 3 === 1) batch.push({ type: "usage", usage: { promptTokens: 1, completionTokens: 1, reasoningTokens: 0, cachedTokens: 0 } });
       pieceAt[batch.length] = next++;
       batch.push({ type: "delta", content: piece });
     }
