@@ -279,6 +279,7 @@ function recordAnswer(
     promptTokens,
     completionTokens,
     reasoningTokens: 0,
+    cachedTokens: 0,
     outcome,
     errorCode: outcome === "completed" ? null : outcome,
     ruleId: null,

@@ -36,6 +36,7 @@ function row(index: number, now: number): LedgerRow {
     promptTokens: 12,
     completionTokens: 11,
     reasoningTokens: 6,
+    cachedTokens: 0,
     outcome: index % 50 === 0 ? "upstream_error" : "completed",
     errorCode: null,
     ruleId: null,

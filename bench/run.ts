@@ -146,6 +146,7 @@ function fillDatabase(path: string, rows: number): void {
   );
   // Each row's prompt and completion tokens above.
   const fillerTokens = 12 + 11;
+  const fillerKinds = { promptTokens: 12, completionTokens: 11, cachedTokens: 0 };
   const fold = new UsageFold();
   const now = Date.now();
   database.transaction(() => {
@@ -157,7 +158,7 @@ function fillDatabase(path: string, rows: number): void {
       // million others in the primary key, which cost the phase about 8 % (bench/HISTORY.md, forty-fourth session).
       insertRow.run(newRequestId(at), organizationId, at, at);
       fold.add(organizationId, fillerTokens, at);
-      fold.addToHistory(organizationId, "key_filler", "bench", fillerTokens, at);
+      fold.addToHistory(organizationId, "key_filler", "bench", fillerKinds, at);
     }
     // The aggregates the ledger's commits keep beside it, which a start-up rebuilds admission from: summed as the
     // ledger's own writers sum them.

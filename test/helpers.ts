@@ -13,7 +13,7 @@ import { resolveConfig } from "../src/config/load";
 import type { ConfigFile } from "../src/config/schema";
 import { openDatabase, type DatabaseHandle } from "../src/db/client";
 import type { LedgerRow } from "../src/ledger/ledger";
-import { stageRowSql } from "../src/ledger/inbox";
+import { stagedColumns, stageRowSql } from "../src/ledger/inbox";
 import { encodeRow, type LedgerValue } from "../src/ledger/ledger-writer";
 import { AuditLog, type AuditActor } from "../src/modules/audit/service";
 import { AccountService } from "../src/modules/console/accounts";
@@ -52,9 +52,7 @@ export function stageRows(sqlite: Database, rows: LedgerRow[]): void {
 export const committedRowSql = "SELECT 1 FROM usage_ledger WHERE request_id = ?1 UNION ALL SELECT 1 FROM usage_ledger_inbox WHERE request_id = ?1 LIMIT 1";
 
 /** Every committed ledger row, staged or moved (see src/ledger/inbox.ts), oldest first. */
-const ledgerColumns =
-  "request_id, organization_id, key_id, model, prompt_tokens, completion_tokens, reasoning_tokens, outcome, error_code, rule_id, usage_source, started_at, ended_at, first_token_ms";
-export const committedRowsSql = `SELECT * FROM (SELECT ${ledgerColumns} FROM usage_ledger UNION ALL SELECT ${ledgerColumns} FROM usage_ledger_inbox) ORDER BY started_at`;
+export const committedRowsSql = `SELECT * FROM (SELECT ${stagedColumns} FROM usage_ledger UNION ALL SELECT ${stagedColumns} FROM usage_ledger_inbox) ORDER BY started_at`;
 
 /**
  * Whether a ledger row is in the database file itself, without its WAL (so a checkpoint copied it there). It reads
@@ -122,6 +120,7 @@ export interface LedgerRowView {
   prompt_tokens: number;
   completion_tokens: number;
   reasoning_tokens: number;
+  cached_tokens: number;
   outcome: string;
   error_code: string | null;
   usage_source: string;

@@ -52,9 +52,21 @@ export async function runRequests(args: string[]): Promise<number> {
     }
     const { rows, nextCursor } = await log.page(filter, { limit });
     console.log(
-      ["ended_at", "request_id", "organization", "key", "model", "outcome", "prompt", "completion", "reasoning", "duration_ms", "first_token_ms", "rule"].join(
-        "\t",
-      ),
+      [
+        "ended_at",
+        "request_id",
+        "organization",
+        "key",
+        "model",
+        "outcome",
+        "prompt",
+        "cached",
+        "completion",
+        "reasoning",
+        "duration_ms",
+        "first_token_ms",
+        "rule",
+      ].join("\t"),
     );
     for (const row of rows) {
       console.log(
@@ -66,6 +78,7 @@ export async function runRequests(args: string[]): Promise<number> {
           row.model,
           row.errorCode ? `${row.outcome} (${row.errorCode})` : row.outcome,
           row.promptTokens,
+          row.cachedTokens,
           row.completionTokens,
           row.reasoningTokens,
           row.endedAt - row.startedAt,

@@ -3,7 +3,7 @@ import { MemoryAdmissionStore } from "../modules/admission/memory-store";
 import { RedisAdmissionStore } from "../modules/admission/redis-store";
 import { resetUsage } from "../modules/admission/service";
 import type { UsageSnapshot } from "../modules/admission/store";
-import { ReportRequestError, reportCsv, usageReport, type UsageReport } from "../modules/usage/report";
+import { type ReportTotal, ReportRequestError, reportCsv, usageReport, type UsageReport } from "../modules/usage/report";
 import { formatTime, withCliContext } from "./context";
 import { UsageError, parseCommand } from "./usage";
 
@@ -36,9 +36,12 @@ async function runReport(args: string[]): Promise<number> {
       return;
     }
     console.log(`from ${formatTime(report.since)} to ${formatTime(report.until)} (UTC hours), tokens (prompt + completion) by ${report.by}`);
-    console.log(["organization", report.by, "tokens"].join("\t"));
-    for (const row of report.rows) console.log([row.organization, report.by === "key" ? `${row.group} (${row.keyId})` : row.group, row.tokens].join("\t"));
-    console.log(["total", "", report.total].join("\t"));
+    console.log(["organization", report.by, "tokens", "prompt", "cached", "completion"].join("\t"));
+    const kinds = (row: ReportTotal) => [row.tokens, row.promptTokens, row.cachedTokens, row.completionTokens];
+    for (const row of report.rows) {
+      console.log([row.organization, report.by === "key" ? `${row.group} (${row.keyId})` : row.group, ...kinds(row)].join("\t"));
+    }
+    console.log(["total", "", ...kinds(report.total)].join("\t"));
   });
   return 0;
 }

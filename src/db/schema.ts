@@ -51,6 +51,8 @@ function ledgerRowColumns() {
     promptTokens: integer("prompt_tokens").notNull(),
     completionTokens: integer("completion_tokens").notNull(),
     reasoningTokens: integer("reasoning_tokens").notNull(),
+    /** Prompt tokens the upstream read from its prompt cache (part of prompt_tokens). */
+    cachedTokens: integer("cached_tokens").notNull().default(0),
     /** completed | client_disconnected | upstream_error | content_filter | shutdown */
     outcome: text("outcome").notNull(),
     errorCode: text("error_code"),
@@ -158,7 +160,12 @@ export const usageHours = sqliteTable(
     hour: integer("hour").notNull(),
     keyId: text("key_id").notNull(),
     model: text("model").notNull(),
+    /** prompt_tokens + completion_tokens, as the quotas count them. */
     tokens: integer("tokens").notNull(),
+    promptTokens: integer("prompt_tokens").notNull().default(0),
+    completionTokens: integer("completion_tokens").notNull().default(0),
+    /** Of the prompt tokens, those read from the upstream's prompt cache. */
+    cachedTokens: integer("cached_tokens").notNull().default(0),
   },
   (table) => [
     primaryKey({ columns: [table.organizationId, table.hour, table.keyId, table.model] }),
@@ -178,7 +185,12 @@ export const usageKeyMonths = sqliteTable(
     month: integer("month").notNull(),
     keyId: text("key_id").notNull(),
     model: text("model").notNull(),
+    /** prompt_tokens + completion_tokens, as the quotas count them. */
     tokens: integer("tokens").notNull(),
+    promptTokens: integer("prompt_tokens").notNull().default(0),
+    completionTokens: integer("completion_tokens").notNull().default(0),
+    /** Of the prompt tokens, those read from the upstream's prompt cache. */
+    cachedTokens: integer("cached_tokens").notNull().default(0),
   },
   (table) => [primaryKey({ columns: [table.organizationId, table.month, table.keyId, table.model] })],
 );

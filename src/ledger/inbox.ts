@@ -6,14 +6,14 @@
 // crash left staged count before anything reads usage.
 import type { Database } from "bun:sqlite";
 import { bucketMs } from "../usage-periods";
-import { addToAggregates, UsageFold } from "./usage-fold";
+import { addToAggregates, type TokenKinds, UsageFold } from "./usage-fold";
 
 /** usage_ledger's columns in the inbox's order. */
-export const stagedColumns = `request_id, organization_id, key_id, model, prompt_tokens, completion_tokens, reasoning_tokens, outcome,
-  error_code, rule_id, usage_source, started_at, ended_at, first_token_ms`;
+export const stagedColumns = `request_id, organization_id, key_id, model, prompt_tokens, completion_tokens, reasoning_tokens, cached_tokens,
+  outcome, error_code, rule_id, usage_source, started_at, ended_at, first_token_ms`;
 
-/** Appends one staged row: the 14 fields in the order of `encodeRow`. */
-export const stageRowSql = `INSERT INTO usage_ledger_inbox (${stagedColumns}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`;
+/** Appends one staged row: the 15 fields in the order of `encodeRow`. */
+export const stageRowSql = `INSERT INTO usage_ledger_inbox (${stagedColumns}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`;
 
 /**
  * Every staged row into usage_ledger, oldest first. A request id is unique by construction (a UUIDv7); OR IGNORE
@@ -22,16 +22,15 @@ export const stageRowSql = `INSERT INTO usage_ledger_inbox (${stagedColumns}) VA
 const moveRowsSql = `INSERT OR IGNORE INTO usage_ledger (${stagedColumns}) SELECT ${stagedColumns} FROM usage_ledger_inbox ORDER BY rowid`;
 
 /** What the move adds to the aggregates for each row it adds to usage_ledger (the slow path, see below). */
-interface AddedUsage {
+interface AddedUsage extends TokenKinds {
   organizationId: string;
   keyId: string;
   model: string;
-  tokens: number;
   endedAt: number;
 }
 
 /** The staged rows summed by organization, minute, key and model: what the move adds to every aggregate. */
-interface StagedGroup {
+interface StagedGroup extends TokenKinds {
   organizationId: string;
   minute: number;
   keyId: string;
@@ -68,7 +67,8 @@ function moveAll(sqlite: Database): number {
   const groups = sqlite
     .query<StagedGroup, []>(
       `SELECT organization_id AS organizationId, ended_at / ${bucketMs} AS minute, key_id AS keyId, model, count(*) AS rows,
-         sum(prompt_tokens + completion_tokens) AS tokens, max(CASE WHEN prompt_tokens + completion_tokens <> 0 THEN ended_at END) AS lastTime
+         sum(prompt_tokens + completion_tokens) AS tokens, sum(prompt_tokens) AS promptTokens, sum(completion_tokens) AS completionTokens,
+         sum(cached_tokens) AS cachedTokens, max(CASE WHEN prompt_tokens + completion_tokens <> 0 THEN ended_at END) AS lastTime
        FROM usage_ledger_inbox GROUP BY 1, 2, 3, 4`,
     )
     .all();
@@ -83,7 +83,7 @@ function moveAll(sqlite: Database): number {
     if (group.lastTime === null) continue;
     // The group's minute is its lastTime's, and so are its hour and month.
     fold.add(group.organizationId, group.tokens, group.lastTime);
-    fold.addToHistory(group.organizationId, group.keyId, group.model, group.tokens, group.lastTime);
+    fold.addToHistory(group.organizationId, group.keyId, group.model, group, group.lastTime);
   }
   finishMove(sqlite, fold);
   return added;
@@ -95,13 +95,14 @@ function moveAdded(sqlite: Database): number {
   // aggregates once.
   const added = sqlite
     .query<AddedUsage, []>(
-      `${moveRowsSql} RETURNING organization_id AS organizationId, key_id AS keyId, model, prompt_tokens + completion_tokens AS tokens, ended_at AS endedAt`,
+      `${moveRowsSql} RETURNING organization_id AS organizationId, key_id AS keyId, model, prompt_tokens AS promptTokens,
+        completion_tokens AS completionTokens, cached_tokens AS cachedTokens, ended_at AS endedAt`,
     )
     .all();
   const fold = new UsageFold();
   for (const row of added) {
-    fold.add(row.organizationId, row.tokens, row.endedAt);
-    fold.addToHistory(row.organizationId, row.keyId, row.model, row.tokens, row.endedAt);
+    fold.add(row.organizationId, row.promptTokens + row.completionTokens, row.endedAt);
+    fold.addToHistory(row.organizationId, row.keyId, row.model, row, row.endedAt);
   }
   finishMove(sqlite, fold);
   return added.length;

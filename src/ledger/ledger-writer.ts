@@ -2,9 +2,9 @@ import type { Database } from "bun:sqlite";
 import type { LedgerRow } from "./ledger";
 import { moveStagedRows, stageRowSql } from "./inbox";
 
-/** A row as it crosses to the writer thread: its 14 fields in a flat array (cheaper to copy than objects). */
+/** A row as it crosses to the writer thread: its 15 fields in a flat array (cheaper to copy than objects). */
 export type LedgerValue = string | number | null;
-const fieldsPerRow = 14;
+const fieldsPerRow = 15;
 
 /** Appends one row's fields to `values`, in the order of the INSERT below. */
 export function encodeRow(row: LedgerRow, values: LedgerValue[]): void {
@@ -16,6 +16,7 @@ export function encodeRow(row: LedgerRow, values: LedgerValue[]): void {
     row.promptTokens,
     row.completionTokens,
     row.reasoningTokens,
+    row.cachedTokens,
     row.outcome,
     row.errorCode,
     row.ruleId,
@@ -59,6 +60,7 @@ export class LedgerWriter {
             values[start + 11] as LedgerValue,
             values[start + 12] as LedgerValue,
             values[start + 13] as LedgerValue,
+            values[start + 14] as LedgerValue,
           );
         }
       }

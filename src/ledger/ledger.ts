@@ -15,6 +15,8 @@ export interface LedgerRow {
   promptTokens: number;
   completionTokens: number;
   reasoningTokens: number;
+  /** Of the prompt tokens, those the upstream read from its prompt cache. */
+  cachedTokens: number;
   outcome: Outcome;
   errorCode: string | null;
   ruleId: string | null;

@@ -32,16 +32,18 @@ export const maxRowsPerCommit = 1000;
  */
 function commitRows(client: SQL, rows: LedgerRow[]): Promise<unknown> {
   return client`WITH inserted AS (
-      INSERT INTO usage_ledger (request_id, organization_id, key_id, model, prompt_tokens, completion_tokens, reasoning_tokens, outcome,
-        error_code, rule_id, usage_source, started_at, ended_at, first_token_ms)
-      SELECT r."requestId", r."organizationId", r."keyId", r.model, r."promptTokens", r."completionTokens", r."reasoningTokens", r.outcome,
-        r."errorCode", r."ruleId", r."usageSource", r."startedAt", r."endedAt", r."firstTokenMs"
+      INSERT INTO usage_ledger (request_id, organization_id, key_id, model, prompt_tokens, completion_tokens, reasoning_tokens, cached_tokens,
+        outcome, error_code, rule_id, usage_source, started_at, ended_at, first_token_ms)
+      SELECT r."requestId", r."organizationId", r."keyId", r.model, r."promptTokens", r."completionTokens", r."reasoningTokens", r."cachedTokens",
+        r.outcome, r."errorCode", r."ruleId", r."usageSource", r."startedAt", r."endedAt", r."firstTokenMs"
       FROM json_to_recordset(${JSON.stringify(rows)}::text::json) AS r("requestId" text, "organizationId" text, "keyId" text, model text,
-        "promptTokens" bigint, "completionTokens" bigint, "reasoningTokens" bigint, outcome text, "errorCode" text, "ruleId" text,
-        "usageSource" text, "startedAt" bigint, "endedAt" bigint, "firstTokenMs" bigint)
-      ON CONFLICT DO NOTHING RETURNING organization_id, key_id, model, prompt_tokens + completion_tokens AS tokens, ended_at
+        "promptTokens" bigint, "completionTokens" bigint, "reasoningTokens" bigint, "cachedTokens" bigint, outcome text, "errorCode" text,
+        "ruleId" text, "usageSource" text, "startedAt" bigint, "endedAt" bigint, "firstTokenMs" bigint)
+      ON CONFLICT DO NOTHING RETURNING organization_id, key_id, model, prompt_tokens, completion_tokens, cached_tokens,
+        prompt_tokens + completion_tokens AS tokens, ended_at
     ), counted AS (
-      SELECT organization_id, key_id, model, tokens, ended_at, ended_at / ${bucketMs}::bigint AS minute,
+      SELECT organization_id, key_id, model, tokens, prompt_tokens, completion_tokens, cached_tokens, ended_at,
+        ended_at / ${bucketMs}::bigint AS minute,
         (extract(year FROM utc) * 12 + extract(month FROM utc) - 1)::bigint AS month
       FROM inserted, LATERAL (SELECT to_timestamp(ended_at / 1000) AT TIME ZONE 'UTC' AS utc) AS ended WHERE tokens > 0
     ), minutes AS (
@@ -53,15 +55,21 @@ function commitRows(client: SQL, rows: LedgerRow[]): Promise<unknown> {
       SELECT organization_id, month, sum(tokens) FROM counted GROUP BY organization_id, month ORDER BY organization_id COLLATE "C", month
       ON CONFLICT (organization_id, month) DO UPDATE SET tokens = m.tokens + excluded.tokens
     ), hours AS (
-      INSERT INTO usage_hours AS h (organization_id, hour, key_id, model, tokens)
-      SELECT organization_id, ended_at / ${hourMs}::bigint, key_id, model, sum(tokens) FROM counted GROUP BY 1, 2, 3, 4
+      INSERT INTO usage_hours AS h (organization_id, hour, key_id, model, tokens, prompt_tokens, completion_tokens, cached_tokens)
+      SELECT organization_id, ended_at / ${hourMs}::bigint, key_id, model, sum(tokens), sum(prompt_tokens), sum(completion_tokens),
+        sum(cached_tokens) FROM counted GROUP BY 1, 2, 3, 4
       ORDER BY organization_id COLLATE "C", 2, key_id COLLATE "C", model COLLATE "C"
-      ON CONFLICT (organization_id, hour, key_id, model) DO UPDATE SET tokens = h.tokens + excluded.tokens
+      ON CONFLICT (organization_id, hour, key_id, model) DO UPDATE SET tokens = h.tokens + excluded.tokens,
+        prompt_tokens = h.prompt_tokens + excluded.prompt_tokens, completion_tokens = h.completion_tokens + excluded.completion_tokens,
+        cached_tokens = h.cached_tokens + excluded.cached_tokens
     ), key_months AS (
-      INSERT INTO usage_key_months AS k (organization_id, month, key_id, model, tokens)
-      SELECT organization_id, month, key_id, model, sum(tokens) FROM counted GROUP BY 1, 2, 3, 4
+      INSERT INTO usage_key_months AS k (organization_id, month, key_id, model, tokens, prompt_tokens, completion_tokens, cached_tokens)
+      SELECT organization_id, month, key_id, model, sum(tokens), sum(prompt_tokens), sum(completion_tokens), sum(cached_tokens)
+      FROM counted GROUP BY 1, 2, 3, 4
       ORDER BY organization_id COLLATE "C", 2, key_id COLLATE "C", model COLLATE "C"
-      ON CONFLICT (organization_id, month, key_id, model) DO UPDATE SET tokens = k.tokens + excluded.tokens
+      ON CONFLICT (organization_id, month, key_id, model) DO UPDATE SET tokens = k.tokens + excluded.tokens,
+        prompt_tokens = k.prompt_tokens + excluded.prompt_tokens, completion_tokens = k.completion_tokens + excluded.completion_tokens,
+        cached_tokens = k.cached_tokens + excluded.cached_tokens
     )
     SELECT count(*) AS inserted FROM inserted`;
 }

@@ -9,13 +9,24 @@ const addToMinuteSql = `INSERT INTO usage_minutes (organization_id, minute, toke
 const addToMonthSql = `INSERT INTO usage_months (organization_id, month, tokens) VALUES (?1, ?2, ?3)
   ON CONFLICT (organization_id, month) DO UPDATE SET tokens = tokens + excluded.tokens`;
 
-/** Adds tokens to an organization's month of one key and model: (organization_id, month, key_id, model, tokens). */
-const addToKeyMonthSql = `INSERT INTO usage_key_months (organization_id, month, key_id, model, tokens) VALUES (?1, ?2, ?3, ?4, ?5)
-  ON CONFLICT (organization_id, month, key_id, model) DO UPDATE SET tokens = tokens + excluded.tokens`;
+/** What the history's upserts add: the tokens, then the prompt, completion and cached tokens they are made of. */
+const historySums = `tokens = tokens + excluded.tokens, prompt_tokens = prompt_tokens + excluded.prompt_tokens,
+  completion_tokens = completion_tokens + excluded.completion_tokens, cached_tokens = cached_tokens + excluded.cached_tokens`;
 
-/** Adds tokens to an organization's hour of one key and model: (organization_id, hour, key_id, model, tokens). */
-const addToHourSql = `INSERT INTO usage_hours (organization_id, hour, key_id, model, tokens) VALUES (?1, ?2, ?3, ?4, ?5)
-  ON CONFLICT (organization_id, hour, key_id, model) DO UPDATE SET tokens = tokens + excluded.tokens`;
+/** Adds tokens to an organization's month of one key and model: (organization_id, month, key_id, model, tokens by kind). */
+const addToKeyMonthSql = `INSERT INTO usage_key_months (organization_id, month, key_id, model, tokens, prompt_tokens, completion_tokens, cached_tokens)
+  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (organization_id, month, key_id, model) DO UPDATE SET ${historySums}`;
+
+/** Adds tokens to an organization's hour of one key and model: (organization_id, hour, key_id, model, tokens by kind). */
+const addToHourSql = `INSERT INTO usage_hours (organization_id, hour, key_id, model, tokens, prompt_tokens, completion_tokens, cached_tokens)
+  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (organization_id, hour, key_id, model) DO UPDATE SET ${historySums}`;
+
+/** A request's tokens (or a group's) by kind, as the history keeps them: cached tokens are part of the prompt's. */
+export interface TokenKinds {
+  promptTokens: number;
+  completionTokens: number;
+  cachedTokens: number;
+}
 
 export interface MinuteTotal {
   organizationId: string;
@@ -31,20 +42,18 @@ export interface MonthTotal {
   tokens: number;
 }
 
-export interface HourTotal {
+export interface HourTotal extends TokenKinds {
   organizationId: string;
   hour: number;
   keyId: string;
   model: string;
-  tokens: number;
 }
 
-export interface KeyMonthTotal {
+export interface KeyMonthTotal extends TokenKinds {
   organizationId: string;
   month: number;
   keyId: string;
   model: string;
-  tokens: number;
 }
 
 /**
@@ -59,18 +68,18 @@ export class UsageFold {
   private readonly hours = new Map<string, HourTotal>();
   private readonly keyMonths = new Map<string, KeyMonthTotal>();
 
-  addToHistory(organizationId: string, keyId: string, model: string, tokens: number, endedAt: number): void {
-    if (tokens === 0) return;
+  addToHistory(organizationId: string, keyId: string, model: string, kinds: TokenKinds, endedAt: number): void {
+    if (kinds.promptTokens + kinds.completionTokens === 0) return;
     const hour = Math.floor(endedAt / hourMs);
     const hourKey = `${organizationId} ${hour} ${keyId} ${model}`;
     const hourEntry = this.hours.get(hourKey);
-    if (hourEntry) hourEntry.tokens += tokens;
-    else this.hours.set(hourKey, { organizationId, hour, keyId, model, tokens });
+    if (hourEntry) addKinds(hourEntry, kinds);
+    else this.hours.set(hourKey, addKinds({ organizationId, hour, keyId, model, promptTokens: 0, completionTokens: 0, cachedTokens: 0 }, kinds));
     const month = monthOf(endedAt);
     const monthKey = `${organizationId} ${month} ${keyId} ${model}`;
     const monthEntry = this.keyMonths.get(monthKey);
-    if (monthEntry) monthEntry.tokens += tokens;
-    else this.keyMonths.set(monthKey, { organizationId, month, keyId, model, tokens });
+    if (monthEntry) addKinds(monthEntry, kinds);
+    else this.keyMonths.set(monthKey, addKinds({ organizationId, month, keyId, model, promptTokens: 0, completionTokens: 0, cachedTokens: 0 }, kinds));
   }
 
   add(organizationId: string, tokens: number, endedAt: number): void {
@@ -116,10 +125,26 @@ export function addToAggregates(sqlite: Database, fold: UsageFold): void {
   for (const entry of fold.monthTotals()) addMonth.run(entry.organizationId, entry.month, entry.tokens);
   const hours = fold.hourTotals();
   if (hours.length === 0) return;
-  const addHour = sqlite.query<unknown, [string, number, string, string, number]>(addToHourSql);
-  for (const entry of hours) addHour.run(entry.organizationId, entry.hour, entry.keyId, entry.model, entry.tokens);
-  const addKeyMonth = sqlite.query<unknown, [string, number, string, string, number]>(addToKeyMonthSql);
-  for (const entry of fold.keyMonthTotals()) addKeyMonth.run(entry.organizationId, entry.month, entry.keyId, entry.model, entry.tokens);
+  const addHour = sqlite.query<unknown, [string, number, string, string, number, number, number, number]>(addToHourSql);
+  for (const entry of hours) {
+    addHour.run(entry.organizationId, entry.hour, entry.keyId, entry.model, ...historyValues(entry));
+  }
+  const addKeyMonth = sqlite.query<unknown, [string, number, string, string, number, number, number, number]>(addToKeyMonthSql);
+  for (const entry of fold.keyMonthTotals()) {
+    addKeyMonth.run(entry.organizationId, entry.month, entry.keyId, entry.model, ...historyValues(entry));
+  }
+}
+
+/** An entry's tokens, then their kinds: the last four values of a history upsert. */
+function historyValues(entry: TokenKinds): [number, number, number, number] {
+  return [entry.promptTokens + entry.completionTokens, entry.promptTokens, entry.completionTokens, entry.cachedTokens];
+}
+
+function addKinds<T extends TokenKinds>(entry: T, kinds: TokenKinds): T {
+  entry.promptTokens += kinds.promptTokens;
+  entry.completionTokens += kinds.completionTokens;
+  entry.cachedTokens += kinds.cachedTokens;
+  return entry;
 }
 
 function inKeyOrder<T>(entries: Map<string, T>): T[] {

@@ -54,6 +54,7 @@ const requestLogFields = [
   "promptTokens",
   "completionTokens",
   "reasoningTokens",
+  "cachedTokens",
   "firstTokenMs",
   "usageSource",
 ] as const;

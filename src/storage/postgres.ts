@@ -1,7 +1,7 @@
 // The PostgreSQL backend of shared mode: the durable truth of every instance (tenants, accounts, sessions, the
 // ledger and its aggregates), through Drizzle over Bun's built-in SQL client.
 import { SQL } from "bun";
-import { and, asc, desc, eq, getTableColumns, gt, gte, inArray, isNull, lt, sql } from "drizzle-orm";
+import { type AnyColumn, and, asc, desc, eq, getTableColumns, gt, gte, inArray, isNull, lt, sql } from "drizzle-orm";
 import { drizzle, type BunSQLDatabase } from "drizzle-orm/bun-sql";
 import * as schema from "../db/postgres/schema";
 import { migratePostgres } from "../db/postgres/migrate";
@@ -362,6 +362,7 @@ function usageRepository(db: Database): UsageRepository {
         .where(organizationId === undefined ? undefined : eq(organizations.id, organizationId));
       const byModel = by === "model";
       const tokens = sql<number>`sum(${source.tokens})`.mapWith(Number);
+      const sumOf = (column: AnyColumn) => sql<number>`sum(${column})`.mapWith(Number);
       const group = byModel ? sql<string>`${source.model}` : sql<string>`coalesce(${apiKeys.name}, ${source.keyId})`;
       return await timed(
         db
@@ -371,6 +372,9 @@ function usageRepository(db: Database): UsageRepository {
             group,
             keyId: byModel ? sql<null>`NULL` : sql<string>`${source.keyId}`,
             tokens,
+            promptTokens: sumOf(source.promptTokens),
+            completionTokens: sumOf(source.completionTokens),
+            cachedTokens: sumOf(source.cachedTokens),
           })
           .from(source)
           .innerJoin(organizations, eq(organizations.id, source.organizationId))

@@ -295,22 +295,25 @@ function usageRepository({ sqlite }: DatabaseHandle): UsageRepository {
         .all(organizationId, Math.floor(since / hourMs), since);
     },
     async report({ firstHour, endHour, month, organizationId, by }): Promise<UsageReportRow[]> {
+      const reportSums = "tokens, prompt_tokens, completion_tokens, cached_tokens";
       // Read per organization along the aggregate's primary key (organization, month or hour, …): a month or a range of
       // hours alone has no index. The few rows still staged are summed beside it, as in hourly.
       const byModel = by === "model";
       const organizations = "organization_id IN (SELECT id FROM organizations WHERE $organization IS NULL OR id = $organization)";
       const aggregated =
         month === undefined
-          ? `SELECT organization_id, model, key_id, tokens FROM usage_hours WHERE ${organizations} AND hour >= $firstHour AND hour < $endHour`
-          : `SELECT organization_id, model, key_id, tokens FROM usage_key_months WHERE ${organizations} AND month = $month`;
+          ? `SELECT organization_id, model, key_id, ${reportSums} FROM usage_hours WHERE ${organizations} AND hour >= $firstHour AND hour < $endHour`
+          : `SELECT organization_id, model, key_id, ${reportSums} FROM usage_key_months WHERE ${organizations} AND month = $month`;
       return sqlite
         .query<UsageReportRow, Record<string, string | number | null>>(
           `SELECT usage.organization_id AS organizationId, o.name AS organization,
                   ${byModel ? "usage.model" : "coalesce(k.name, usage.key_id)"} AS "group",
-                  ${byModel ? "NULL" : "usage.key_id"} AS keyId, sum(usage.tokens) AS tokens
+                  ${byModel ? "NULL" : "usage.key_id"} AS keyId, sum(usage.tokens) AS tokens, sum(usage.prompt_tokens) AS promptTokens,
+                  sum(usage.completion_tokens) AS completionTokens, sum(usage.cached_tokens) AS cachedTokens
              FROM (${aggregated}
                    UNION ALL
-                   SELECT organization_id, model, key_id, prompt_tokens + completion_tokens FROM usage_ledger_inbox
+                   SELECT organization_id, model, key_id, prompt_tokens + completion_tokens, prompt_tokens, completion_tokens, cached_tokens
+                     FROM usage_ledger_inbox
                     WHERE ended_at >= $since AND ended_at < $until AND ($organization IS NULL OR organization_id = $organization)) AS usage
              JOIN organizations o ON o.id = usage.organization_id
              LEFT JOIN api_keys k ON k.id = usage.key_id

@@ -154,7 +154,12 @@ export interface UsageReportRow {
   group: string;
   /** By key: the key's id (labels may repeat); by model: null. */
   keyId: string | null;
+  /** promptTokens + completionTokens. */
   tokens: number;
+  promptTokens: number;
+  completionTokens: number;
+  /** Of the prompt tokens, those the upstream read from its prompt cache. */
+  cachedTokens: number;
 }
 
 export interface RefusalCount {

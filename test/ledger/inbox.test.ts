@@ -78,6 +78,7 @@ test("a move adds each new row to the ledger and the aggregates once, whatever t
               ...fields,
               requestId: `req_${String(id).padStart(4, "0")}`,
               reasoningTokens: 0,
+              cachedTokens: 0,
               outcome: "completed",
               errorCode: null,
               ruleId: null,

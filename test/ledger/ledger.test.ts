@@ -41,6 +41,7 @@ function row(overrides: Partial<LedgerRow> = {}): LedgerRow {
     promptTokens: 10,
     completionTokens: 5,
     reasoningTokens: 2,
+    cachedTokens: 0,
     outcome: "completed",
     errorCode: null,
     ruleId: null,

@@ -12,6 +12,7 @@ const row = (requestId: string): LedgerRow => ({
   promptTokens: 10,
   completionTokens: 5,
   reasoningTokens: 0,
+  cachedTokens: 0,
   outcome: "completed",
   errorCode: null,
   ruleId: null,

@@ -62,6 +62,7 @@ test("ledger rows, aggregates, hourly series, refusals, last use and credentials
     promptTokens: 10,
     completionTokens: 5,
     reasoningTokens: 0,
+    cachedTokens: 0,
     outcome: index === 3 ? ("content_filter" as const) : ("completed" as const),
     errorCode: null,
     ruleId: index === 3 ? "rule-1" : null,
@@ -112,6 +113,7 @@ test("a committed row keeps every field as recorded, and counts in the minute an
     promptTokens: 10 + index,
     completionTokens: 5,
     reasoningTokens: index,
+    cachedTokens: index * 3,
     outcome: "completed" as const,
     errorCode: index === 1 ? "upstream_error" : null,
     ruleId: null,
@@ -134,6 +136,7 @@ test("a committed row keeps every field as recorded, and counts in the minute an
         promptTokens: Number(row.prompt_tokens),
         completionTokens: Number(row.completion_tokens),
         reasoningTokens: Number(row.reasoning_tokens),
+        cachedTokens: Number(row.cached_tokens),
         outcome: row.outcome,
         errorCode: row.error_code,
         ruleId: row.rule_id,
@@ -175,6 +178,7 @@ test("usage_hours: the chart and a capped key's month answer what the rows say, 
     promptTokens: tokens,
     completionTokens: 1,
     reasoningTokens: 0,
+    cachedTokens: 0,
     outcome: "completed" as const,
     errorCode: null,
     ruleId: null,
@@ -310,6 +314,7 @@ function batchRow(organizationId: string, index: number, now: number) {
     promptTokens: 10,
     completionTokens: 5,
     reasoningTokens: 0,
+    cachedTokens: 0,
     outcome: "completed" as const,
     errorCode: null,
     ruleId: null,
@@ -457,6 +462,13 @@ test("a usage report: tokens by organization and model or key over whole hours, 
   await storage.organizations.insert({ id: "org_report_a", name: "alpha report", plan: "default", status: "active", createdAt: 1 });
   await insertKey("key_report_a", "org_report_a", "ci", "h_report_a");
   const start = Date.UTC(2030, 0, 1);
+  // Each row's completion tokens are a tenth of its prompt's, and half its prompt was cached: a report sums each kind.
+  const kinds = (promptTokens: number) => ({
+    tokens: promptTokens + promptTokens / 10,
+    promptTokens,
+    completionTokens: promptTokens / 10,
+    cachedTokens: promptTokens / 2,
+  });
   const rows: [string, string, string, number, number][] = [
     // organization, key, model, prompt tokens, hours after the start
     ["org_report_b", "key_report_b", "m", 100, 0],
@@ -474,8 +486,9 @@ test("a usage report: tokens by organization and model or key over whole hours, 
         keyId,
         model,
         promptTokens,
-        completionTokens: 0,
+        completionTokens: promptTokens / 10,
         reasoningTokens: 0,
+        cachedTokens: promptTokens / 2,
         outcome: "completed",
         errorCode: null,
         ruleId: null,
@@ -489,22 +502,22 @@ test("a usage report: tokens by organization and model or key over whole hours, 
   await ledger.flush();
   const january = { firstHour: start / 3_600_000, endHour: Date.UTC(2030, 1, 1) / 3_600_000 };
   expect(await storage.usage.report({ ...january, by: "model" })).toEqual([
-    { organizationId: "org_report_a", organization: "alpha report", group: "m", keyId: null, tokens: 40 },
-    { organizationId: "org_report_a", organization: "alpha report", group: "n", keyId: null, tokens: 40 },
-    { organizationId: "org_report_b", organization: "Beta report", group: "m", keyId: null, tokens: 100 },
+    { organizationId: "org_report_a", organization: "alpha report", group: "m", keyId: null, ...kinds(40) },
+    { organizationId: "org_report_a", organization: "alpha report", group: "n", keyId: null, ...kinds(40) },
+    { organizationId: "org_report_b", organization: "Beta report", group: "m", keyId: null, ...kinds(100) },
   ]);
   expect(await storage.usage.report({ ...january, by: "key", organizationId: "org_report_a" })).toEqual([
-    { organizationId: "org_report_a", organization: "alpha report", group: "ci", keyId: "key_report_a", tokens: 50 },
+    { organizationId: "org_report_a", organization: "alpha report", group: "ci", keyId: "key_report_a", ...kinds(50) },
     // A key the database no longer knows is named by its id.
-    { organizationId: "org_report_a", organization: "alpha report", group: "key_report_x", keyId: "key_report_x", tokens: 30 },
+    { organizationId: "org_report_a", organization: "alpha report", group: "key_report_x", keyId: "key_report_x", ...kinds(30) },
   ]);
   // The month read from usage_key_months answers as its hours do.
   expect(await storage.usage.report({ ...january, month: monthOf(start), by: "model" })).toEqual(await storage.usage.report({ ...january, by: "model" }));
   expect(await storage.usage.report({ ...january, month: monthOf(start), by: "key" })).toEqual(await storage.usage.report({ ...january, by: "key" }));
   // Hours 1 and 2 only; the most tokens first.
   expect(await storage.usage.report({ firstHour: january.firstHour + 1, endHour: january.firstHour + 3, by: "model" })).toEqual([
-    { organizationId: "org_report_a", organization: "alpha report", group: "n", keyId: null, tokens: 40 },
-    { organizationId: "org_report_a", organization: "alpha report", group: "m", keyId: null, tokens: 10 },
+    { organizationId: "org_report_a", organization: "alpha report", group: "n", keyId: null, ...kinds(40) },
+    { organizationId: "org_report_a", organization: "alpha report", group: "m", keyId: null, ...kinds(10) },
   ]);
   await ledger.close();
 });

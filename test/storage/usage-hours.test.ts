@@ -53,6 +53,7 @@ function row(organizationId: string, keyId: string, model: string, endedAt: numb
     promptTokens: tokens - Math.floor(tokens / 3),
     completionTokens: Math.floor(tokens / 3),
     reasoningTokens: 0,
+    cachedTokens: Math.floor((tokens - Math.floor(tokens / 3)) / 4),
     outcome: "completed",
     errorCode: null,
     ruleId: null,
@@ -124,6 +125,25 @@ test("the chart and a key's month read usage_hours and answer what the rows say,
   moveStagedRows(database.sqlite);
   const hours = database.sqlite.query<{ value: number }, []>("SELECT sum(tokens) AS value FROM usage_hours").get()?.value;
   expect(hours).toBe(rows.reduce((sum, entry) => sum + entry.promptTokens + entry.completionTokens, 0));
+  // Each hour's and month's prompt, completion and cached tokens, whether their rows were moved together or replayed.
+  const byKind = (table: string, period: string) =>
+    database.sqlite
+      .query<Record<string, number | string>, []>(
+        `SELECT organization_id, ${period} AS period, key_id, model, tokens, prompt_tokens, completion_tokens, cached_tokens FROM ${table} ORDER BY 1, 2, 3, 4`,
+      )
+      .all();
+  const fromLedger = (period: string) =>
+    database.sqlite
+      .query<Record<string, number | string>, []>(
+        `SELECT organization_id, ${period} AS period, key_id, model, sum(prompt_tokens + completion_tokens) AS tokens, sum(prompt_tokens) AS prompt_tokens,
+                sum(completion_tokens) AS completion_tokens, sum(cached_tokens) AS cached_tokens
+           FROM usage_ledger GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4`,
+      )
+      .all();
+  expect(byKind("usage_hours", "hour")).toEqual(fromLedger(`ended_at / ${hourMs}`));
+  const monthSql = "CAST(strftime('%Y', ended_at / 1000, 'unixepoch') AS INTEGER) * 12 + CAST(strftime('%m', ended_at / 1000, 'unixepoch') AS INTEGER) - 1";
+  expect(byKind("usage_key_months", "month")).toEqual(fromLedger(monthSql));
+  expect(rows.some((entry) => entry.cachedTokens > 0)).toBe(true);
 });
 
 test("after a reset in the middle of an hour, a key's month counts only what ended after it; the chart still shows the day", async () => {
@@ -157,7 +177,7 @@ test("after a reset in the middle of an hour, a key's month counts only what end
   );
 });
 
-test("the migrations fill usage_hours, then usage_key_months, from the rows a database already holds", () => {
+test("the migrations fill usage_hours, then usage_key_months, from the rows a database already holds: tokens, prompt and completion", () => {
   const directory = temporaryDirectory();
   cleanups.push(() => directory.remove());
   const path = join(directory.path, "sluice.db");
@@ -179,22 +199,25 @@ test("the migrations fill usage_hours, then usage_key_months, from the rows a da
   const byGroup = upgraded.sqlite
     .query<{ groups: number; tokens: number }, []>(
       `SELECT count(*) AS groups, sum(tokens) AS tokens FROM usage_hours h
-        WHERE tokens = (SELECT sum(prompt_tokens + completion_tokens) FROM usage_ledger l
-                         WHERE l.organization_id = h.organization_id AND l.ended_at / ${hourMs} = h.hour AND l.key_id = h.key_id AND l.model = h.model)`,
+        WHERE (tokens, prompt_tokens, completion_tokens, cached_tokens) =
+              (SELECT sum(prompt_tokens + completion_tokens), sum(prompt_tokens), sum(completion_tokens), 0 FROM usage_ledger l
+                WHERE l.organization_id = h.organization_id AND l.ended_at / ${hourMs} = h.hour AND l.key_id = h.key_id AND l.model = h.model)`,
     )
     .get();
   expect(byGroup?.tokens).toBe(rows.reduce((sum, entry) => sum + entry.promptTokens + entry.completionTokens, 0));
   expect(byGroup?.groups).toBe(upgraded.sqlite.query<{ value: number }, []>("SELECT count(*) AS value FROM usage_hours").get()?.value);
   // Each key's and model's month, as monthOf() numbers months.
-  const expected = new Map<string, number>();
+  const expected = new Map<string, [number, number, number]>();
   for (const entry of rows) {
     const group = `${entry.organizationId} ${monthOf(entry.endedAt)} ${entry.keyId} ${entry.model}`;
-    expected.set(group, (expected.get(group) ?? 0) + entry.promptTokens + entry.completionTokens);
+    const [tokens, prompt, completion] = expected.get(group) ?? [0, 0, 0];
+    expected.set(group, [tokens + entry.promptTokens + entry.completionTokens, prompt + entry.promptTokens, completion + entry.completionTokens]);
   }
   const months = upgraded.sqlite
-    .query<{ group: string; tokens: number }, []>(
-      `SELECT organization_id || ' ' || month || ' ' || key_id || ' ' || model AS "group", tokens FROM usage_key_months`,
+    .query<{ group: string; tokens: number; prompt: number; completion: number }, []>(
+      `SELECT organization_id || ' ' || month || ' ' || key_id || ' ' || model AS "group", tokens, prompt_tokens AS prompt, completion_tokens AS completion
+         FROM usage_key_months`,
     )
     .all();
-  expect(new Map(months.map((entry) => [entry.group, entry.tokens]))).toEqual(expected);
+  expect(new Map(months.map((entry) => [entry.group, [entry.tokens, entry.prompt, entry.completion]]))).toEqual(expected);
 });

@@ -85,7 +85,7 @@ test("usageOf: cached_tokens read from prompt_tokens_details, within the prompt'
   const usage = (details: unknown) => usageOf({ prompt_tokens: 100, completion_tokens: 9, prompt_tokens_details: details });
   expect(usage({ cached_tokens: 64 })).toEqual({ promptTokens: 100, completionTokens: 9, reasoningTokens: 0, cachedTokens: 64 });
   expect(usage({ cached_tokens: 101 })?.cachedTokens).toBe(100);
-  for (const bad of [-1, 1.5, "64", null, 1e400, 2 ** 31]) expect(usage({ cached_tokens: bad })?.cachedTokens).toBe(0);
+  for (const bad of [-1, 1.5, "64", null, Number.POSITIVE_INFINITY, 2 ** 31]) expect(usage({ cached_tokens: bad })?.cachedTokens).toBe(0);
   for (const bad of [null, "x", 64, [64]]) expect(usage(bad)?.cachedTokens).toBe(0);
   // DeepSeek reports its own fields beside OpenAI's; OpenAI's are read.
   expect(usageOf({ prompt_tokens: 13, completion_tokens: 9, prompt_tokens_details: { cached_tokens: 5 }, prompt_cache_hit_tokens: 5 })?.cachedTokens).toBe(5);

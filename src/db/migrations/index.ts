@@ -16,6 +16,7 @@ import usageHours from "./0010_usage_hours.sql" with { type: "text" };
 import keyModels from "./0011_key_models.sql" with { type: "text" };
 import consoleTokens from "./0012_console_tokens.sql" with { type: "text" };
 import usageKeyMonths from "./0013_usage_key_months.sql" with { type: "text" };
+import tokenKinds from "./0014_token_kinds.sql" with { type: "text" };
 
 export interface EmbeddedMigration {
   tag: string;
@@ -37,6 +38,7 @@ const sqlByTag: Record<string, string> = {
   "0011_key_models": keyModels,
   "0012_console_tokens": consoleTokens,
   "0013_usage_key_months": usageKeyMonths,
+  "0014_token_kinds": tokenKinds,
 };
 
 export const journalTags: string[] = journal.entries.map((entry) => entry.tag);

@@ -49,6 +49,8 @@ export const usageLedger = pgTable(
     promptTokens: bigint("prompt_tokens", { mode: "number" }).notNull(),
     completionTokens: bigint("completion_tokens", { mode: "number" }).notNull(),
     reasoningTokens: bigint("reasoning_tokens", { mode: "number" }).notNull(),
+    /** Prompt tokens the upstream read from its prompt cache (part of prompt_tokens). */
+    cachedTokens: bigint("cached_tokens", { mode: "number" }).notNull().default(0),
     outcome: text("outcome").notNull(),
     errorCode: text("error_code"),
     ruleId: text("rule_id"),
@@ -115,7 +117,12 @@ export const usageHours = pgTable(
     hour: bigint("hour", { mode: "number" }).notNull(),
     keyId: text("key_id").notNull(),
     model: text("model").notNull(),
+    /** prompt_tokens + completion_tokens, as the quotas count them. */
     tokens: bigint("tokens", { mode: "number" }).notNull(),
+    promptTokens: bigint("prompt_tokens", { mode: "number" }).notNull().default(0),
+    completionTokens: bigint("completion_tokens", { mode: "number" }).notNull().default(0),
+    /** Of the prompt tokens, those read from the upstream's prompt cache. */
+    cachedTokens: bigint("cached_tokens", { mode: "number" }).notNull().default(0),
   },
   (table) => [
     primaryKey({ columns: [table.organizationId, table.hour, table.keyId, table.model] }),
@@ -130,7 +137,12 @@ export const usageKeyMonths = pgTable(
     month: bigint("month", { mode: "number" }).notNull(),
     keyId: text("key_id").notNull(),
     model: text("model").notNull(),
+    /** prompt_tokens + completion_tokens, as the quotas count them. */
     tokens: bigint("tokens", { mode: "number" }).notNull(),
+    promptTokens: bigint("prompt_tokens", { mode: "number" }).notNull().default(0),
+    completionTokens: bigint("completion_tokens", { mode: "number" }).notNull().default(0),
+    /** Of the prompt tokens, those read from the upstream's prompt cache. */
+    cachedTokens: bigint("cached_tokens", { mode: "number" }).notNull().default(0),
   },
   (table) => [primaryKey({ columns: [table.organizationId, table.month, table.keyId, table.model] })],
 );

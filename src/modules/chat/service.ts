@@ -300,6 +300,7 @@ export class ChatService implements RunSettler {
       promptTokens: usage.promptTokens,
       completionTokens: usage.completionTokens,
       reasoningTokens: usage.reasoningTokens,
+      cachedTokens: usage.cachedTokens,
       outcome: ending.outcome,
       errorCode: ending.errorCode ?? null,
       ruleId: ending.ruleId ?? null,
@@ -319,6 +320,7 @@ export class ChatService implements RunSettler {
     tokens.prompt.inc(usage.promptTokens);
     tokens.completion.inc(usage.completionTokens);
     tokens.reasoning.inc(usage.reasoningTokens);
+    tokens.cached.inc(usage.cachedTokens);
     if (ending.ruleId) metrics.refusals.inc({ rule: ending.ruleId });
   }
 }

@@ -68,6 +68,7 @@ export function finishRecord(record: RequestRecord, metrics: Metrics, logger: Lo
     prompt_tokens: record.promptTokens ?? null,
     completion_tokens: record.completionTokens ?? null,
     reasoning_tokens: record.reasoningTokens ?? null,
+    cached_tokens: record.cachedTokens ?? null,
     duration_ms: Math.round(seconds * 1000 * 100) / 100,
     ttft_ms: record.firstTokenAt === undefined ? null : Math.round((record.firstTokenAt - record.startedAt) * 100) / 100,
   });

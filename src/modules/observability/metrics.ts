@@ -7,6 +7,8 @@ export interface TokenSeries {
   prompt: Series;
   completion: Series;
   reasoning: Series;
+  /** Prompt tokens the upstream read from its prompt cache (counted in prompt as well). */
+  cached: Series;
 }
 
 const latencyBuckets = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
@@ -34,7 +36,12 @@ export class Metrics {
     ["model"],
     latencyBuckets,
   );
-  readonly tokens = new Counter(this.registry, "sluice_tokens_total", "Tokens billed, by model and kind (prompt, completion, reasoning)", ["model", "kind"]);
+  readonly tokens = new Counter(
+    this.registry,
+    "sluice_tokens_total",
+    "Tokens billed, by model and kind (prompt, completion; reasoning, part of completion; cached, part of prompt)",
+    ["model", "kind"],
+  );
   readonly quotaRejections = new Counter(
     this.registry,
     "sluice_quota_rejections_total",
@@ -66,6 +73,7 @@ export class Metrics {
         prompt: this.tokens.series({ model, kind: "prompt" }),
         completion: this.tokens.series({ model, kind: "completion" }),
         reasoning: this.tokens.series({ model, kind: "reasoning" }),
+        cached: this.tokens.series({ model, kind: "cached" }),
       };
       this.tokenSeries.set(model, series);
     }

@@ -14,6 +14,7 @@ export interface RequestRecord {
   promptTokens?: number;
   completionTokens?: number;
   reasoningTokens?: number;
+  cachedTokens?: number;
   firstTokenAt?: number;
   /** Set for streams: the record is finished when the stream ends, not when the response starts. */
   deferred?: boolean;
@@ -44,6 +45,7 @@ export function startRecord(request: Request, requestId: string, route: string):
     promptTokens: undefined,
     completionTokens: undefined,
     reasoningTokens: undefined,
+    cachedTokens: undefined,
     firstTokenAt: undefined,
     deferred: undefined,
   };
@@ -74,7 +76,7 @@ export function noteFailure(record: RequestRecord | undefined, code: string): vo
 export function noteBilled(
   record: RequestRecord | undefined,
   ending: { outcome: string; ruleId?: string | null },
-  usage: { promptTokens: number; completionTokens: number; reasoningTokens: number },
+  usage: { promptTokens: number; completionTokens: number; reasoningTokens: number; cachedTokens: number },
 ): void {
   if (!record) return;
   record.outcome = ending.outcome;
@@ -82,4 +84,5 @@ export function noteBilled(
   record.promptTokens = usage.promptTokens;
   record.completionTokens = usage.completionTokens;
   record.reasoningTokens = usage.reasoningTokens;
+  record.cachedTokens = usage.cachedTokens;
 }

@@ -21,6 +21,8 @@ export interface RequestLogRow {
   promptTokens: number;
   completionTokens: number;
   reasoningTokens: number;
+  /** Of the prompt tokens, those the upstream read from its prompt cache. */
+  cachedTokens: number;
   firstTokenMs: number | null;
   usageSource: string;
 }

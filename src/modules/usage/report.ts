@@ -1,5 +1,6 @@
 // Usage reports: tokens by organization and model (or key) over a month or a span of hours, for showback and
-// chargeback. Read from usage_hours, which the ledger's rows feed and a usage reset never clears.
+// chargeback, with the prompt, cached and completion tokens they are made of (hosted APIs price each apart). Read from
+// usage_hours or usage_key_months, which the ledger's rows feed and a usage reset never clears.
 import { hourMs } from "../../usage-periods";
 import { parseTimeBound, timeBoundForms } from "../keys/duration";
 import { csvField } from "../requests/service";
@@ -20,8 +21,11 @@ export interface UsageReport {
   until: number;
   by: "model" | "key";
   rows: UsageReportRow[];
-  total: number;
+  total: ReportTotal;
 }
+
+/** A report's rows summed. */
+export type ReportTotal = Pick<UsageReportRow, "tokens" | "promptTokens" | "completionTokens" | "cachedTokens">;
 
 /** A report's request that cannot be read; `param` names what is wrong (the console's 400, the CLI's option). */
 export class ReportRequestError extends Error {
@@ -59,23 +63,34 @@ export function reportHours(request: ReportRequest, now: number): Pick<UsageRepo
   return { firstHour, endHour };
 }
 
-/** Reads a report: checks the request (ReportRequestError), then sums usage_hours. */
+/** Reads a report: checks the request (ReportRequestError), then sums the aggregates. */
 export async function usageReport(usage: UsageRepository, request: ReportRequest, now: number, organizationId?: string): Promise<UsageReport> {
   const by = request.by ?? "model";
   if (by !== "model" && by !== "key") throw new ReportRequestError("by must be model or key.", "by");
   const hours = reportHours(request, now);
   const rows = await usage.report({ ...hours, organizationId, by });
-  return { since: hours.firstHour * hourMs, until: hours.endHour * hourMs, by, rows, total: rows.reduce((sum, row) => sum + row.tokens, 0) };
+  const total: ReportTotal = { tokens: 0, promptTokens: 0, completionTokens: 0, cachedTokens: 0 };
+  for (const row of rows) {
+    total.tokens += row.tokens;
+    total.promptTokens += row.promptTokens;
+    total.completionTokens += row.completionTokens;
+    total.cachedTokens += row.cachedTokens;
+  }
+  return { since: hours.firstHour * hourMs, until: hours.endHour * hourMs, by, rows, total };
 }
 
 /** A report as CSV, one line per row, for a spreadsheet (cells that would be formulas are escaped). */
 export function reportCsv(report: UsageReport): string {
-  const header = report.by === "model" ? "organization,organization_id,model,tokens" : "organization,organization_id,key,key_id,tokens";
+  const kinds = "tokens,prompt_tokens,cached_tokens,completion_tokens";
+  const header = report.by === "model" ? `organization,organization_id,model,${kinds}` : `organization,organization_id,key,key_id,${kinds}`;
   const lines = report.rows.map((row) =>
-    (report.by === "model"
-      ? [row.organization, row.organizationId, row.group, row.tokens]
-      : [row.organization, row.organizationId, row.group, row.keyId, row.tokens]
-    )
+    [
+      ...(report.by === "model" ? [row.organization, row.organizationId, row.group] : [row.organization, row.organizationId, row.group, row.keyId]),
+      row.tokens,
+      row.promptTokens,
+      row.cachedTokens,
+      row.completionTokens,
+    ]
       .map(csvField)
       .join(","),
   );

@@ -4,6 +4,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:tes
 import Anthropic from "@anthropic-ai/sdk";
 import type OpenAI from "openai";
 import { startFakeUpstream, type FakeUpstream } from "../../fake-upstream";
+import { usageReport } from "../../../src/modules/usage/report";
 import { eventually, fakeModel, schemaErrors, startSluice, type TestSluice } from "../../helpers";
 
 let upstream: FakeUpstream;
@@ -91,9 +92,20 @@ describe("Messages: cache_read_input_tokens, apart from input_tokens as Anthropi
   });
 });
 
-test("cached tokens are prompt tokens for quotas and the ledger: the row holds the whole prompt", async () => {
+test("cached tokens are prompt tokens for quotas, and the ledger holds both: the whole prompt and what the cache served", async () => {
   const before = sluice.ledgerRows().length;
   await openai.chat.completions.create({ model: "cached", messages });
-  await eventually(() => sluice.ledgerRows().length === before + 1);
-  expect(sluice.ledgerRows().at(-1)).toMatchObject({ model: "cached", prompt_tokens: 1000, completion_tokens: 20, usage_source: "upstream" });
+  await anthropic.messages.create({ model: "cached", max_tokens: 64, messages, stream: false });
+  await eventually(() => sluice.ledgerRows().length === before + 2);
+  for (const row of sluice.ledgerRows().slice(-2)) {
+    expect(row).toMatchObject({ model: "cached", prompt_tokens: 1000, completion_tokens: 20, cached_tokens: 700, usage_source: "upstream" });
+  }
+  // The month's report (rows staged or moved alike): the prompt tokens, of which cached, and the completion tokens.
+  const report = await usageReport(sluice.storage.usage, {}, Date.now());
+  const cachedModel = report.rows.find((row) => row.group === "cached");
+  expect(cachedModel?.cachedTokens).toBe((700 * (cachedModel?.promptTokens ?? 0)) / 1000);
+  expect(cachedModel?.promptTokens).toBeGreaterThanOrEqual(2000);
+  const metrics = await (await fetch(`${sluice.url}/metrics`)).text();
+  const counted = (kind: string) => Number(new RegExp(`sluice_tokens_total\\{model="cached",kind="${kind}"\\} (\\d+)`).exec(metrics)?.[1]);
+  expect(counted("cached") / counted("prompt")).toBe(0.7);
 });

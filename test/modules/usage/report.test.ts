@@ -1,5 +1,6 @@
-// Usage reports: tokens by organization and model (or key) over a month or a span of hours, through the console API
-// (members see their own organization, operators every one) and the CLI, with the SDK sending the requests.
+// Usage reports: tokens by organization and model (or key) over a month or a span of hours, with the prompt (of which
+// cached) and completion tokens they are made of, through the console API (members see their own organization,
+// operators every one) and the CLI, with the SDK sending the requests.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
 import { reportHours } from "../../../src/modules/usage/report";
@@ -8,8 +9,15 @@ import { ConsoleClient, consolePassword as password } from "../console/console-c
 import { sluiceCommand, sluiceEnvironment } from "../../support/sluice-process";
 import { fakeModel, startSluice, testActor, useFakeUpstream, type TestSluice } from "../../helpers";
 
-type Row = { organizationId: string; organization: string; group: string; keyId: string | null; tokens: number };
-type Report = { since: number; until: number; by: string; rows: Row[]; total: number };
+type Kinds = { tokens: number; promptTokens: number; completionTokens: number; cachedTokens: number };
+type Row = Kinds & { organizationId: string; organization: string; group: string; keyId: string | null };
+type Report = { since: number; until: number; by: string; rows: Row[]; total: Kinds };
+const kinds = (promptTokens: number, cachedTokens: number, completionTokens: number): Kinds => ({
+  tokens: promptTokens + completionTokens,
+  promptTokens,
+  completionTokens,
+  cachedTokens,
+});
 
 describe("reportHours", () => {
   const now = Date.UTC(2026, 10, 28, 17, 30);
@@ -53,7 +61,8 @@ describe("through the console API and the CLI", () => {
 
   beforeAll(async () => {
     sluice = await startSluice({
-      models: [fakeModel(upstream.url, "m", "usage-10-5"), fakeModel(upstream.url, "n", "usage-20-10")],
+      // m: 10 prompt tokens, 4 of them from the upstream's prompt cache, and 5 completion tokens a request.
+      models: [fakeModel(upstream.url, "m", "cached-10-5-4"), fakeModel(upstream.url, "n", "usage-20-10")],
       plans: [{ id: "default", models: ["*"] }],
     });
     await sluice.accounts.createUser({ email: "op@example.com", password, role: "operator", organizationId: null }, testActor);
@@ -81,9 +90,9 @@ describe("through the console API and the CLI", () => {
     const reporting = (await sluice.organizations.findByName("Reporting Co"))?.id as string;
     const acme = (await sluice.organizations.findByName("acme"))?.id as string;
     const expected = [
-      { organizationId: acme, organization: "acme", group: "m", keyId: null, tokens: 15 },
-      { organizationId: reporting, organization: "Reporting Co", group: "n", keyId: null, tokens: 60 },
-      { organizationId: reporting, organization: "Reporting Co", group: "m", keyId: null, tokens: 45 },
+      { organizationId: acme, organization: "acme", group: "m", keyId: null, ...kinds(10, 4, 5) },
+      { organizationId: reporting, organization: "Reporting Co", group: "n", keyId: null, ...kinds(40, 0, 20) },
+      { organizationId: reporting, organization: "Reporting Co", group: "m", keyId: null, ...kinds(30, 12, 15) },
     ];
     // At once (rows may still be staged), and once the writer has moved them.
     for (const wait of [0, 400]) {
@@ -91,7 +100,7 @@ describe("through the console API and the CLI", () => {
       const all = await operator.json<Report>("GET", "/usage-report");
       expect(all.status).toBe(200);
       expect(all.body.rows).toEqual(expected);
-      expect(all.body.total).toBe(120);
+      expect(all.body.total).toEqual(kinds(80, 16, 40));
       expect(all.body.by).toBe("model");
     }
     const month = new Date().toISOString().slice(0, 7);
@@ -103,9 +112,9 @@ describe("through the console API and the CLI", () => {
     expect((await member.json<Report>("GET", "/usage-report")).body.rows.map((row) => row.organization)).toEqual(["Reporting Co", "Reporting Co"]);
     expect((await member.json("GET", `/usage-report?organization=${acme}`)).status).toBe(403);
     expect((await operator.json<Report>("GET", `/usage-report?organization=${acme}`)).body.rows).toEqual(expected.slice(0, 1));
-    expect((await operator.json<Report>("GET", "/usage-report?month=2020-01")).body).toMatchObject({ rows: [], total: 0 });
+    expect((await operator.json<Report>("GET", "/usage-report?month=2020-01")).body).toMatchObject({ rows: [], total: kinds(0, 0, 0) });
     // A span of hours is the CLI's (below): the console reads months only.
-    expect((await operator.json<Report>("GET", "/usage-report?since=1h&month=2020-01")).body.total).toBe(0);
+    expect((await operator.json<Report>("GET", "/usage-report?since=1h&month=2020-01")).body.total.tokens).toBe(0);
 
     const refusals: [string, string][] = [
       ["month=2026-13", "month"],
@@ -121,7 +130,8 @@ describe("through the console API and the CLI", () => {
     const download = await member.request("GET", "/usage-report.csv?by=key");
     expect(download.headers.get("content-type")).toBe("text/csv; charset=utf-8");
     expect(await download.text()).toBe(
-      `organization,organization_id,key,key_id,tokens\nReporting Co,${reporting},laptop,${laptop.key.id},60\nReporting Co,${reporting},ci,${ci.key.id},45\n`,
+      `organization,organization_id,key,key_id,tokens,prompt_tokens,cached_tokens,completion_tokens\n` +
+        `Reporting Co,${reporting},laptop,${laptop.key.id},60,40,0,20\nReporting Co,${reporting},ci,${ci.key.id},45,30,12,15\n`,
     );
 
     // The CLI reads the same, on the server's own database.
@@ -129,10 +139,13 @@ describe("through the console API and the CLI", () => {
     delete environment.SLUICE_CONFIG;
     const csv = sluiceCommand(environment, "usage", "report", "--csv");
     expect(csv.code).toBe(0);
-    expect(csv.stdout).toBe(`organization,organization_id,model,tokens\nacme,${acme},m,15\nReporting Co,${reporting},n,60\nReporting Co,${reporting},m,45\n`);
+    expect(csv.stdout).toBe(
+      `organization,organization_id,model,tokens,prompt_tokens,cached_tokens,completion_tokens\n` +
+        `acme,${acme},m,15,10,4,5\nReporting Co,${reporting},n,60,40,0,20\nReporting Co,${reporting},m,45,30,12,15\n`,
+    );
     const text = sluiceCommand(environment, "usage", "report", "--org", "Reporting Co", "--by", "key");
-    expect(text.stdout).toContain(`Reporting Co\tlaptop (${laptop.key.id})\t60`);
-    expect(text.stdout.trim().split("\n").at(-1)).toBe("total\t\t105");
+    expect(text.stdout).toContain(`Reporting Co\tlaptop (${laptop.key.id})\t60\t40\t0\t20`);
+    expect(text.stdout.trim().split("\n").at(-1)).toBe("total\t\t105\t70\t12\t35");
     const wrong = sluiceCommand(environment, "usage", "report", "--month", "soon");
     expect([wrong.code, wrong.stderr.split("\n")[0]]).toEqual([2, "sluice: --month: month must look like 2026-11."]);
   });

@@ -9,6 +9,7 @@ import usageHours from "./0003_usage_hours.sql" with { type: "text" };
 import keyModels from "./0004_key_models.sql" with { type: "text" };
 import consoleTokens from "./0005_console_tokens.sql" with { type: "text" };
 import usageKeyMonths from "./0006_usage_key_months.sql" with { type: "text" };
+import tokenKinds from "./0007_token_kinds.sql" with { type: "text" };
 import type { EmbeddedMigration } from "../../migrations/index";
 
 const sqlByTag: Record<string, string> = {
@@ -19,6 +20,7 @@ const sqlByTag: Record<string, string> = {
   "0004_key_models": keyModels,
   "0005_console_tokens": consoleTokens,
   "0006_usage_key_months": usageKeyMonths,
+  "0007_token_kinds": tokenKinds,
 };
 
 export const postgresJournalTags: string[] = journal.entries.map((entry) => entry.tag);

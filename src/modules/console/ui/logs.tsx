@@ -107,7 +107,7 @@ export function RequestsPage({ operator }: { operator: boolean }) {
               <th scope="col">Key</th>
               <th scope="col">Model</th>
               <th scope="col">Outcome</th>
-              <th scope="col">Prompt / completion / reasoning</th>
+              <th scope="col">Prompt (cached) / completion / reasoning</th>
               <th scope="col">Duration</th>
               <th scope="col">First token</th>
             </tr>
@@ -126,7 +126,8 @@ export function RequestsPage({ operator }: { operator: boolean }) {
                   {row.errorCode && ` (${row.errorCode})`}
                 </td>
                 <td>
-                  {row.promptTokens} / {row.completionTokens} / {row.reasoningTokens}
+                  {row.promptTokens}
+                  {row.cachedTokens > 0 && ` (${row.cachedTokens})`} / {row.completionTokens} / {row.reasoningTokens}
                 </td>
                 <td>{row.endedAt - row.startedAt} ms</td>
                 <td>{row.firstTokenMs === null ? "—" : `${row.firstTokenMs} ms`}</td>

@@ -1,23 +1,40 @@
-// The usage report: tokens by organization and model (or key) in a month, for showback and chargeback; members see
-// their own organization, operators every one. The same rows as `sluice usage report`, and as CSV.
+// The usage report: tokens by organization and model (or key) in a month, with the prompt (of which cached) and
+// completion tokens they are made of, for showback and chargeback; members see their own organization, operators every one. The same rows as `sluice usage report`, and as CSV.
 import { useEffect, useState } from "preact/hooks";
 import { api } from "./api";
 import { ErrorText } from "./error-text";
 import { formValues, queryOf } from "./logs";
 
-interface ReportRow {
+/** Tokens, and the prompt (of which cached) and completion tokens they are made of. */
+interface TokenKinds {
+  tokens: number;
+  promptTokens: number;
+  completionTokens: number;
+  cachedTokens: number;
+}
+interface ReportRow extends TokenKinds {
   organizationId: string;
   organization: string;
   group: string;
   keyId: string | null;
-  tokens: number;
 }
 interface Report {
   since: number;
   until: number;
   by: "model" | "key";
   rows: ReportRow[];
-  total: number;
+  total: TokenKinds;
+}
+
+function TokenCells({ row }: { row: TokenKinds }) {
+  return (
+    <>
+      <td>{row.tokens.toLocaleString()}</td>
+      <td>{row.promptTokens.toLocaleString()}</td>
+      <td>{row.cachedTokens.toLocaleString()}</td>
+      <td>{row.completionTokens.toLocaleString()}</td>
+    </>
+  );
 }
 
 export function UsageReportSection({ operator }: { operator: boolean }) {
@@ -69,6 +86,9 @@ export function UsageReportSection({ operator }: { operator: boolean }) {
                 {operator && <th scope="col">Organization</th>}
                 <th scope="col">{report.by === "model" ? "Model" : "Key"}</th>
                 <th scope="col">Tokens</th>
+                <th scope="col">Prompt</th>
+                <th scope="col">Cached</th>
+                <th scope="col">Completion</th>
               </tr>
             </thead>
             <tbody>
@@ -76,13 +96,13 @@ export function UsageReportSection({ operator }: { operator: boolean }) {
                 <tr key={`${row.organizationId}-${row.keyId ?? row.group}`}>
                   {operator && <td>{row.organization}</td>}
                   <td>{row.group}</td>
-                  <td>{row.tokens.toLocaleString()}</td>
+                  <TokenCells row={row} />
                 </tr>
               ))}
               <tr>
                 {operator && <td />}
                 <th scope="row">Total</th>
-                <td>{report.total.toLocaleString()}</td>
+                <TokenCells row={report.total} />
               </tr>
             </tbody>
           </table>
