@@ -5,11 +5,8 @@ import type { Config } from "../config/schema";
 import { Logger } from "../modules/observability/logger";
 import { startServer } from "../server";
 import { openBackends } from "../storage/open";
-import { keyPrefix } from "../storage/redis";
+import { ReloadAnnouncements, type ReloadTrigger } from "../config/reload-announcements";
 import { parseCommand } from "./usage";
-
-/** Shared mode: a SIGHUP to one instance is announced here, so that every instance reads its own file again. */
-const reloadChannel = `${keyPrefix}config-reload`;
 
 /**
  * `sluice serve`: listens on SLUICE_HOST:SLUICE_PORT until SIGINT or SIGTERM; SIGHUP reads the configuration file
@@ -50,13 +47,14 @@ export async function runServe(args: string[]): Promise<number> {
     if (stopping) return;
     stopping = true;
     console.error(JSON.stringify({ level: "info", message: "draining", signal, drain_ms: drainMs }));
+    announcements?.stop();
     await server.stop({ drainMs });
     await storage.close();
     redis?.close();
     console.error(JSON.stringify({ level: "info", message: "stopped" }));
     process.exit(0);
   };
-  const reload = async (trigger: string) => {
+  const reload = async (trigger: ReloadTrigger) => {
     if (stopping) return;
     let next: Config;
     try {
@@ -81,14 +79,10 @@ export async function runServe(args: string[]): Promise<number> {
   };
   // Each instance announces its own SIGHUP once it has reloaded, whatever its file said: the others read theirs. A
   // reload an announcement caused is not announced again.
-  const instance = crypto.randomUUID();
-  if (redis) {
-    void redis.subscribe(reloadChannel, (origin) => {
-      if (origin !== instance) void reload("SIGHUP to another instance");
-    });
-  }
+  const announcements = redis ? new ReloadAnnouncements(redis, reload) : undefined;
+  await announcements?.start();
   process.on("SIGHUP", () => {
-    void reload("SIGHUP").then(() => redis?.call("PUBLISH", [reloadChannel, instance]).catch(() => {}));
+    void reload("SIGHUP").then(() => announcements?.announce());
   });
   process.on("SIGINT", () => void stop("SIGINT"));
   process.on("SIGTERM", () => void stop("SIGTERM"));

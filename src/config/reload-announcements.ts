@@ -1,0 +1,89 @@
+// Shared mode: a SIGHUP to one instance reloads every instance. The instance that reloaded records the reload's id in
+// Redis and announces it (pub/sub, at once); every instance also reads the last id every few seconds, so that one
+// which was not listening when an announcement went out (disconnected from Redis, its subscription being restored)
+// still reloads.
+import { keyPrefix, type RedisConnection } from "../storage/redis";
+
+/** The channel announcements go out on: the announcing instance's id and the reload's. */
+export const reloadChannel = `${keyPrefix}config-reload`;
+/** The id of the last reload announced. */
+export const lastReloadKey = `${keyPrefix}config-reload:last`;
+/** How often each instance reads the last reload's id: the longest one that missed an announcement runs the old file. */
+const defaultCheckEveryMs = 5000;
+/** How long a start waits for its subscription. */
+const subscribeWaitMs = 2000;
+
+/** What made an instance read its file: its own SIGHUP, another's announced, or another's it did not hear. */
+export type ReloadTrigger = "SIGHUP" | "SIGHUP to another instance" | "SIGHUP to another instance, missed while not listening";
+
+export class ReloadAnnouncements {
+  private readonly instance = crypto.randomUUID();
+  /**
+   * The last reload this instance has acted on (or knew of when it started; its file is newer than those): null when
+   * Redis holds none, undefined until Redis could first be read.
+   */
+  private seen: string | null | undefined;
+  private timer: Timer | undefined;
+
+  constructor(
+    private readonly redis: RedisConnection,
+    private readonly reload: (trigger: ReloadTrigger) => Promise<void>,
+    private readonly checkEveryMs = defaultCheckEveryMs,
+  ) {}
+
+  /**
+   * Starts listening and checking. Waits a moment at most for the subscription: a Redis that is down at start must not
+   * hold the server's start (its subscription is made once Redis is back; the checks cover what it misses meanwhile).
+   */
+  async start(): Promise<void> {
+    this.seen = await this.last();
+    const subscribing = this.redis.subscribe(reloadChannel, (message) => {
+      const [origin, reloadId] = message.split(" ");
+      // Its own, or one a check has already acted on (the id is recorded before it is announced).
+      if (origin === this.instance || reloadId === undefined || reloadId === this.seen) return;
+      this.seen = reloadId;
+      void this.reload("SIGHUP to another instance");
+    });
+    await Promise.race([subscribing, Bun.sleep(subscribeWaitMs)]);
+    this.timer = setInterval(() => void this.check(), this.checkEveryMs);
+    this.timer.unref();
+  }
+
+  /** Records and announces a reload this instance made on its own SIGHUP; if Redis cannot be reached, nobody is told. */
+  async announce(): Promise<void> {
+    const reloadId = crypto.randomUUID();
+    this.seen = reloadId;
+    try {
+      await this.redis.call("SET", [lastReloadKey, reloadId]);
+      await this.redis.call("PUBLISH", [reloadChannel, `${this.instance} ${reloadId}`]);
+    } catch {
+      // The README says to signal every instance when Redis is down.
+    }
+  }
+
+  stop(): void {
+    clearInterval(this.timer);
+  }
+
+  /** Reloads once if a reload was announced that this instance did not hear. */
+  private async check(): Promise<void> {
+    const last = await this.last();
+    if (last === undefined || last === this.seen) return;
+    const known = this.seen !== undefined;
+    this.seen = last;
+    // Not read before (Redis was down at start): the file this instance started with is the newest it knows of. And
+    // none recorded (Redis lost its data) is no reload.
+    if (!known || last === null) return;
+    await this.reload("SIGHUP to another instance, missed while not listening");
+  }
+
+  /** The last reload's id; null when there is none, undefined when Redis cannot be read. */
+  private async last(): Promise<string | null | undefined> {
+    try {
+      const value = await this.redis.call("GET", [lastReloadKey]);
+      return typeof value === "string" ? value : null;
+    } catch {
+      return undefined;
+    }
+  }
+}
