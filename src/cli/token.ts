@@ -4,7 +4,16 @@ import { formatTime, withCliContext } from "./context";
 import { CommandError, UsageError, parseCommand } from "./usage";
 
 function describe(token: ConsoleTokenInfo): string {
-  return [token.id, token.name, token.email, token.prefix, formatTime(token.createdAt), formatTime(token.expiresAt), formatTime(token.revokedAt)].join("\t");
+  return [
+    token.id,
+    token.name,
+    token.email,
+    token.prefix,
+    formatTime(token.createdAt),
+    formatTime(token.lastUsedAt),
+    formatTime(token.expiresAt),
+    formatTime(token.revokedAt),
+  ].join("\t");
 }
 
 /** `sluice token create|list|revoke`: console tokens, for scripts that drive the console API. */

@@ -241,6 +241,8 @@ export const consoleTokens = sqliteTable(
     createdAt: integer("created_at").notNull(),
     expiresAt: integer("expires_at"),
     revokedAt: integer("revoked_at"),
+    /** When it was last used, to the minute (written at most once a minute per instance: see ConsoleTokens). */
+    lastUsedAt: integer("last_used_at"),
   },
   (table) => [index("console_tokens_user_idx").on(table.userId)],
 );

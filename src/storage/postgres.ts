@@ -21,7 +21,7 @@ import type {
   Storage,
   UsageRepository,
 } from "./types";
-import { tokenUserSelection, usableToken } from "./token-columns";
+import { tokenUserSelection, usableToken, usedBefore } from "./token-columns";
 import { modelsText, withModelList } from "./key-models";
 import { withTimeout } from "./with-timeout";
 
@@ -227,6 +227,14 @@ function accountRepository(db: Database): AccountRepository {
           .limit(1),
       );
       return rows[0];
+    },
+    async touchToken(id, at) {
+      await timed(
+        db
+          .update(consoleTokens)
+          .set({ lastUsedAt: at })
+          .where(usedBefore(consoleTokens, id, at)),
+      );
     },
   };
 

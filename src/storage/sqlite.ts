@@ -8,7 +8,7 @@ import { moveStagedRows, stagedColumns } from "../ledger/inbox";
 import { addToAggregates, UsageFold } from "../ledger/usage-fold";
 import { bucketMs, hourMs, monthOf, startOfMonth } from "../usage-periods";
 import { auditConditions, requestLogColumns, requestLogConditions, sqliteCommon } from "./log-conditions";
-import { tokenUserSelection, usableToken } from "./token-columns";
+import { tokenUserSelection, usableToken, usedBefore } from "./token-columns";
 import { oldestNeededMinute, usageByOrganization, usageWindowStart } from "./usage-rows";
 import type {
   AccountRepository,
@@ -185,6 +185,12 @@ function accountRepository({ db }: DatabaseHandle): AccountRepository {
         .innerJoin(users, eq(users.id, consoleTokens.userId))
         .where(usableToken(consoleTokens, tokenHash, now))
         .get();
+    },
+    async touchToken(id, at) {
+      db.update(consoleTokens)
+        .set({ lastUsedAt: at })
+        .where(usedBefore(consoleTokens, id, at))
+        .run();
     },
   };
 

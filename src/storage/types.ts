@@ -99,6 +99,8 @@ export interface ConsoleToken {
   createdAt: number;
   expiresAt: number | null;
   revokedAt: number | null;
+  /** To the minute; null until first used. */
+  lastUsedAt: number | null;
 }
 
 /** A token as lists show it: everything but its hash, with its account's email. */
@@ -106,6 +108,7 @@ export type ConsoleTokenInfo = Omit<ConsoleToken, "tokenHash"> & { email: string
 
 /** A token's account, as the console needs it. */
 export interface TokenUser {
+  tokenId: string;
   tokenName: string;
   userId: string;
   email: string;
@@ -218,6 +221,8 @@ export interface AccountRepository {
   revokeToken(id: string, at: number): Promise<void>;
   /** The account of a token with this hash that is neither revoked nor expired. */
   tokenUser(tokenHash: string, now: number): Promise<TokenUser | undefined>;
+  /** Records that a token was used at `at` (a later time is never put back). */
+  touchToken(id: string, at: number): Promise<void>;
 }
 
 export interface UsageRepository {

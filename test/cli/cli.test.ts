@@ -104,8 +104,8 @@ describe("sluice token", () => {
     expect(created.stderr).toContain("only time");
     const listed = sluice("token", "list", "--email", "root@example.com");
     expect(listed.stdout).not.toContain(secret);
-    const [id, name, email, prefix, createdAt, expires, revoked] = listed.stdout.trim().split("\t");
-    expect([name, email, revoked]).toEqual(["provisioning", "root@example.com", "-"]);
+    const [id, name, email, prefix, createdAt, lastUsed, expires, revoked] = listed.stdout.trim().split("\t");
+    expect([name, email, lastUsed, revoked]).toEqual(["provisioning", "root@example.com", "-", "-"]);
     expect(secret.startsWith(prefix as string)).toBe(true);
     expect(Date.parse(expires as string) - Date.parse(createdAt as string)).toBe(90 * 86_400_000);
 
@@ -120,7 +120,9 @@ describe("sluice token", () => {
     } finally {
       database.close();
     }
-    expect(sluice("token", "list").stdout.trim().split("\t")[6]).not.toBe("-");
+    // Used once (above), then revoked.
+    const [, , , , , usedAt, , revokedAt] = sluice("token", "list").stdout.trim().split("\t");
+    expect([usedAt, revokedAt].every((value) => value !== "-" && Number.isFinite(Date.parse(value as string)))).toBe(true);
     expect(sluice("audit", "--action", "token.created").stdout).toContain(id as string);
 
     expectPlainFailure(sluice("token", "create", "nobody@example.com", "--name", "x"), 1, 'no console account with the email "nobody@example.com"');

@@ -252,8 +252,17 @@ test("usage_hours: the chart and a capped key's month answer what the rows say, 
         await older`SELECT (SELECT sum(tokens) FROM usage_hours) AS hours, (SELECT sum(prompt_tokens + completion_tokens) FROM usage_ledger) AS rows,
           (SELECT sum(tokens) FROM usage_key_months) AS key_months,
           (SELECT count(*) FROM usage_hours) AS groups,
-          (SELECT count(*) FROM (SELECT DISTINCT organization_id, ended_at / 3600000, key_id, model FROM usage_ledger) AS distinct_groups) AS expected_groups`;
+          (SELECT count(*) FROM (SELECT DISTINCT organization_id, ended_at / 3600000, key_id, model FROM usage_ledger) AS distinct_groups) AS expected_groups,
+          (SELECT count(*) FROM usage_hours h WHERE (h.prompt_tokens, h.completion_tokens) <>
+            (SELECT sum(prompt_tokens), sum(completion_tokens) FROM usage_ledger l
+              WHERE l.organization_id = h.organization_id AND l.ended_at / 3600000 = h.hour AND l.key_id = h.key_id AND l.model = h.model)) AS hours_unlike_rows,
+          (SELECT sum(prompt_tokens) FROM usage_key_months) AS month_prompt, (SELECT sum(prompt_tokens) FROM usage_ledger) AS rows_prompt,
+          (SELECT sum(completion_tokens) FROM usage_key_months) AS month_completion, (SELECT sum(completion_tokens) FROM usage_ledger) AS rows_completion`;
       expect(Number(sums.hours)).toBe(Number(sums.rows));
+      // Migration 0007 fills the prompt and completion tokens of each hour and month.
+      expect(Number(sums.hours_unlike_rows)).toBe(0);
+      expect([Number(sums.month_prompt), Number(sums.month_completion)]).toEqual([Number(sums.rows_prompt), Number(sums.rows_completion)]);
+      expect(Number(sums.rows_prompt)).toBeGreaterThan(0);
       expect(Number(sums.key_months)).toBe(Number(sums.rows));
       expect(Number(sums.groups)).toBe(Number(sums.expected_groups));
     } finally {
@@ -400,6 +409,7 @@ test("console tokens: listed without their hash, newest first; found by hash unt
         createdAt,
         expiresAt,
         revokedAt: null,
+        lastUsedAt: null,
       });
       await backend.accounts.insertToken(token("tok_old", 10, null));
       await backend.accounts.insertToken(token("tok_new", 20, 1000));
@@ -413,11 +423,12 @@ test("console tokens: listed without their hash, newest first; found by hash unt
         createdAt: 20,
         expiresAt: 1000,
         revokedAt: null,
+        lastUsedAt: null,
         email: "t@example.com",
       });
       expect((await backend.accounts.listTokens()).length).toBe(2);
       expect(await backend.accounts.listTokens("usr_nobody")).toEqual([]);
-      const user = { tokenName: "tok_new", userId: "usr_t", email: "t@example.com", role: "member" as const, organizationId: "org_tokens" };
+      const user = { tokenId: "tok_new", tokenName: "tok_new", userId: "usr_t", email: "t@example.com", role: "member" as const, organizationId: "org_tokens" };
       expect({ name, user: await backend.accounts.tokenUser("hash_tok_new", 999) }).toEqual({ name, user });
       // Expired at 1000; a revoked one is gone at once, and a second revocation keeps the first time.
       expect(await backend.accounts.tokenUser("hash_tok_new", 1000)).toBeUndefined();
@@ -426,6 +437,12 @@ test("console tokens: listed without their hash, newest first; found by hash unt
       await backend.accounts.revokeToken("tok_old", 7000);
       expect(await backend.accounts.tokenUser("hash_tok_old", 6000)).toBeUndefined();
       expect((await backend.accounts.findToken("tok_old"))?.revokedAt).toBe(6000);
+      // A use moves the last use forward, never back.
+      await backend.accounts.touchToken("tok_new", 500);
+      await backend.accounts.touchToken("tok_new", 400);
+      expect((await backend.accounts.findToken("tok_new"))?.lastUsedAt).toBe(500);
+      await backend.accounts.touchToken("tok_new", 900);
+      expect((await backend.accounts.findToken("tok_new"))?.lastUsedAt).toBe(900);
       expect(await backend.accounts.findToken("tok_nothing")).toBeUndefined();
     }
   } finally {

@@ -17,6 +17,7 @@ import keyModels from "./0011_key_models.sql" with { type: "text" };
 import consoleTokens from "./0012_console_tokens.sql" with { type: "text" };
 import usageKeyMonths from "./0013_usage_key_months.sql" with { type: "text" };
 import tokenKinds from "./0014_token_kinds.sql" with { type: "text" };
+import consoleTokenLastUsed from "./0015_console_token_last_used.sql" with { type: "text" };
 
 export interface EmbeddedMigration {
   tag: string;
@@ -39,6 +40,7 @@ const sqlByTag: Record<string, string> = {
   "0012_console_tokens": consoleTokens,
   "0013_usage_key_months": usageKeyMonths,
   "0014_token_kinds": tokenKinds,
+  "0015_console_token_last_used": consoleTokenLastUsed,
 };
 
 export const journalTags: string[] = journal.entries.map((entry) => entry.tag);

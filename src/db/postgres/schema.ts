@@ -183,6 +183,8 @@ export const consoleTokens = pgTable(
     createdAt: time("created_at").notNull(),
     expiresAt: time("expires_at"),
     revokedAt: time("revoked_at"),
+    /** When it was last used, to the minute (written at most once a minute per instance: see ConsoleTokens). */
+    lastUsedAt: time("last_used_at"),
   },
   (table) => [index("console_tokens_user_idx").on(table.userId)],
 );

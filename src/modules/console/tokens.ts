@@ -8,6 +8,11 @@ import type { Actor } from "./accounts";
 /** Every console token starts so: nobody mistakes one for an API key (`sk-sluice-`), and a secret scanner can find it. */
 export const consoleTokenPrefix = "sluice-console-";
 const shownLength = consoleTokenPrefix.length + 4;
+/**
+ * A token's last use is written at most this often by one instance: a script polling the console API several times a
+ * second would otherwise write a row for each of its requests.
+ */
+const touchEveryMs = 60_000;
 
 /** The account a token is made for. */
 export interface TokenOwner {
@@ -23,6 +28,9 @@ export interface TokenOwner {
  * from the next request on every instance.
  */
 export class ConsoleTokens {
+  /** When this instance last wrote each token's last use. */
+  private readonly touched = new Map<string, number>();
+
   constructor(
     private readonly repository: AccountRepository,
     private readonly audit: AuditLog,
@@ -45,6 +53,7 @@ export class ConsoleTokens {
       createdAt: now,
       expiresAt: input.expiresInMs === undefined ? null : now + input.expiresInMs,
       revokedAt: null,
+      lastUsedAt: null,
     };
     await this.repository.insertToken({ ...token, tokenHash: hashKeySecret(secret) });
     await this.audit.record(actor, "token.created", token.id, {
@@ -76,8 +85,19 @@ export class ConsoleTokens {
     if (!secret.startsWith(consoleTokenPrefix)) return undefined;
     const user = await this.repository.tokenUser(hashKeySecret(secret), now);
     if (!user) return undefined;
+    this.touch(user.tokenId, now);
     // No CSRF token: a bearer token is not sent by a browser on its own, so there is no cross-site request to stop.
     return { userId: user.userId, email: user.email, role: user.role, organizationId: user.organizationId, csrfToken: "", tokenName: user.tokenName };
+  }
+
+  /** Writes a token's last use unless this instance wrote it less than a minute ago; never fails the request. */
+  private touch(tokenId: string, now: number): void {
+    const last = this.touched.get(tokenId);
+    if (last !== undefined && now - last < touchEveryMs) return;
+    this.touched.set(tokenId, now);
+    // Bounded: forgetting every entry costs at most one write per token in use.
+    if (this.touched.size > 10_000) this.touched.clear();
+    this.repository.touchToken(tokenId, now).catch(() => this.touched.delete(tokenId));
   }
 }
 

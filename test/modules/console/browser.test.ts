@@ -199,6 +199,15 @@ test("an operator makes a console token, a script provisions with it, the operat
   await page.getByRole("button", { name: "I have stored it" }).click();
   expect(await page.content()).not.toContain(token);
   await visible(page.getByRole("cell", { name: "operator@example.com" }));
+  expect(
+    (
+      await page
+        .getByRole("row", { name: /provisioning/ })
+        .getByRole("cell")
+        .nth(4)
+        .textContent()
+    )?.trim(),
+  ).toBe("—");
 
   const script = (path: string, body?: unknown) =>
     fetch(`${sluice.url}/console/api${path}`, {
@@ -212,6 +221,13 @@ test("an operator makes a console token, a script provisions with it, the operat
   await visible(page.getByTestId("org-Scripted Co"));
 
   await page.getByRole("button", { name: "Console tokens" }).click();
+  // Name, account, prefix, created, then when the script last used it.
+  const lastUsed = page
+    .getByRole("row", { name: /provisioning/ })
+    .getByRole("cell")
+    .nth(4);
+  await visible(lastUsed);
+  expect((await lastUsed.textContent())?.trim()).not.toBe("—");
   page.once("dialog", (dialog) => void dialog.accept());
   await page.getByRole("button", { name: "Revoke provisioning" }).click();
   await visible(page.getByRole("cell", { name: "revoked" }));

@@ -205,6 +205,40 @@ describe("tokens are made and revoked from a session", () => {
     expect((await sluice.audit.list({ action: "token.revoked", limit: 10 })).map((entry) => entry.target)).toContain(made.body.token.id);
   });
 
+  test("last used: none until used, then the time of a use, written at most once a minute by an instance", async () => {
+    const erin = await member("erin@tokens.example", "Erin Co");
+    const made = await erin.client.json<{ token: { id: string; lastUsedAt: number | null }; secret: string }>("POST", "/tokens", { name: "poller" });
+    expect(made.body.token.lastUsedAt).toBeNull();
+    const lastUsed = async () =>
+      (await erin.client.json<{ id: string; lastUsedAt: number | null }[]>("GET", "/tokens")).body.find((token) => token.id === made.body.token.id)?.lastUsedAt;
+    expect(await lastUsed()).toBeNull();
+    // Written beside the request, not before its answer: read until it shows (or 2 s).
+    const settled = async (isDone: (value: number | null | undefined) => boolean) => {
+      const deadline = Date.now() + 2000;
+      let value = await lastUsed();
+      while (!isDone(value) && Date.now() < deadline) {
+        await Bun.sleep(10);
+        value = await lastUsed();
+      }
+      return value;
+    };
+    const before = Date.now();
+    expect((await withToken(made.body.secret, "GET", "/keys")).status).toBe(200);
+    const first = (await settled((value) => value !== null)) as number;
+    expect(first).toBeGreaterThanOrEqual(before);
+    // Another instance (this test's own service): its first use writes; within the minute it writes nothing more; a
+    // minute on, it writes again.
+    const tokens = sluice.accounts.tokens;
+    const second = first + 10_000;
+    await tokens.actorOf(made.body.secret, second);
+    expect(await settled((value) => value === second)).toBe(second);
+    await tokens.actorOf(made.body.secret, second + 30_000);
+    await Bun.sleep(50);
+    expect(await lastUsed()).toBe(second);
+    await tokens.actorOf(made.body.secret, second + 61_000);
+    expect(await settled((value) => value === second + 61_000)).toBe(second + 61_000);
+  });
+
   test("a token cannot list, make or revoke tokens (a leaked one cannot mint others that outlive it), nor sign out", async () => {
     const token = await tokenFor(operator, "no minting");
     const id = (await sluice.accounts.tokens.list(operator.id))[0]?.id as string;

@@ -10,6 +10,7 @@ import keyModels from "./0004_key_models.sql" with { type: "text" };
 import consoleTokens from "./0005_console_tokens.sql" with { type: "text" };
 import usageKeyMonths from "./0006_usage_key_months.sql" with { type: "text" };
 import tokenKinds from "./0007_token_kinds.sql" with { type: "text" };
+import consoleTokenLastUsed from "./0008_console_token_last_used.sql" with { type: "text" };
 import type { EmbeddedMigration } from "../../migrations/index";
 
 const sqlByTag: Record<string, string> = {
@@ -21,6 +22,7 @@ const sqlByTag: Record<string, string> = {
   "0005_console_tokens": consoleTokens,
   "0006_usage_key_months": usageKeyMonths,
   "0007_token_kinds": tokenKinds,
+  "0008_console_token_last_used": consoleTokenLastUsed,
 };
 
 export const postgresJournalTags: string[] = journal.entries.map((entry) => entry.tag);

@@ -13,6 +13,7 @@ interface Token {
   createdAt: number;
   expiresAt: number | null;
   revokedAt: number | null;
+  lastUsedAt: number | null;
 }
 
 export function TokensPage({ operator }: { operator: boolean }) {
@@ -63,6 +64,7 @@ export function TokensPage({ operator }: { operator: boolean }) {
               {operator && <th scope="col">Account</th>}
               <th scope="col">Prefix</th>
               <th scope="col">Created</th>
+              <th scope="col">Last used</th>
               <th scope="col">Expires</th>
               <th scope="col">Status</th>
               <th scope="col" />
@@ -77,6 +79,7 @@ export function TokensPage({ operator }: { operator: boolean }) {
                   <code>{token.prefix}…</code>
                 </td>
                 <td>{shownTime(token.createdAt)}</td>
+                <td>{shownTime(token.lastUsedAt)}</td>
                 <td>{shownTime(token.expiresAt)}</td>
                 <td>{secretStatus(token)}</td>
                 <td>

@@ -1,0 +1,1 @@
+ALTER TABLE `console_tokens` ADD `last_used_at` integer;

@@ -1,0 +1,1 @@
+ALTER TABLE "console_tokens" ADD COLUMN "last_used_at" bigint;
