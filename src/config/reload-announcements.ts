@@ -38,10 +38,11 @@ export class ReloadAnnouncements {
   async start(): Promise<void> {
     this.seen = await this.last();
     const subscribing = this.redis.subscribe(reloadChannel, (message) => {
+      // An instance of an earlier version, in a rolling upgrade, announces its id alone.
       const [origin, reloadId] = message.split(" ");
       // Its own, or one a check has already acted on (the id is recorded before it is announced).
-      if (origin === this.instance || reloadId === undefined || reloadId === this.seen) return;
-      this.seen = reloadId;
+      if (origin === this.instance || (reloadId !== undefined && reloadId === this.seen)) return;
+      if (reloadId !== undefined) this.seen = reloadId;
       void this.reload("SIGHUP to another instance");
     });
     await Promise.race([subscribing, Bun.sleep(subscribeWaitMs)]);

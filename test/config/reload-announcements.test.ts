@@ -2,7 +2,7 @@
 // that missed it (not listening when it went out) reloads at its next check, once; a Redis that lost its data, or was
 // down at start, makes no reload of its own.
 import { afterAll, afterEach, beforeAll, expect, test } from "bun:test";
-import { lastReloadKey, ReloadAnnouncements, type ReloadTrigger } from "../../src/config/reload-announcements";
+import { lastReloadKey, ReloadAnnouncements, reloadChannel, type ReloadTrigger } from "../../src/config/reload-announcements";
 import { RedisConnection } from "../../src/storage/redis";
 import { eventually } from "../helpers";
 import { startRedis, type RedisServer } from "../support/services";
@@ -60,6 +60,14 @@ test("an announced reload: every other instance reloads once, the announcing one
   expect(first.reloads).toEqual([]);
   expect(second.reloads).toEqual(["SIGHUP to another instance"]);
   expect(third.reloads).toEqual(["SIGHUP to another instance"]);
+});
+
+test("an announcement of an instance of the version before (its id alone, nothing recorded): every other instance reloads once", async () => {
+  const [first, second] = await Promise.all([instance(), instance()]);
+  await send("PUBLISH", [reloadChannel, crypto.randomUUID()]);
+  await eventually(() => first.reloads.length === 1 && second.reloads.length === 1);
+  await Bun.sleep(checkEveryMs * 5);
+  expect([first.reloads, second.reloads]).toEqual([["SIGHUP to another instance"], ["SIGHUP to another instance"]]);
 });
 
 test("a reload recorded while an instance was not listening: it reloads at its next check, once", async () => {

@@ -8,8 +8,9 @@ export const leaseMs = 15_000;
 const renewEveryMs = leaseMs / 3;
 
 /**
- * Where a lease lives, for renew.lua: pairs of a sorted set and the set its leases move to when they expire (an
- * organization's or key's `expired` set; a model slot, which has none, names its own set again).
+ * Where a lease lives, for renew.lua: groups of four keys, one per subject (its organization, its capped key) or model:
+ * the sorted set of leases, the set they move to when they expire (the subject's `expired` set), and the subject's
+ * state and reservations. A model slot, which has none of the last three, names its own set in their place.
  */
 export type LeaseSets = readonly string[];
 
@@ -17,6 +18,8 @@ interface HeldLease {
   sets: LeaseSets;
   /** The admission state's generation its settle belongs to ("" for a model slot, which settles nothing). */
   generation: string;
+  /** The tokens its admission reserved in each of its subjects (0 for a model slot). */
+  reservation: number;
 }
 
 /**
@@ -38,8 +41,8 @@ export class LeaseKeeper {
     this.timer.unref();
   }
 
-  hold(sets: LeaseSets, leaseId: string, generation = ""): void {
-    this.held.set(leaseId, { sets, generation });
+  hold(sets: LeaseSets, leaseId: string, generation = "", reservation = 0): void {
+    this.held.set(leaseId, { sets, generation, reservation });
   }
 
   /** Stops renewing a lease; the generation its settle belongs to (a renewal may have moved it). */
@@ -67,9 +70,9 @@ export class LeaseKeeper {
     const keys: string[] = [generationKey];
     const args: string[] = [String(leaseMs)];
     for (const [leaseId, lease] of this.held) {
-      for (let index = 0; index < lease.sets.length; index += 2) {
-        keys.push(lease.sets[index] as string, lease.sets[index + 1] as string);
-        args.push(leaseId, lease.generation);
+      for (let index = 0; index < lease.sets.length; index += 4) {
+        keys.push(...(lease.sets.slice(index, index + 4) as string[]));
+        args.push(leaseId, lease.generation, String(lease.reservation));
       }
     }
     // A lease Redis could not renew now is renewed next time, well before it expires.

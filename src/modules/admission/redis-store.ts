@@ -38,8 +38,10 @@ export function subjectKeys(organizationId: string, keyId?: string): string[] {
   return [`${base}state`, `${base}minutes`, `${base}lasts`, `${base}leases`, `${base}reservations`, `${base}expired`];
 }
 
-/** Where a subject's leases set and expired set are among its keys. */
+/** Where a subject's state, leases, reservations and expired set are among its keys. */
+const stateIndex = 0;
 const leasesIndex = 3;
+const reservationsIndex = 4;
 const expiredIndex = 5;
 
 /**
@@ -55,21 +57,21 @@ interface Subjects {
   scriptKeys: string[];
   /**
    * For the keeper: the leases sets a lease lives in (the organization's, and its key's when the key has caps), each
-   * with the expired set beside it.
+   * with the expired set, state and reservations beside it.
    */
   leaseSets: LeaseSets;
 }
 
 function subjectsOf(id: string, organizationId: string, keyId: string | undefined): Subjects {
   const organization = subjectKeys(organizationId);
-  const organizationSets = [organization[leasesIndex] as string, organization[expiredIndex] as string];
-  if (keyId === undefined) return { id, scriptKeys: [generationKey, ...organization], leaseSets: organizationSets };
+  if (keyId === undefined) return { id, scriptKeys: [generationKey, ...organization], leaseSets: leaseSetsOf(organization) };
   const key = subjectKeys(organizationId, keyId);
-  return {
-    id,
-    scriptKeys: [generationKey, ...organization, ...key],
-    leaseSets: [...organizationSets, key[leasesIndex] as string, key[expiredIndex] as string],
-  };
+  return { id, scriptKeys: [generationKey, ...organization, ...key], leaseSets: [...leaseSetsOf(organization), ...leaseSetsOf(key)] };
+}
+
+/** A subject's four keys for the keeper (see LeaseSets). */
+function leaseSetsOf(keys: string[]): string[] {
+  return [leasesIndex, expiredIndex, stateIndex, reservationsIndex].map((index) => keys[index] as string);
 }
 
 function limitArgs(limits: Limits): number[] {
@@ -173,7 +175,7 @@ export class RedisAdmissionStore implements AdmissionStore {
         byKey ? "key" : "organization",
       );
     }
-    this.keeper?.hold(subjects.leaseSets, leaseId, reply.generation);
+    this.keeper?.hold(subjects.leaseSets, leaseId, reply.generation, reply.reservation);
     this.localInFlight++;
     this.localReserved += reply.reservation;
     let settled = false;

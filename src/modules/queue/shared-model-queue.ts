@@ -43,8 +43,8 @@ export class SharedModelQueue implements Queue {
   private active = 0;
   private readonly line: FairLine;
   private readonly key: string;
-  /** The keeper's pairs for a slot: its set, and (slots have no expired set) the same set again. */
-  private readonly leaseSets: readonly [string, string];
+  /** The keeper's keys for a slot (see LeaseSets): its set, and the same set again in place of those it has none of. */
+  private readonly leaseSets: readonly string[];
   private readonly channel: string;
   private dispatching = false;
   private poller: Timer | undefined;
@@ -62,7 +62,7 @@ export class SharedModelQueue implements Queue {
   ) {
     this.line = new FairLine(model.id, model.queueTimeoutMs);
     this.key = `${keyPrefix}model:{${model.id}}:slots`;
-    this.leaseSets = [this.key, this.key];
+    this.leaseSets = [this.key, this.key, this.key, this.key];
     this.channel = `${keyPrefix}model:{${model.id}}:freed`;
     this.subscribe();
   }

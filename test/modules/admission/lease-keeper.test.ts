@@ -62,6 +62,51 @@ test("Redis loses its data while three requests run: the next renewal puts their
   });
 });
 
+test("Redis loses its data while requests run: their reservations come back with their leases, so a request that would overspend is refused; settled, they are freed", async () => {
+  const quota: PlanConfig = { id: "quota", models: ["*"], tokensPer5h: 200, maxConcurrency: 10 };
+  const admitUnder = (store: RedisAdmissionStore) =>
+    store.admit({ organizationId: "org_reserved", plan: quota, modelId: "m", promptTokens: 10, maxTokens: 20 }, Date.now());
+  await withInstance(async (store, keeper, connection) => {
+    const running = await Promise.all([admitUnder(store), admitUnder(store), admitUnder(store)]);
+    const reservedBefore = (await store.snapshot("org_reserved", quota, Date.now())).reserved;
+    expect(reservedBefore).toBe(running.reduce((sum, lease) => sum + lease.reservedTokens, 0));
+    expect(reservedBefore).toBeGreaterThan(0);
+    await connection.call("FLUSHALL", []);
+    await keeper.renew();
+    // The first admission after the loss rebuilds the state from the ledger (nothing of these three) and is admitted;
+    // the renewal it starts moves the three into the new generation with their reservations.
+    const fourth = await admitUnder(store);
+    await keeper.renew();
+    const snapshot = await store.snapshot("org_reserved", quota, Date.now());
+    expect(snapshot.reserved).toBe(reservedBefore + fourth.reservedTokens);
+    expect(snapshot.inFlight).toBe(4);
+    // Renewed again: counted once.
+    await keeper.renew();
+    expect((await store.snapshot("org_reserved", quota, Date.now())).reserved).toBe(reservedBefore + fourth.reservedTokens);
+    // Room left: 200 - what the four reserved. Requests whose need does not fit are refused, as before the loss.
+    const admitted: Lease[] = [];
+    let refusal: unknown;
+    for (let attempt = 0; attempt < 10 && refusal === undefined; attempt++) {
+      try {
+        admitted.push(await admitUnder(store));
+      } catch (error) {
+        refusal = error;
+      }
+    }
+    expect(refusal).toBeInstanceOf(AdmissionRejected);
+    const reservedAll = [...running, fourth, ...admitted].reduce((sum, lease) => sum + lease.reservedTokens, 0);
+    // Never past the quota: what is reserved plus the refused request's need (its prompt and one token) is over 200.
+    expect(reservedAll).toBeLessThanOrEqual(200);
+    expect(reservedAll + 11).toBeGreaterThan(200);
+    for (const lease of [...running, fourth, ...admitted]) lease.settle({ promptTokens: 10, completionTokens: 5 }, Date.now());
+    const after = await settled(store, "org_reserved");
+    expect(after.inFlight).toBe(0);
+    expect(after.reserved).toBe(0);
+    expect(after.fiveHours.used).toBe(15 * (4 + admitted.length));
+    expect(await leasesHeld(services.redis.url)).toBe(0);
+  });
+});
+
 test("a lease of the lost generation settled before any renewal moved it frees its place and records nothing (its row is the ledger's)", async () => {
   await withInstance(async (store, keeper, connection) => {
     const lease = await admit(store, "org_early");
