@@ -1,4 +1,4 @@
-import { generationKey, type RedisConnection, type RedisReply } from "../../storage/redis";
+import { generationKey, keyPrefix, type RedisConnection, type RedisReply } from "../../storage/redis";
 
 /**
  * How long a concurrency lease or model slot lives in Redis unless its instance renews it: the longest an instance
@@ -6,6 +6,8 @@ import { generationKey, type RedisConnection, type RedisReply } from "../../stor
  */
 export const leaseMs = 15_000;
 const renewEveryMs = leaseMs / 3;
+/** Where the instance that rebuilt the state from the ledger says so: every instance renews at once (see LeaseKeeper). */
+export const rebuiltChannel = `${keyPrefix}rebuilt`;
 
 /**
  * Where a lease lives, for renew.lua: groups of four keys, one per subject (its organization, its capped key) or model:
@@ -39,6 +41,9 @@ export class LeaseKeeper {
   constructor(private readonly redis: RedisConnection) {
     this.timer = setInterval(() => void this.renew(), renewEveryMs);
     this.timer.unref();
+    // Without it, an instance that admits nothing after the rebuild would bring its requests under way back only at
+    // its next renewal, up to 5 s later: meanwhile other instances' admissions would not count them.
+    void redis.subscribe(rebuiltChannel, () => void this.renew());
   }
 
   hold(sets: LeaseSets, leaseId: string, generation = "", reservation = 0): void {

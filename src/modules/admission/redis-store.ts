@@ -6,7 +6,7 @@ import type { KeyRepository, UsageRepository } from "../../storage/types";
 import { restoreLimitedKeys } from "./ledger-usage";
 import { withTimeout } from "../../storage/with-timeout";
 import { OutputEstimate } from "./estimate";
-import { leaseMs, type LeaseKeeper, type LeaseSets } from "./lease-keeper";
+import { leaseMs, type LeaseKeeper, type LeaseSets, rebuiltChannel } from "./lease-keeper";
 import { bucketMs, monthOf, startOfNextMonth } from "../../usage-periods";
 import { quotaRejection, rateLimitHeaders, usageSnapshot, type QuotaState } from "./quota-answers";
 import {
@@ -337,6 +337,10 @@ export class RedisAdmissionStore implements AdmissionStore {
       // A new generation: leases of the lost one settle without recording anything (see settle.lua), unless a
       // renewal moved them into this one first (see LeaseKeeper).
       await this.redis.call("SET", [generationKey, `${now}-${owner}`]);
+      // This instance's requests under way count again before the admissions that waited for the rebuild go on; every
+      // other instance's, as soon as it hears of it.
+      await this.keeper?.renew();
+      await this.redis.call("PUBLISH", [rebuiltChannel, owner]).catch(() => {});
     } finally {
       await this.redis.call("DEL", [rebuildLockKey]).catch(() => {});
     }

@@ -107,19 +107,48 @@ test("Redis loses its data while requests run: their reservations come back with
   });
 });
 
-test("a lease of the lost generation settled before any renewal moved it frees its place and records nothing (its row is the ledger's)", async () => {
+test("Redis loses its data: the instance that rebuilds the state says so, and another instance's requests under way count again at once, not at its next renewal", async () => {
+  const quota: PlanConfig = { id: "quota", models: ["*"], tokensPer5h: 10_000, maxConcurrency: 10 };
+  const admitUnder = (store: RedisAdmissionStore) =>
+    store.admit({ organizationId: "org_told", plan: quota, modelId: "m", promptTokens: 10, maxTokens: 20 }, Date.now());
+  await withInstance(async (quiet, _quietKeeper, connection) => {
+    await withInstance(async (busy) => {
+      const running = await Promise.all([admitUnder(quiet), admitUnder(quiet)]);
+      const reserved = running.reduce((sum, lease) => sum + lease.reservedTokens, 0);
+      await connection.call("FLUSHALL", []);
+      // The busy instance's next admission rebuilds the state; the quiet one admits nothing, and its timer's next
+      // renewal is seconds away.
+      const started = Date.now();
+      const fourth = await admitUnder(busy);
+      let snapshot = await busy.snapshot("org_told", quota, Date.now());
+      while (snapshot.inFlight < 3 && Date.now() - started < 1000) {
+        await Bun.sleep(10);
+        snapshot = await busy.snapshot("org_told", quota, Date.now());
+      }
+      expect(Date.now() - started).toBeLessThan(1000);
+      expect(snapshot.inFlight).toBe(3);
+      expect(snapshot.reserved).toBe(reserved + fourth.reservedTokens);
+      for (const lease of [...running, fourth]) lease.settle({ promptTokens: 10, completionTokens: 5 }, Date.now());
+      const after = await settled(busy, "org_told");
+      expect([after.inFlight, after.reserved, after.fiveHours.used]).toEqual([0, 0, 45]);
+    });
+  });
+});
+
+test("a lease of the lost generation settled before the rebuild frees its place and records nothing (its row is in the ledger the rebuild reads)", async () => {
   await withInstance(async (store, keeper, connection) => {
     const lease = await admit(store, "org_early");
     await connection.call("FLUSHALL", []);
     // Put back while Redis had no state yet: nothing to move it into.
     await keeper.renew();
-    await store.rebuildFromLedger();
-    expect((await store.snapshot("org_early", plan, Date.now())).inFlight).toBe(1);
+    expect(await leasesHeld(services.redis.url)).toBe(1);
     lease.settle({ promptTokens: 10, completionTokens: 20 }, Date.now());
+    for (let attempt = 0; attempt < 100 && (await leasesHeld(services.redis.url)) > 0; attempt++) await Bun.sleep(20);
+    expect(await leasesHeld(services.redis.url)).toBe(0);
+    await store.rebuildFromLedger();
     const snapshot = await settled(store, "org_early");
     expect(snapshot.inFlight).toBe(0);
     expect(snapshot.fiveHours.used).toBe(0);
-    expect(await leasesHeld(services.redis.url)).toBe(0);
   });
 });
 

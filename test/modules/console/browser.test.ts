@@ -132,6 +132,9 @@ test("sign up, waitlist, operator activates, sign in, create a key, use it, usag
   await member.getByRole("button", { name: "Usage" }).click();
   await showsText(member.getByTestId("usage-5 hours"), "42 tokens used");
   await showsText(member.getByTestId("usage-report"), "qwen342");
+  // Model, tokens, then the prompt, cached and completion tokens they are made of.
+  const [, tokens, prompt, cached, completed] = await member.getByTestId("usage-report").getByRole("row").nth(1).getByRole("cell").allTextContents();
+  expect([tokens, cached, Number(prompt) + Number(completed)]).toEqual(["42", "0", 42]);
   await visible(member.locator(".uplot").first());
   await showsText(member.getByTestId("key-usage"), "42 of 100,000 tokens");
   await shot(member, "05-usage");
