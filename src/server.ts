@@ -19,6 +19,7 @@ import { ModelRegistry } from "./modules/models/registry";
 import type { Lifecycle } from "./modules/observability/index";
 import { Logger } from "./modules/observability/logger";
 import { Metrics } from "./modules/observability/metrics";
+import { registerQuotaGauges } from "./modules/observability/quota-gauges";
 import { ModelQueue, type Queue } from "./modules/queue/model-queue";
 import { SharedModelQueue } from "./modules/queue/shared-model-queue";
 import { SafetyService } from "./modules/safety/service";
@@ -118,6 +119,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const maxBodyBytes = options.maxBodyBytes ?? defaultMaxBodyBytes;
   const audit = new AuditLog(storage.audit);
   const organizations = new OrganizationService(storage.organizations, plans, audit, storage.changes);
+  registerQuotaGauges(metrics, { organizations: storage.organizations, plans, admission, clock });
   const keys = new KeyService(storage.keys, audit, storage.changes);
   const accounts = new AccountService(storage.accounts, audit);
   const consoleService = new ConsoleService({

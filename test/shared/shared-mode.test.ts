@@ -235,6 +235,12 @@ describe("limits are exact across three instances", () => {
         expect(Number(response.headers.get("retry-after"))).toBeGreaterThan(4 * 3600);
       }
       expect(await leasesLeft()).toBe(0);
+      // Every instance's /metrics tells an alert the same: what the ledger holds, against the quota.
+      for (const instance of cluster.instances as SluiceProcess[]) {
+        const text = await (await fetch(`${instance.url}/metrics`)).text();
+        expect(Number(/sluice_organization_tokens\{[^}]*organization="acme",window="5h"\} (\d+)/.exec(text)?.[1])).toBe(tokens);
+        expect(Number(/sluice_organization_token_limit\{[^}]*organization="acme",window="5h"\} (\d+)/.exec(text)?.[1])).toBe(quota);
+      }
     });
   }, 60_000);
 

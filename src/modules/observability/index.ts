@@ -34,14 +34,14 @@ export const observabilityRoutes = (options: ObservabilityOptions) =>
       set.headers["retry-after"] = "5";
       return { status: "not_ready", problems };
     })
-    .get("/metrics", ({ headers }) => {
+    .get("/metrics", async ({ headers }) => {
       if (options.metricsToken && !secretsEqual(headers.authorization ?? "", `Bearer ${options.metricsToken}`)) {
         throw new SluiceError(
           headers.authorization ? "invalid_api_key" : "missing_api_key",
           "The metrics endpoint needs the token in SLUICE_METRICS_TOKEN as a bearer token.",
         );
       }
-      return new Response(options.metrics.registry.text(), { headers: { "content-type": options.metrics.registry.contentType } });
+      return new Response(await options.metrics.text(), { headers: { "content-type": options.metrics.registry.contentType } });
     });
 
 /** Turns a finished request into its metrics and its one log line. */

@@ -63,7 +63,34 @@ export class Metrics {
     "Configuration reloads on SIGHUP, by result: applied, refused (the file was not valid; the configuration in force stays), or failed while applied (see the log)",
     ["result"],
   );
+  /** Set by the scrape's refreshers (see quota-gauges.ts): an organization's use of its plan's token quotas. */
+  readonly organizationTokens = new Gauge(
+    this.registry,
+    "sluice_organization_tokens",
+    "Tokens an organization used in the window of each token quota its plan has (5h, month), as admission counts them",
+    ["organization_id", "organization", "window"],
+    () => {},
+  );
+  readonly organizationTokenLimit = new Gauge(
+    this.registry,
+    "sluice_organization_token_limit",
+    "The token quota of an organization's plan, by window (5h, month)",
+    ["organization_id", "organization", "window"],
+    () => {},
+  );
   private readonly tokenSeries = new Map<string, TokenSeries>();
+  private readonly refreshers: (() => Promise<void>)[] = [];
+
+  /** Runs `refresh` before each scrape's text: for gauges whose values must be read asynchronously. */
+  onScrape(refresh: () => Promise<void>): void {
+    this.refreshers.push(refresh);
+  }
+
+  /** The registry as Prometheus text, once every refresher has run (one that fails leaves its gauges as they were). */
+  async text(): Promise<string> {
+    await Promise.all(this.refreshers.map((refresh) => refresh().catch(() => {})));
+    return this.registry.text();
+  }
 
   /** The token counters of a model, looked up once rather than by label on every answer. */
   tokensOf(model: string): TokenSeries {

@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { mkdirSync, renameSync } from "node:fs";
 import { Logger } from "../../../src/modules/observability/logger";
-import { eventually, fakeModel, readSse, startSluice, useFakeUpstream } from "../../helpers";
+import { eventually, fakeModel, readSse, startSluice, testActor, useFakeUpstream } from "../../helpers";
 
 const upstream = useFakeUpstream();
 
@@ -159,6 +159,50 @@ describe("metrics", () => {
       expect(text).toContain('sluice_queued{model="slow"} 0');
       // Every row recorded: the refusals' counter is there, at 0.
       expect(text).toContain("\nsluice_ledger_refused_rows_total 0\n");
+    } finally {
+      await sluice.stop();
+    }
+  });
+
+  test("each organization's use of its plan's token quotas, by window, for alerts before members hit a 429; none for a plan without quotas", async () => {
+    const sluice = await startSluice({
+      ...config(),
+      plans: [
+        { id: "default", models: ["*"], tokens_per_5h: 1000, tokens_per_month: 50_000 },
+        { id: "open", models: ["*"] },
+      ],
+    });
+    try {
+      const client = sluice.client();
+      for (let index = 0; index < 3; index++) await client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "hi" }] });
+      const other = await sluice.addOrganization("unmetered", { plan: "open" });
+      await sluice.client({ apiKey: other.key }).chat.completions.create({ model: "m", messages: [{ role: "user", content: "hi" }] });
+      const acme = (await sluice.organizations.findByName("acme"))?.id as string;
+      const read = async () => {
+        const text = await (await fetch(`${sluice.url}/metrics`)).text();
+        return text.split("\n").filter((line) => line.startsWith("sluice_organization_token"));
+      };
+      // 3 answers of 10 + 5 tokens, as admission counts them once their settles are in.
+      let lines = await read();
+      for (
+        let attempt = 0;
+        attempt < 100 && !lines.includes(`sluice_organization_tokens{organization_id="${acme}",organization="acme",window="5h"} 45`);
+        attempt++
+      ) {
+        await Bun.sleep(20);
+        lines = await read();
+      }
+      expect(lines.sort()).toEqual(
+        [
+          `sluice_organization_token_limit{organization_id="${acme}",organization="acme",window="5h"} 1000`,
+          `sluice_organization_token_limit{organization_id="${acme}",organization="acme",window="month"} 50000`,
+          `sluice_organization_tokens{organization_id="${acme}",organization="acme",window="5h"} 45`,
+          `sluice_organization_tokens{organization_id="${acme}",organization="acme",window="month"} 45`,
+        ].sort(),
+      );
+      // Moved to a plan without quotas: its series go at the next scrape.
+      await sluice.organizations.update("acme", { plan: "open" }, testActor);
+      expect(await read()).toEqual([]);
     } finally {
       await sluice.stop();
     }
