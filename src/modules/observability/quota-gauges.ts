@@ -2,24 +2,44 @@
 // tools they already run (`sluice_organization_tokens / sluice_organization_token_limit > 0.8`), before members hit
 // a 429. Read at each scrape from the admission store: what the next admission would count, on every instance alike.
 import type { PlanConfig } from "../../config/schema";
-import type { OrganizationRepository } from "../../storage/types";
+import type { ChangeFeed, Organization, OrganizationRepository } from "../../storage/types";
 import type { AdmissionStore } from "../admission/store";
 import type { Metrics } from "./metrics";
 
 export interface QuotaGaugeSources {
   organizations: OrganizationRepository;
+  /** Raised by every change to organizations (and keys, and resets): the list read at a scrape is kept until then. */
+  changes: ChangeFeed;
   /** The plans in force (a reload refills the map). */
   plans: ReadonlyMap<string, PlanConfig>;
   admission: AdmissionStore;
   clock: () => number;
 }
 
-/** Fills `sluice_organization_tokens` and `sluice_organization_token_limit` at each scrape. */
+/**
+ * Fills `sluice_organization_tokens` and `sluice_organization_token_limit` at each scrape, for the active
+ * organizations. Their list is read again only after a change: a scrape every few seconds must not read every
+ * organization each time (a console open to sign-up may hold many waitlisted ones), on SQLite on the server's thread.
+ */
 export function registerQuotaGauges(metrics: Metrics, sources: QuotaGaugeSources): void {
+  let organizations: Promise<Organization[]> | undefined;
+  sources.changes.onChange(() => {
+    organizations = undefined;
+  });
+  const activeOrganizations = async (): Promise<Organization[]> => {
+    await sources.changes.check();
+    organizations ??= sources.organizations.list().then((all) => all.filter((organization) => organization.status === "active"));
+    try {
+      return await organizations;
+    } catch (error) {
+      organizations = undefined;
+      throw error;
+    }
+  };
   metrics.onScrape(async () => {
     const now = sources.clock();
     const readings = await Promise.all(
-      (await sources.organizations.list()).map(async (organization) => {
+      (await activeOrganizations()).map(async (organization) => {
         const plan = sources.plans.get(organization.plan);
         // An organization whose plan has no token quota has nothing to run out of.
         if (!plan || (plan.tokensPer5h === undefined && plan.tokensPerMonth === undefined)) return undefined;

@@ -200,9 +200,20 @@ describe("metrics", () => {
           `sluice_organization_tokens{organization_id="${acme}",organization="acme",window="month"} 45`,
         ].sort(),
       );
+      // The organizations are read again only after a change to them, not at every scrape.
+      const repository = sluice.storage.organizations;
+      const list = repository.list.bind(repository);
+      let reads = 0;
+      repository.list = () => {
+        reads++;
+        return list();
+      };
+      for (let scrape = 0; scrape < 3; scrape++) await read();
+      expect(reads).toBe(0);
       // Moved to a plan without quotas: its series go at the next scrape.
       await sluice.organizations.update("acme", { plan: "open" }, testActor);
       expect(await read()).toEqual([]);
+      expect(reads).toBe(1);
     } finally {
       await sluice.stop();
     }
