@@ -16,6 +16,7 @@ const subscribeWaitMs = 2000;
 /** What made an instance read its file: its own SIGHUP, another's announced, or another's it did not hear. */
 export type ReloadTrigger = "SIGHUP" | "SIGHUP to another instance" | "SIGHUP to another instance, missed while not listening";
 
+/** One instance's side of the announcements: it announces its own reloads, and reloads for the others'. */
 export class ReloadAnnouncements {
   private readonly instance = crypto.randomUUID();
   /**
