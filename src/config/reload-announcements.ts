@@ -25,6 +25,8 @@ export class ReloadAnnouncements {
    */
   private seen: string | null | undefined;
   private timer: Timer | undefined;
+  /** A reload of this instance's own that Redis could not be told of yet: told at the next check that reaches it. */
+  private untold: string | undefined;
 
   constructor(
     private readonly redis: RedisConnection,
@@ -51,32 +53,49 @@ export class ReloadAnnouncements {
     this.timer.unref();
   }
 
-  /** Records and announces a reload this instance made on its own SIGHUP; if Redis cannot be reached, nobody is told. */
+  /**
+   * Records and announces a reload this instance made on its own SIGHUP. If Redis cannot be reached now, the checks
+   * try again until it can: the other instances then reload, late rather than never.
+   */
   async announce(): Promise<void> {
     const reloadId = crypto.randomUUID();
     this.seen = reloadId;
-    try {
-      await this.redis.call("SET", [lastReloadKey, reloadId]);
-      await this.redis.call("PUBLISH", [reloadChannel, `${this.instance} ${reloadId}`]);
-    } catch {
-      // The README says to signal every instance when Redis is down.
-    }
+    this.untold = reloadId;
+    await this.tell();
   }
 
   stop(): void {
     clearInterval(this.timer);
   }
 
-  /** Reloads once if a reload was announced that this instance did not hear. */
+  /** Tells Redis of this instance's own reload, if it has one untold; on failure, the next check tries again. */
+  private async tell(): Promise<void> {
+    const reloadId = this.untold;
+    if (reloadId === undefined) return;
+    try {
+      await this.redis.call("SET", [lastReloadKey, reloadId]);
+      await this.redis.call("PUBLISH", [reloadChannel, `${this.instance} ${reloadId}`]);
+    } catch {
+      return;
+    }
+    if (this.untold === reloadId) this.untold = undefined;
+    this.seen = reloadId;
+  }
+
+  /**
+   * Reloads once if a reload was announced that this instance did not hear; then tells of its own untold one. In that
+   * order: another instance's reload announced while this one was cut off is not hidden by this one's.
+   */
   private async check(): Promise<void> {
     const last = await this.last();
-    if (last === undefined || last === this.seen) return;
-    const known = this.seen !== undefined;
-    this.seen = last;
-    // Not read before (Redis was down at start): the file this instance started with is the newest it knows of. And
-    // none recorded (Redis lost its data) is no reload.
-    if (!known || last === null) return;
-    await this.reload("SIGHUP to another instance, missed while not listening");
+    if (last !== undefined && last !== this.seen) {
+      const known = this.seen !== undefined;
+      this.seen = last;
+      // Not read before (Redis was down at start): the file this instance started with is the newest it knows of.
+      // And none recorded (Redis lost its data) is no reload.
+      if (known && last !== null) await this.reload("SIGHUP to another instance, missed while not listening");
+    }
+    await this.tell();
   }
 
   /** The last reload's id; null when there is none, undefined when Redis cannot be read. */

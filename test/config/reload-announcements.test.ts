@@ -94,6 +94,19 @@ test("Redis lost its data: no reload; the next announcement reaches everyone", a
   expect([first.reloads.length, second.reloads.length]).toEqual([1, 1]);
 });
 
+test("a reload made while Redis was down is announced once Redis is back: the others reload late rather than never", async () => {
+  const [first, second] = await Promise.all([instance(), instance()]);
+  await redis.pause();
+  await first.announcements.announce();
+  await Bun.sleep(checkEveryMs * 3);
+  expect(second.reloads).toEqual([]);
+  await redis.resume();
+  await eventually(() => second.reloads.length === 1, 10_000);
+  await Bun.sleep(checkEveryMs * 5);
+  expect(second.reloads.length).toBe(1);
+  expect(first.reloads).toEqual([]);
+}, 20_000);
+
 test("an instance started while Redis was down: its first read of the last reload is no reload; later ones are", async () => {
   await redis.pause();
   const connection = new RedisConnection(redis.url);
