@@ -119,7 +119,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const maxBodyBytes = options.maxBodyBytes ?? defaultMaxBodyBytes;
   const audit = new AuditLog(storage.audit);
   const organizations = new OrganizationService(storage.organizations, plans, audit, storage.changes);
-  registerQuotaGauges(metrics, { organizations: storage.organizations, changes: storage.changes, plans, admission, clock });
+  registerQuotaGauges(metrics, { organizations: storage.organizations, keys: storage.keys, changes: storage.changes, plans, admission, clock });
   const keys = new KeyService(storage.keys, audit, storage.changes);
   const accounts = new AccountService(storage.accounts, audit);
   const consoleService = new ConsoleService({

@@ -109,6 +109,9 @@ function keyRepository(db: Database): KeyRepository {
           .select({
             id: apiKeys.id,
             organizationId: apiKeys.organizationId,
+            name: apiKeys.name,
+            expiresAt: apiKeys.expiresAt,
+            revokedAt: apiKeys.revokedAt,
             maxConcurrency: apiKeys.maxConcurrency,
             tokensPer5h: apiKeys.tokensPer5h,
             tokensPerMonth: apiKeys.tokensPerMonth,

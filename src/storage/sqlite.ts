@@ -107,7 +107,8 @@ function keyRepository({ db, sqlite }: DatabaseHandle): KeyRepository {
     async limited() {
       return sqlite
         .query<LimitedKey, []>(
-          `SELECT id, organization_id AS organizationId, max_concurrency AS maxConcurrency, tokens_per_5h AS tokensPer5h, tokens_per_month AS tokensPerMonth
+          `SELECT id, organization_id AS organizationId, name, expires_at AS expiresAt, revoked_at AS revokedAt, max_concurrency AS maxConcurrency,
+                  tokens_per_5h AS tokensPer5h, tokens_per_month AS tokensPerMonth
              FROM api_keys INDEXED BY api_keys_limited_idx WHERE ${limitedCondition}`,
         )
         .all();

@@ -27,6 +27,10 @@ export interface KeyLimits {
 export interface LimitedKey extends KeyLimits {
   id: string;
   organizationId: string;
+  /** Its label. */
+  name: string;
+  expiresAt: number | null;
+  revokedAt: number | null;
 }
 
 export interface ApiKey extends KeyLimits {

@@ -78,6 +78,21 @@ export class Metrics {
     ["organization_id", "organization", "window"],
     () => {},
   );
+  /** The same for each key with token caps of its own (see quota-gauges.ts). */
+  readonly keyTokens = new Gauge(
+    this.registry,
+    "sluice_key_tokens",
+    "Tokens a key with caps of its own used in the window of each of its token caps (5h, month), as admission counts them",
+    ["key_id", "key", "organization_id", "organization", "window"],
+    () => {},
+  );
+  readonly keyTokenLimit = new Gauge(
+    this.registry,
+    "sluice_key_token_limit",
+    "A key's own token cap, by window (5h, month)",
+    ["key_id", "key", "organization_id", "organization", "window"],
+    () => {},
+  );
   private readonly tokenSeries = new Map<string, TokenSeries>();
   private readonly refreshers: (() => Promise<void>)[] = [];
 

@@ -164,7 +164,7 @@ describe("metrics", () => {
     }
   });
 
-  test("each organization's use of its plan's token quotas, by window, for alerts before members hit a 429; none for a plan without quotas", async () => {
+  test("each organization's use of its plan's token quotas, and each capped key's of its own caps, by window, for alerts before members hit a 429", async () => {
     const sluice = await startSluice({
       ...config(),
       plans: [
@@ -173,31 +173,37 @@ describe("metrics", () => {
       ],
     });
     try {
-      const client = sluice.client();
-      for (let index = 0; index < 3; index++) await client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "hi" }] });
-      const other = await sluice.addOrganization("unmetered", { plan: "open" });
-      await sluice.client({ apiKey: other.key }).chat.completions.create({ model: "m", messages: [{ role: "user", content: "hi" }] });
       const acme = (await sluice.organizations.findByName("acme"))?.id as string;
+      const noCaps = { maxConcurrency: null, tokensPerMonth: null };
+      const ci = await sluice.keys.create({ organizationId: acme, name: "ci", limits: { ...noCaps, tokensPer5h: 500 } }, testActor);
+      const gone = await sluice.keys.create({ organizationId: acme, name: "gone", limits: { ...noCaps, tokensPer5h: 500 } }, testActor);
+      await sluice.keys.revoke(gone.key.id, testActor);
+      const ask = (apiKey?: string) =>
+        sluice.client(apiKey ? { apiKey } : {}).chat.completions.create({ model: "m", messages: [{ role: "user", content: "hi" }] });
+      for (let index = 0; index < 3; index++) await ask();
+      for (let index = 0; index < 2; index++) await ask(ci.secret);
+      const other = await sluice.addOrganization("unmetered", { plan: "open" });
+      await ask(other.key);
       const read = async () => {
         const text = await (await fetch(`${sluice.url}/metrics`)).text();
-        return text.split("\n").filter((line) => line.startsWith("sluice_organization_token"));
+        return text.split("\n").filter((line) => /^sluice_(organization|key)_token/.test(line));
       };
-      // 3 answers of 10 + 5 tokens, as admission counts them once their settles are in.
+      // 5 answers of 10 + 5 tokens, 2 of them through the capped key, as admission counts them once settled.
+      const organization = `organization_id="${acme}",organization="acme"`;
       let lines = await read();
-      for (
-        let attempt = 0;
-        attempt < 100 && !lines.includes(`sluice_organization_tokens{organization_id="${acme}",organization="acme",window="5h"} 45`);
-        attempt++
-      ) {
+      for (let attempt = 0; attempt < 100 && !lines.includes(`sluice_organization_tokens{${organization},window="5h"} 75`); attempt++) {
         await Bun.sleep(20);
         lines = await read();
       }
       expect(lines.sort()).toEqual(
         [
-          `sluice_organization_token_limit{organization_id="${acme}",organization="acme",window="5h"} 1000`,
-          `sluice_organization_token_limit{organization_id="${acme}",organization="acme",window="month"} 50000`,
-          `sluice_organization_tokens{organization_id="${acme}",organization="acme",window="5h"} 45`,
-          `sluice_organization_tokens{organization_id="${acme}",organization="acme",window="month"} 45`,
+          `sluice_organization_token_limit{${organization},window="5h"} 1000`,
+          `sluice_organization_token_limit{${organization},window="month"} 50000`,
+          `sluice_organization_tokens{${organization},window="5h"} 75`,
+          `sluice_organization_tokens{${organization},window="month"} 75`,
+          // The key's own cap is on the 5-hour window only; the revoked key has none.
+          `sluice_key_token_limit{key_id="${ci.key.id}",key="ci",${organization},window="5h"} 500`,
+          `sluice_key_tokens{key_id="${ci.key.id}",key="ci",${organization},window="5h"} 30`,
         ].sort(),
       );
       // The organizations are read again only after a change to them, not at every scrape.
@@ -210,10 +216,13 @@ describe("metrics", () => {
       };
       for (let scrape = 0; scrape < 3; scrape++) await read();
       expect(reads).toBe(0);
-      // Moved to a plan without quotas: its series go at the next scrape.
+      // Moved to a plan without quotas: its series go at the next scrape; its capped key's stay.
       await sluice.organizations.update("acme", { plan: "open" }, testActor);
-      expect(await read()).toEqual([]);
+      expect((await read()).map((line) => line.split("{")[0])).toEqual(["sluice_key_tokens", "sluice_key_token_limit"]);
       expect(reads).toBe(1);
+      // Suspended, it admits nothing: none of its series.
+      await sluice.organizations.update("acme", { status: "suspended" }, testActor);
+      expect(await read()).toEqual([]);
     } finally {
       await sluice.stop();
     }
