@@ -148,6 +148,18 @@ export const usageMonths = sqliteTable(
   (table) => [primaryKey({ columns: [table.organizationId, table.month] })],
 );
 
+/** The tokens of a history aggregate (usage_hours, usage_key_months), by kind (fresh builders for each table). */
+function historyTokenColumns() {
+  return {
+    /** prompt_tokens + completion_tokens, as the quotas count them. */
+    tokens: integer("tokens").notNull(),
+    promptTokens: integer("prompt_tokens").notNull().default(0),
+    completionTokens: integer("completion_tokens").notNull().default(0),
+    /** Of the prompt tokens, those read from the upstream's prompt cache. */
+    cachedTokens: integer("cached_tokens").notNull().default(0),
+  };
+}
+
 /**
  * The ledger summed per organization, hour, key and model, written with the ledger rows and never reset: the
  * console's 24-hour chart and a capped key's month read it, so neither grows with the rows an hour holds.
@@ -160,12 +172,7 @@ export const usageHours = sqliteTable(
     hour: integer("hour").notNull(),
     keyId: text("key_id").notNull(),
     model: text("model").notNull(),
-    /** prompt_tokens + completion_tokens, as the quotas count them. */
-    tokens: integer("tokens").notNull(),
-    promptTokens: integer("prompt_tokens").notNull().default(0),
-    completionTokens: integer("completion_tokens").notNull().default(0),
-    /** Of the prompt tokens, those read from the upstream's prompt cache. */
-    cachedTokens: integer("cached_tokens").notNull().default(0),
+    ...historyTokenColumns(),
   },
   (table) => [
     primaryKey({ columns: [table.organizationId, table.hour, table.keyId, table.model] }),
@@ -185,12 +192,7 @@ export const usageKeyMonths = sqliteTable(
     month: integer("month").notNull(),
     keyId: text("key_id").notNull(),
     model: text("model").notNull(),
-    /** prompt_tokens + completion_tokens, as the quotas count them. */
-    tokens: integer("tokens").notNull(),
-    promptTokens: integer("prompt_tokens").notNull().default(0),
-    completionTokens: integer("completion_tokens").notNull().default(0),
-    /** Of the prompt tokens, those read from the upstream's prompt cache. */
-    cachedTokens: integer("cached_tokens").notNull().default(0),
+    ...historyTokenColumns(),
   },
   (table) => [primaryKey({ columns: [table.organizationId, table.month, table.keyId, table.model] })],
 );

@@ -36,7 +36,6 @@ interface StagedGroup extends TokenKinds {
   keyId: string;
   model: string;
   rows: number;
-  tokens: number;
   /** The latest ended_at among the group's rows with tokens (the aggregates skip rows of none, as UsageFold does). */
   lastTime: number | null;
 }
@@ -67,8 +66,7 @@ function moveAll(sqlite: Database): number {
   const groups = sqlite
     .query<StagedGroup, []>(
       `SELECT organization_id AS organizationId, ended_at / ${bucketMs} AS minute, key_id AS keyId, model, count(*) AS rows,
-         sum(prompt_tokens + completion_tokens) AS tokens, sum(prompt_tokens) AS promptTokens, sum(completion_tokens) AS completionTokens,
-         sum(cached_tokens) AS cachedTokens, max(CASE WHEN prompt_tokens + completion_tokens <> 0 THEN ended_at END) AS lastTime
+         sum(prompt_tokens) AS promptTokens, sum(completion_tokens) AS completionTokens, sum(cached_tokens) AS cachedTokens, max(CASE WHEN prompt_tokens + completion_tokens <> 0 THEN ended_at END) AS lastTime
        FROM usage_ledger_inbox GROUP BY 1, 2, 3, 4`,
     )
     .all();
@@ -82,7 +80,7 @@ function moveAll(sqlite: Database): number {
   for (const group of groups) {
     if (group.lastTime === null) continue;
     // The group's minute is its lastTime's, and so are its hour and month.
-    fold.add(group.organizationId, group.tokens, group.lastTime);
+    fold.add(group.organizationId, group.promptTokens + group.completionTokens, group.lastTime);
     fold.addToHistory(group.organizationId, group.keyId, group.model, group, group.lastTime);
   }
   finishMove(sqlite, fold);

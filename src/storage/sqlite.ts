@@ -211,6 +211,9 @@ function accountRepository({ db }: DatabaseHandle): AccountRepository {
  */
 const committedLedger = `(SELECT ${stagedColumns} FROM usage_ledger UNION ALL SELECT ${stagedColumns} FROM usage_ledger_inbox)`;
 
+/** The token columns of usage_hours and usage_key_months, in the order a report sums them. */
+const historyTokens = "tokens, prompt_tokens, completion_tokens, cached_tokens";
+
 function usageRepository({ sqlite }: DatabaseHandle): UsageRepository {
   return {
     async read(now, organizationId) {
@@ -302,15 +305,14 @@ function usageRepository({ sqlite }: DatabaseHandle): UsageRepository {
         .all(organizationId, Math.floor(since / hourMs), since);
     },
     async report({ firstHour, endHour, month, organizationId, by }): Promise<UsageReportRow[]> {
-      const reportSums = "tokens, prompt_tokens, completion_tokens, cached_tokens";
       // Read per organization along the aggregate's primary key (organization, month or hour, …): a month or a range of
       // hours alone has no index. The few rows still staged are summed beside it, as in hourly.
       const byModel = by === "model";
       const organizations = "organization_id IN (SELECT id FROM organizations WHERE $organization IS NULL OR id = $organization)";
       const aggregated =
         month === undefined
-          ? `SELECT organization_id, model, key_id, ${reportSums} FROM usage_hours WHERE ${organizations} AND hour >= $firstHour AND hour < $endHour`
-          : `SELECT organization_id, model, key_id, ${reportSums} FROM usage_key_months WHERE ${organizations} AND month = $month`;
+          ? `SELECT organization_id, model, key_id, ${historyTokens} FROM usage_hours WHERE ${organizations} AND hour >= $firstHour AND hour < $endHour`
+          : `SELECT organization_id, model, key_id, ${historyTokens} FROM usage_key_months WHERE ${organizations} AND month = $month`;
       return sqlite
         .query<UsageReportRow, Record<string, string | number | null>>(
           `SELECT usage.organization_id AS organizationId, o.name AS organization,

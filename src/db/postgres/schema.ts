@@ -109,6 +109,18 @@ export const usageMonths = pgTable(
   (table) => [primaryKey({ columns: [table.organizationId, table.month] })],
 );
 
+/** The tokens of a history aggregate (usage_hours, usage_key_months), by kind (fresh builders for each table). */
+function historyTokenColumns() {
+  return {
+    /** prompt_tokens + completion_tokens, as the quotas count them. */
+    tokens: bigint("tokens", { mode: "number" }).notNull(),
+    promptTokens: bigint("prompt_tokens", { mode: "number" }).notNull().default(0),
+    completionTokens: bigint("completion_tokens", { mode: "number" }).notNull().default(0),
+    /** Of the prompt tokens, those read from the upstream's prompt cache. */
+    cachedTokens: bigint("cached_tokens", { mode: "number" }).notNull().default(0),
+  };
+}
+
 /** As in ../schema.ts: the ledger summed per organization, hour, key and model, never reset. */
 export const usageHours = pgTable(
   "usage_hours",
@@ -117,12 +129,7 @@ export const usageHours = pgTable(
     hour: bigint("hour", { mode: "number" }).notNull(),
     keyId: text("key_id").notNull(),
     model: text("model").notNull(),
-    /** prompt_tokens + completion_tokens, as the quotas count them. */
-    tokens: bigint("tokens", { mode: "number" }).notNull(),
-    promptTokens: bigint("prompt_tokens", { mode: "number" }).notNull().default(0),
-    completionTokens: bigint("completion_tokens", { mode: "number" }).notNull().default(0),
-    /** Of the prompt tokens, those read from the upstream's prompt cache. */
-    cachedTokens: bigint("cached_tokens", { mode: "number" }).notNull().default(0),
+    ...historyTokenColumns(),
   },
   (table) => [
     primaryKey({ columns: [table.organizationId, table.hour, table.keyId, table.model] }),
@@ -137,12 +144,7 @@ export const usageKeyMonths = pgTable(
     month: bigint("month", { mode: "number" }).notNull(),
     keyId: text("key_id").notNull(),
     model: text("model").notNull(),
-    /** prompt_tokens + completion_tokens, as the quotas count them. */
-    tokens: bigint("tokens", { mode: "number" }).notNull(),
-    promptTokens: bigint("prompt_tokens", { mode: "number" }).notNull().default(0),
-    completionTokens: bigint("completion_tokens", { mode: "number" }).notNull().default(0),
-    /** Of the prompt tokens, those read from the upstream's prompt cache. */
-    cachedTokens: bigint("cached_tokens", { mode: "number" }).notNull().default(0),
+    ...historyTokenColumns(),
   },
   (table) => [primaryKey({ columns: [table.organizationId, table.month, table.keyId, table.model] })],
 );

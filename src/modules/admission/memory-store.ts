@@ -149,13 +149,17 @@ export class MemoryAdmissionStore implements AdmissionStore {
   }
 
   snapshot(organizationId: string, plan: PlanConfig, now: number): UsageSnapshot {
-    const state = this.state(organizationId);
-    return usageSnapshot(plan, state.quotaState(now, state.window.used(now)));
+    return usageSnapshot(plan, this.peek(organizationId, now));
   }
 
   keySnapshot(organizationId: string, key: KeyAdmission, now: number): UsageSnapshot {
-    const state = this.state(keySubject(organizationId, key.id));
-    return usageSnapshot(key.limits, state.quotaState(now, state.window.used(now)));
+    return usageSnapshot(key.limits, this.peek(keySubject(organizationId, key.id), now));
+  }
+
+  /** A subject's state as a snapshot reads it; one never admitted is read as empty and not kept (scrapes read them all). */
+  private peek(id: string, now: number): QuotaState {
+    const state = this.subjects.get(id) ?? new SubjectState();
+    return state.quotaState(now, state.window.used(now));
   }
 
   restore(organizationId: string, buckets: LedgerBucket[], monthTokens: number, monthStart: number, keyId?: string): void {

@@ -69,14 +69,12 @@ export class Metrics {
     "sluice_organization_tokens",
     "Tokens an organization used in the window of each token quota its plan has (5h, month), as admission counts them",
     ["organization_id", "organization", "window"],
-    () => {},
   );
   readonly organizationTokenLimit = new Gauge(
     this.registry,
     "sluice_organization_token_limit",
     "The token quota of an organization's plan, by window (5h, month)",
     ["organization_id", "organization", "window"],
-    () => {},
   );
   /** The same for each key with token caps of its own (see quota-gauges.ts). */
   readonly keyTokens = new Gauge(
@@ -84,15 +82,14 @@ export class Metrics {
     "sluice_key_tokens",
     "Tokens a key with caps of its own used in the window of each of its token caps (5h, month), as admission counts them",
     ["key_id", "key", "organization_id", "organization", "window"],
-    () => {},
   );
-  readonly keyTokenLimit = new Gauge(
-    this.registry,
-    "sluice_key_token_limit",
-    "A key's own token cap, by window (5h, month)",
-    ["key_id", "key", "organization_id", "organization", "window"],
-    () => {},
-  );
+  readonly keyTokenLimit = new Gauge(this.registry, "sluice_key_token_limit", "A key's own token cap, by window (5h, month)", [
+    "key_id",
+    "key",
+    "organization_id",
+    "organization",
+    "window",
+  ]);
   private readonly tokenSeries = new Map<string, TokenSeries>();
   private readonly refreshers: (() => Promise<void>)[] = [];
 

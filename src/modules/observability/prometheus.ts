@@ -110,7 +110,8 @@ export class Gauge extends SingleValue {
     name: string,
     help: string,
     labelNames: readonly string[],
-    private readonly collect: (gauge: Gauge) => void,
+    /** Sets the gauge's values as each scrape reads them; without it, they are set from outside. */
+    private readonly collect: (gauge: Gauge) => void = () => {},
   ) {
     super(name, help, "gauge", labelNames);
     registry.register(this);

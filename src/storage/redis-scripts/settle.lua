@@ -8,7 +8,9 @@
 -- ARGV: the generation the leases were admitted in, then for each lease: its id, tokens spent (-1: nothing to record)
 -- A lease of an earlier generation is dropped: Redis lost it with its data, and the state was rebuilt from the
 -- ledger since, which holds the request's row (committed while Redis was away), so recording it would count it twice.
--- Its place goes too: renew.lua put it back, so that it counted while its request ran.
+-- Its place goes too: renew.lua put it back, so that it counted while its request ran. So does its reservation, if a
+-- renewal that was moving it into the current generation put that back just before this settle (sent with the lost
+-- generation, before the renewal's answer came back).
 -- Returns how many leases were settled in the first subject.
 -- A lease named twice in one batch counts once, as it would in two.
 local ids, spent_by = {}, {}
@@ -17,7 +19,18 @@ for index = 2, #ARGV, 2 do
   spent_by[ARGV[index]] = tonumber(ARGV[index + 1])
 end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  for first = 2, #KEYS, 6 do call_chunked('ZREM', KEYS[first + 3], ids, 1) end
+  for first = 2, #KEYS, 6 do
+    local state, leases, reservations = KEYS[first], KEYS[first + 3], KEYS[first + 4]
+    call_chunked('ZREM', leases, ids, 1)
+    local freed = 0
+    for _, tokens in ipairs(call_chunked('HMGET', reservations, ids, 1)) do freed = freed + tonumber(tokens or '0') end
+    if freed > 0 then
+      call_chunked('HDEL', reservations, ids, 1)
+      local reserved = tonumber(redis.call('HGET', state, 'reserved') or '0') - freed
+      if reserved < 0 then reserved = 0 end
+      redis.call('HSET', state, 'reserved', reserved)
+    end
+  end
   return 0
 end
 local now = now_ms()

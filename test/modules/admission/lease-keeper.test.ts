@@ -2,11 +2,11 @@
 // loses its data (a restart without persistence, a failover) and the state is rebuilt from the ledger.
 import { expect, test } from "bun:test";
 import type { ModelConfig, PlanConfig } from "../../../src/config/schema";
-import { LeaseKeeper } from "../../../src/modules/admission/lease-keeper";
+import { LeaseKeeper, rebuiltChannel } from "../../../src/modules/admission/lease-keeper";
 import { RedisAdmissionStore } from "../../../src/modules/admission/redis-store";
 import { AdmissionRejected, type Lease, type UsageSnapshot } from "../../../src/modules/admission/store";
 import { SharedModelQueue } from "../../../src/modules/queue/shared-model-queue";
-import { RedisConnection } from "../../../src/storage/redis";
+import { generationKey, RedisConnection } from "../../../src/storage/redis";
 import { leasesHeld, useAdmissionServices } from "../../support/services";
 
 const services = useAdmissionServices("keeper");
@@ -115,6 +115,10 @@ test("Redis loses its data: the instance that rebuilds the state says so, and an
     await withInstance(async (busy) => {
       const running = await Promise.all([admitUnder(quiet), admitUnder(quiet)]);
       const reserved = running.reduce((sum, lease) => sum + lease.reservedTokens, 0);
+      // Both keepers listening (their subscriptions are made on their own connections, as they start).
+      const listeners = async () => Number(((await connection.call("PUBSUB", ["NUMSUB", rebuiltChannel])) as [string, number])[1]);
+      for (let attempt = 0; attempt < 100 && (await listeners()) < 2; attempt++) await Bun.sleep(20);
+      expect(await listeners()).toBeGreaterThanOrEqual(2);
       await connection.call("FLUSHALL", []);
       // The busy instance's next admission rebuilds the state; the quiet one admits nothing, and its timer's next
       // renewal is seconds away.
@@ -132,6 +136,25 @@ test("Redis loses its data: the instance that rebuilds the state says so, and an
       const after = await settled(busy, "org_told");
       expect([after.inFlight, after.reserved, after.fiveHours.used]).toEqual([0, 0, 45]);
     });
+  });
+});
+
+test("a lease settled while a renewal moves it into the rebuilt generation: the reservation the renewal put back is freed, never left held", async () => {
+  const quota: PlanConfig = { id: "quota", models: ["*"], tokensPer5h: 10_000, maxConcurrency: 10 };
+  await withInstance(async (store, keeper, connection) => {
+    const lease = await store.admit({ organizationId: "org_race", plan: quota, modelId: "m", promptTokens: 10, maxTokens: 20 }, Date.now());
+    expect(lease.reservedTokens).toBeGreaterThan(0);
+    await connection.call("FLUSHALL", []);
+    // A rebuild another instance made, as its generation alone (its announcement is not what this test is about).
+    await connection.call("SET", [generationKey, "rebuilt-elsewhere"]);
+    // The renewal goes out first and puts the lease and its reservation back in the new generation; the settle goes
+    // out before its answer is back, so it carries the lost generation.
+    void keeper.renew();
+    lease.settle({ promptTokens: 10, completionTokens: 5 }, Date.now());
+    const after = await settled(store, "org_race");
+    expect(after.inFlight).toBe(0);
+    expect(after.reserved).toBe(0);
+    expect(await leasesHeld(services.redis.url)).toBe(0);
   });
 });
 

@@ -1,5 +1,6 @@
 // The usage report: tokens by organization and model (or key) in a month, with the prompt (of which cached) and
-// completion tokens they are made of, for showback and chargeback; members see their own organization, operators every one. The same rows as `sluice usage report`, and as CSV.
+// completion tokens they are made of, for showback and chargeback; members see their own organization, operators
+// every one. The same rows as `sluice usage report`, and as CSV.
 import { useEffect, useState } from "preact/hooks";
 import { api } from "./api";
 import { ErrorText } from "./error-text";
@@ -58,7 +59,9 @@ export function UsageReportSection({ operator }: { operator: boolean }) {
   return (
     <section aria-labelledby="report-title">
       <h2 id="report-title">Usage report</h2>
-      <p>Tokens (prompt and completion) by {operator ? "organization and " : ""}model or key, in a UTC month.</p>
+      <p>
+        Tokens by {operator ? "organization and " : ""}model or key in a UTC month: prompt (of which cached, read from the model server's cache) and completion.
+      </p>
       <form class="filters" onSubmit={submit}>
         <label>
           Month
