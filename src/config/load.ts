@@ -119,6 +119,27 @@ function resolveSafety(safety: ConfigFile["safety"]): SafetyConfig {
   };
 }
 
+/**
+ * A model's fallbacks name other models by id, each once. An alias is refused with the id it stands for, so that the
+ * file says which model takes over. A fallback's own fallbacks are not followed, so no chain can loop.
+ */
+function checkFallbacks(models: ModelConfig[]): void {
+  const byAlias = new Map(models.flatMap((model) => model.aliases.map((alias) => [alias, model.id] as const)));
+  const ids = new Set(models.map((model) => model.id));
+  for (const model of models) {
+    const listed = new Set<string>();
+    for (const fallback of model.fallbacks) {
+      const where = `models "${model.id}": fallback "${fallback}"`;
+      const aliased = byAlias.get(fallback);
+      if (fallback === model.id || aliased === model.id) throw new ConfigError(`${where} is the model itself`);
+      if (aliased !== undefined) throw new ConfigError(`${where} is an alias: name the model by its id, "${aliased}"`);
+      if (!ids.has(fallback)) throw new ConfigError(`${where} is not a configured model`);
+      if (listed.has(fallback)) throw new ConfigError(`${where} is listed twice`);
+      listed.add(fallback);
+    }
+  }
+}
+
 /** Checks a parsed config file against the schema and fills in defaults; throws ConfigError naming the key. */
 export function resolveConfig(file: unknown): Config {
   // Check first: walking the errors of a valid file took ~6 ms of start-up.
@@ -137,6 +158,7 @@ export function resolveConfig(file: unknown): Config {
     return {
       id: model.id,
       aliases: model.aliases ?? [],
+      fallbacks: model.fallbacks ?? [],
       backend: model.backend,
       baseUrls: (typeof model.base_url === "string" ? [model.base_url] : (model.base_url ?? [])).map((url) => url.replace(/\/+$/, "")),
       upstreamModel: model.upstream_model ?? model.id,
@@ -172,6 +194,7 @@ export function resolveConfig(file: unknown): Config {
       named.set(alias, `an alias of model "${model.id}"`);
     }
   }
+  checkFallbacks(models);
   const plans = checked.plans ?? defaultConfigFile.plans ?? [];
   const planIds = new Set<string>();
   for (const plan of plans) {

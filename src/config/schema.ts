@@ -18,6 +18,8 @@ export const ModelConfigSchema = Type.Object(
     id: Type.String({ minLength: 1, description: "What clients send as `model`" }),
     /** Other names clients may send for this model (agents that insist on their own model names). */
     aliases: Type.Optional(Type.Array(Type.String({ minLength: 1 }))),
+    /** Models (by id) tried in order when this one cannot take a request now: down, busy, or its queue full. */
+    fallbacks: Type.Optional(Type.Array(Type.String({ minLength: 1 }))),
     backend: Type.Union([Type.Literal("openai"), Type.Literal("demo")]),
     /** One upstream, or several served round-robin with health checks. */
     base_url: Type.Optional(Type.Union([Type.String({ minLength: 1 }), Type.Array(Type.String({ minLength: 1 }), { minItems: 1 })])),
@@ -122,6 +124,8 @@ export interface ModelConfig {
   id: string;
   /** Other names that reach this model; answers carry the name the caller used. */
   aliases: string[];
+  /** Model ids tried in order when this model cannot take a request now (see ChatService's fallBack). */
+  fallbacks: string[];
   backend: "openai" | "demo";
   /** Empty for the demo backend. */
   baseUrls: string[];

@@ -63,6 +63,29 @@ test("refused with the key named: unknown keys, wrong types, missing base_url, u
   }
 });
 
+test("fallbacks: other models by id, each once; refused otherwise with the model and the fallback named", () => {
+  const models = (fallbacks: string[]) => ({
+    models: [
+      { id: "a", backend: "demo", aliases: ["alpha"], fallbacks },
+      { id: "b", backend: "demo", aliases: ["beta"] },
+      { id: "c", backend: "demo" },
+    ],
+  });
+  expect(resolveConfig(models(["c", "b"])).models.map((model) => model.fallbacks)).toEqual([["c", "b"], [], []]);
+  const cases: [string[], string][] = [
+    [["a"], 'models "a": fallback "a" is the model itself'],
+    [["alpha"], 'models "a": fallback "alpha" is the model itself'],
+    [["beta"], 'models "a": fallback "beta" is an alias: name the model by its id, "b"'],
+    [["d"], 'models "a": fallback "d" is not a configured model'],
+    [["b", "c", "b"], 'models "a": fallback "b" is listed twice'],
+    [[""], "models[0].fallbacks[0]"],
+  ];
+  for (const [fallbacks, named] of cases) {
+    expect(() => resolveConfig(models(fallbacks))).toThrow(ConfigError);
+    expect(() => resolveConfig(models(fallbacks))).toThrow(named);
+  }
+});
+
 test("refused with the key named: addresses fetch cannot call, durations past a timer's 32 bits, quotas past exact integers, two plans of one id", () => {
   const model = (fields: Record<string, unknown>) => ({ models: [{ id: "a", backend: "openai", base_url: "http://127.0.0.1:8000/v1", ...fields }] });
   const cases: [unknown, string][] = [

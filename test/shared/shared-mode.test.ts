@@ -129,6 +129,34 @@ describe("limits are exact across three instances", () => {
     });
   }, 60_000);
 
+  test("300 requests over 3 instances at a model of 2 shared slots and no queue, with a fallback of 2 slots: all answered, each model's cap held, nothing left held", async () => {
+    const model = (id: string, extra: string) =>
+      `[[models]]\nid = "${id}"\nbackend = "openai"\nbase_url = "${upstream.url}"\nupstream_model = "usage-10-20-40"\nmax_concurrency = 2\n${extra}\n\n`;
+    const configuration = `${model("m", 'queue_size = 0\nfallbacks = ["n"]')}${model("n", "queue_size = 300\nqueue_timeout_ms = 30000")}[[plans]]\nid = "default"\nmodels = ["*"]\n`;
+    await withCluster(configuration, async (cluster) => {
+      const key = cluster.addOrganization("acme");
+      upstream.reset();
+      const responses = await Promise.all(Array.from({ length: 300 }, (_, index) => cluster.chat(index, key, { model: "m", messages })));
+      expect(responses.map((response) => response.status)).toEqual(Array(300).fill(200));
+      const answered = (await Promise.all(responses.map((response) => response.json() as Promise<{ model: string }>))).map((body) => body.model);
+      const byModel = (name: string) => answered.filter((model) => model === name).length;
+      expect(byModel("m")).toBeGreaterThanOrEqual(2);
+      expect(byModel("n")).toBeGreaterThan(150);
+      expect(byModel("m") + byModel("n")).toBe(300);
+      // Two slots each, over every instance.
+      expect(upstream.maxInFlight).toBeLessThanOrEqual(4);
+      expect(await leasesLeft()).toBe(0);
+      const rows = (await cluster.sql`SELECT model, count(*)::int AS rows FROM usage_ledger GROUP BY model ORDER BY model`) as {
+        model: string;
+        rows: number;
+      }[];
+      expect(rows).toEqual([
+        { model: "m", rows: byModel("m") },
+        { model: "n", rows: byModel("n") },
+      ]);
+    });
+  }, 90_000);
+
   test("SIGHUP (announced to every instance): a model's shared max_concurrency taken away lets the waiters go on; set again, it caps the next requests", async () => {
     const limited = (slots?: number) =>
       toml("", { upstream: "usage-10-20-300", extra: `${slots === undefined ? "" : `max_concurrency = ${slots}\n`}queue_size = 50\nqueue_timeout_ms = 20000` });

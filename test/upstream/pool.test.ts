@@ -11,6 +11,7 @@ function model(baseUrls: string[]): ModelConfig {
   return {
     id: "m",
     aliases: [],
+    fallbacks: [],
     backend: "openai",
     baseUrls,
     upstreamModel: "usage-10-5",

@@ -1,4 +1,4 @@
-import { clearDeadline } from "../../upstream/deadlines";
+import { clearDeadline, setDeadline } from "../../upstream/deadlines";
 import type { Lease, SpentTokens } from "../admission/store";
 import type { Slot } from "../queue/model-queue";
 
@@ -9,22 +9,37 @@ import type { Slot } from "../queue/model-queue";
  */
 export class Permit {
   private released = false;
+  private slot: Slot | null = null;
+  private timeoutMs = 0;
 
   constructor(
     readonly lease: Lease,
-    private readonly slot: Slot,
-    /** The request's controller: its deadline is set with `timeoutMs`, and it is in `active` until released. */
+    /** The request's controller: its deadline is set by `occupy`, and it is in `active` until released. */
     private readonly abort: AbortController,
-    private readonly timeoutMs: number,
     private readonly active: Set<AbortController>,
   ) {}
+
+  /** Holds a slot of the model that will answer, and that model's deadline (`timeout_ms`) from now. */
+  occupy(slot: Slot, timeoutMs: number): void {
+    this.slot = slot;
+    this.timeoutMs = timeoutMs;
+    setDeadline(this.abort, timeoutMs);
+    this.active.add(this.abort);
+  }
+
+  /** Gives back the model's slot and cancels its deadline, keeping the lease: another model is tried next. */
+  vacate(): void {
+    if (this.slot === null) return;
+    clearDeadline(this.abort, this.timeoutMs);
+    this.slot.release();
+    this.slot = null;
+  }
 
   release(spent: SpentTokens | null, at: number): void {
     if (this.released) return;
     this.released = true;
-    clearDeadline(this.abort, this.timeoutMs);
+    this.vacate();
     this.active.delete(this.abort);
-    this.slot.release();
     this.lease.settle(spent, at);
   }
 }

@@ -13,7 +13,7 @@ export interface PreparedRequest {
   entry: ModelEntry;
   /** The model's id in the configuration (the ledger, metrics and queues use it). */
   modelId: string;
-  /** The name the caller used (the id or an alias); answers carry it, not the upstream's name. */
+  /** The name the caller used (the id or an alias), or a fallback's id; answers carry it, not the upstream's name. */
   modelName: string;
   stream: boolean;
   includeUsage: boolean;
@@ -82,7 +82,8 @@ function prepared(
   return {
     entry,
     modelId: model.id,
-    modelName: request.model,
+    // A fallback answers under its own id: the caller learns which model answered.
+    modelName: request.model === model.id || model.aliases.includes(request.model) ? request.model : model.id,
     stream,
     includeUsage: request.stream_options?.include_usage === true,
     messages,

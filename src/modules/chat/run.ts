@@ -2,7 +2,9 @@ import { SluiceError, UpstreamError } from "../../errors";
 import type { LedgerRow } from "../../ledger/ledger";
 import type { Usage } from "../../upstream/types";
 import type { ResponseIdentity, AnswerFormat } from "./format";
+import type { ModelEntry } from "../models/registry";
 import type { UsageMeter } from "./meter";
+import type { ChatRequest } from "./model";
 import type { Permit } from "./permit";
 import type { PreparedRequest } from "./prepare";
 import type { RequestContext } from "./service";
@@ -23,6 +25,9 @@ export const completedEnding: Readonly<Ending> = Object.freeze({ outcome: "compl
 
 /** Everything needed to finish one admitted request on any path. */
 export interface Run {
+  /** The request as the caller sent it: a fallback model prepares it again for itself. */
+  request: ChatRequest;
+  /** Changed when a fallback takes the request over (see ChatService's fallBack). */
   prepared: PreparedRequest;
   context: RequestContext;
   format: AnswerFormat;
@@ -33,6 +38,8 @@ export interface Run {
   startedAt: number;
   /** Set at the first streamed token: milliseconds since `startedAt`. */
   firstTokenMs?: number;
+  /** The fallbacks not yet tried: listed when the first model fails. */
+  fallbacks?: ModelEntry[];
   /** What the request is billed: set when it is settled. */
   billed?: Usage;
 }

@@ -1,15 +1,14 @@
 import type { SafetyRuleConfig } from "../../config/schema";
-import { ClientGoneError, reachedUpstream, SluiceError } from "../../errors";
+import { ClientGoneError, reachedUpstream, SluiceError, UpstreamError } from "../../errors";
 import type { StreamedAnswer } from "../../http/sse-response";
 import type { LedgerRow } from "../../ledger/ledger";
 import type { LedgerStore } from "../../storage/types";
 import { countChatTokens, countTextTokens, estimateChatTokens } from "../../tokens/count";
 import { AdmissionRejected, type Lease } from "../admission/store";
-import { setDeadline } from "../../upstream/deadlines";
 import { ServerShutdown } from "../../upstream/errors";
 import type { Metrics } from "../observability/metrics";
 import { deferRecord, noteBilled, type RequestRecord } from "../observability/request-record";
-import type { CompletionEvent, EventStream, Usage } from "../../upstream/types";
+import type { Completion, CompletionEvent, EventStream, Usage } from "../../upstream/types";
 import type { AdmissionStore } from "../admission/store";
 import type { Caller } from "../auth/service";
 import type { ModelRegistry } from "../models/registry";
@@ -66,6 +65,13 @@ function outcomeOf(error: unknown): { outcome: Outcome; errorCode: string | null
   if (error instanceof SluiceError && error.cause instanceof ServerShutdown) return { outcome: "shutdown", errorCode: error.code };
   if (error instanceof SluiceError) return { outcome: "upstream_error", errorCode: error.code };
   return { outcome: "upstream_error", errorCode: "upstream_error" };
+}
+
+/** Whether a failure says the model cannot take the request now, so that a fallback may (see ChatService's fallBack). */
+function movesToFallback(error: unknown, signal: AbortSignal): boolean {
+  if (signal.aborted) return false;
+  if (error instanceof UpstreamError) return error.isRetryable;
+  return error instanceof SluiceError && (error.code === "model_unavailable" || error.code === "server_overloaded");
 }
 
 /**
@@ -130,24 +136,32 @@ export class ChatService implements RunSettler {
       throw error;
     }
     const identity: ResponseIdentity = { requestId: context.requestId, created: Math.floor(clock() / 1000), model: prepared.modelName };
-    let permit: Permit;
+    // A disabled model's fallback took the request before it was admitted.
+    if (prepared.modelName !== request.model) this.noteFallback(context, models.idOf(request.model) ?? request.model, prepared.modelId);
     try {
       // The red-line check comes before the request takes a queue place or reaches the upstream.
       const checking = this.deps.safety.checkInput(prepared.messages, context.abort.signal);
       const rule = checking instanceof Promise ? await checking : checking;
       if (rule) return await this.refuse(prepared, context, format, identity, promptEstimate, lease, rule);
-      const queue = queues.get(prepared.modelId) as Queue;
-      const acquiring = queue.acquire(context.caller.organizationId, context.abort.signal);
-      const slot = acquiring instanceof Promise ? await acquiring : acquiring;
-      const timeoutMs = prepared.entry.config.timeoutMs;
-      setDeadline(context.abort, timeoutMs);
-      this.active.add(context.abort);
-      permit = new Permit(lease, slot, context.abort, timeoutMs, this.active);
     } catch (error) {
       lease.settle(null, clock());
       throw error;
     }
-    const run: Run = { prepared, context, format, identity, promptEstimate, permit, meter: new UsageMeter(), startedAt: clock() };
+    const permit = new Permit(lease, context.abort, this.active);
+    const run: Run = { request, prepared, context, format, identity, promptEstimate, permit, meter: new UsageMeter(), startedAt: 0 };
+    try {
+      const acquiring = (queues.get(prepared.modelId) as Queue).acquire(context.caller.organizationId, context.abort.signal);
+      const slot = acquiring instanceof Promise ? await acquiring : acquiring;
+      permit.occupy(slot, prepared.entry.config.timeoutMs);
+    } catch (error) {
+      try {
+        await this.fallBack(run, error);
+      } catch (ending) {
+        permit.release(null, clock());
+        throw ending;
+      }
+    }
+    run.startedAt = clock();
     // Returned, not awaited: an async function that awaits a call stays reachable from it, and the route's handler
     // stays reachable for as long as its stream lasts; an await here kept this function, its promise and its scope
     // alive for every open stream (bench/HISTORY.md, "Fewer cells an open stream").
@@ -182,12 +196,21 @@ export class ChatService implements RunSettler {
   }
 
   private async whole(run: Run): Promise<ChatResult> {
-    const { prepared, context } = run;
+    const context = run.context;
     // Once settling has begun the request is settled, whatever follows: its permit released and its row written (or
     // refused, which withholds the answer). Settling it again would write a second row and count its tokens twice.
     let settling = false;
     try {
-      let completion = await prepared.entry.backend.complete({ model: prepared.entry.config, body: prepared.upstreamBody, signal: context.abort.signal });
+      let completion: Completion;
+      for (;;) {
+        const prepared = run.prepared;
+        try {
+          completion = await prepared.entry.backend.complete({ model: prepared.entry.config, body: prepared.upstreamBody, signal: context.abort.signal });
+          break;
+        } catch (error) {
+          await this.fallBack(run, error);
+        }
+      }
       run.meter.observeCompletion(completion);
       const checking = this.deps.safety.checkOutput([completion.content ?? "", completion.reasoning ?? "", completion.refusal ?? ""], context.abort.signal);
       const rule = checking instanceof Promise ? await checking : checking;
@@ -204,20 +227,94 @@ export class ChatService implements RunSettler {
 
   /** Waits for the upstream's first event, so that a failure before it is still an HTTP error, then relays. */
   private async stream(run: Run): Promise<ChatResult> {
-    const { prepared, context } = run;
+    const context = run.context;
     let events: EventStream;
     let first: IteratorResult<CompletionEvent[]>;
     try {
-      events = prepared.entry.backend.stream({ model: prepared.entry.config, body: prepared.upstreamBody, signal: context.abort.signal });
-      first = await events.next();
+      for (;;) {
+        const prepared = run.prepared;
+        events = prepared.entry.backend.stream({ model: prepared.entry.config, body: prepared.upstreamBody, signal: context.abort.signal });
+        try {
+          first = await events.next();
+          break;
+        } catch (error) {
+          await this.fallBack(run, error);
+        }
+      }
     } catch (error) {
       await this.fail(run, error);
       throw asCallerError(error);
     }
     deferRecord(context.record);
-    const encoder = run.format.stream(run.identity, { includeUsage: prepared.includeUsage, promptTokens: run.promptEstimate });
+    const encoder = run.format.stream(run.identity, { includeUsage: run.prepared.includeUsage, promptTokens: run.promptEstimate });
     const answer = new StreamRelay(this, run, encoder, events, first, this.deps.safety.outputMonitor());
     return { kind: "stream", answer, headers: run.permit.lease.headers };
+  }
+
+  /**
+   * Moves a request whose model could not take it to the model's next fallback, and resolves once that one holds a
+   * slot for it; rethrows `error` when there is none to move to. A model cannot take a request when it is disabled
+   * (see ModelRegistry.callable), its queue is full or its wait too long (503 server_overloaded), every server is out
+   * or refuses it (503 model_unavailable), or the call failed before the first byte of an answer in a way worth
+   * retrying (502 upstream_error: connection, 5xx, garbage). Never once the caller left, the server began its
+   * shutdown or the model's time limit passed (the request's signal fired), nor for the caller's own mistakes (4xx),
+   * nor once anything was produced. A fallback that the request does not fit (its prompt or `max_tokens`) or whose
+   * queue is full is passed over. The lease stays: the quotas admitted the request once.
+   */
+  private async fallBack(run: Run, error: unknown): Promise<void> {
+    const signal = run.context.abort.signal;
+    if (!movesToFallback(error, signal) || run.meter.producedAnything()) throw error;
+    if (run.fallbacks === undefined) {
+      // The fallbacks of the model asked for, also when a disabled model's first fallback failed: never a
+      // fallback's own.
+      const asked = this.deps.models.named(run.request.model);
+      if (asked === undefined || asked.config.fallbacks.length === 0) throw error;
+      const fallbacks = this.deps.models.fallbacksOf(run.context.caller, asked);
+      run.fallbacks = fallbacks.slice(fallbacks.indexOf(run.prepared.entry) + 1);
+    }
+    run.permit.vacate();
+    const organizationId = run.context.caller.organizationId;
+    for (let entry = run.fallbacks.shift(); entry !== undefined; entry = run.fallbacks.shift()) {
+      const queue = this.deps.queues.get(entry.config.id);
+      if (!queue) continue;
+      let prepared: PreparedRequest;
+      try {
+        prepared = await prepareRequest(run.request, entry);
+      } catch {
+        continue;
+      }
+      try {
+        run.permit.occupy(await queue.acquire(organizationId, signal), entry.config.timeoutMs);
+      } catch (refused) {
+        if (!movesToFallback(refused, signal)) throw refused;
+        continue;
+      }
+      // Counted here, once: a request no fallback took is counted when it fails (see `fail`).
+      this.countUpstreamError(run.prepared.modelId, error);
+      this.noteFallback(run.context, run.prepared.modelId, entry.config.id);
+      run.prepared = prepared;
+      run.identity.model = prepared.modelName;
+      return;
+    }
+    // The last model called failed as `error` says; a fallback's full queue is not what happened to the call.
+    throw error;
+  }
+
+  /** Counts a request moved to a fallback, and puts the models in its log record. */
+  private noteFallback(context: RequestContext, from: string, to: string): void {
+    const record = context.record;
+    if (record) {
+      record.fallbackFrom ??= record.model;
+      record.model = to;
+    }
+    this.deps.metrics?.fallbacks.inc({ model: from, fallback: to });
+  }
+
+  /** Counts an upstream failure the upstream had the request for (a refused connection is not counted). */
+  private countUpstreamError(modelId: string, error: unknown): void {
+    if (!reachedUpstream(error)) return;
+    const { outcome, errorCode } = outcomeOf(error);
+    if (outcome === "upstream_error") this.deps.metrics?.upstreamErrors.inc({ model: modelId, code: errorCode ?? "upstream_error" });
   }
 
   /**
@@ -230,7 +327,7 @@ export class ChatService implements RunSettler {
       return;
     }
     const { outcome, errorCode } = outcomeOf(error);
-    if (outcome === "upstream_error") this.deps.metrics?.upstreamErrors.inc({ model: run.prepared.modelId, code: errorCode ?? "upstream_error" });
+    this.countUpstreamError(run.prepared.modelId, error);
     await this.settle(run, { outcome, errorCode, billNothing: outcome === "upstream_error" && !run.meter.producedAnything() });
   }
 

@@ -316,6 +316,7 @@ export class ConsoleService {
       id: model.id,
       backend: model.backend,
       enabled: model.enabled,
+      fallbacks: model.fallbacks,
       ...(this.deps.queues.get(model.id)?.stats() ?? { active: 0, queued: 0 }),
       // The limits in force, as the last (re)loaded configuration set them.
       maxConcurrency: model.maxConcurrency ?? null,

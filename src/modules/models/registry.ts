@@ -69,21 +69,41 @@ export class ModelRegistry {
   }
 
   /**
-   * A model the plan may call, by its id or an alias: 404 model_not_found if unknown or outside the plan, 503
-   * model_unavailable if disabled.
+   * A model the plan may call, by its id or an alias: 404 model_not_found if unknown or outside the plan. A disabled
+   * model hands its requests to its first fallback the caller may use, and is 503 model_unavailable without one.
    */
   callable(access: ModelAccess, name: string): ModelEntry {
     const entry = this.byName.get(name);
     if (!entry || !this.allowed(access, entry.config.id)) throw modelNotFound(name);
     if (!entry.config.enabled) {
+      const fallback = this.fallbacksOf(access, entry)[0];
+      if (fallback) return fallback;
       throw new SluiceError("model_unavailable", `The model '${name}' is temporarily unavailable.`, { retryAfterSeconds: 60 });
     }
     return entry;
   }
 
+  /**
+   * A model's fallbacks, in their configured order, that are enabled and that the caller may use: a fallback never
+   * reaches a model the caller's plan or key leaves out.
+   */
+  fallbacksOf(access: ModelAccess, entry: ModelEntry): ModelEntry[] {
+    const fallbacks: ModelEntry[] = [];
+    for (const id of entry.config.fallbacks) {
+      const fallback = this.entries.get(id);
+      if (fallback?.config.enabled && this.allowed(access, id)) fallbacks.push(fallback);
+    }
+    return fallbacks;
+  }
+
   /** The ids of the models a plan includes, enabled or not: what a key of it may be limited to. */
   idsIn(plan: PlanConfig): string[] {
     return [...this.entries.keys()].filter((id) => this.allowed({ plan }, id));
+  }
+
+  /** The model a name (id or alias) reaches, whoever asks; undefined for an unknown name. */
+  named(name: string): ModelEntry | undefined {
+    return this.byName.get(name);
   }
 
   /** The id of the model a name (id or alias) reaches; undefined for an unknown name. */

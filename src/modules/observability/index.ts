@@ -63,6 +63,7 @@ export function finishRecord(record: RequestRecord, metrics: Metrics, logger: Lo
     organization_id: record.organizationId ?? null,
     key_id: record.keyId ?? null,
     model: record.model ?? null,
+    fallback_from: record.fallbackFrom ?? null,
     outcome: record.outcome ?? null,
     rule_id: record.ruleId ?? null,
     prompt_tokens: record.promptTokens ?? null,

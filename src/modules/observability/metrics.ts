@@ -49,6 +49,12 @@ export class Metrics {
     ["kind"],
   );
   readonly upstreamErrors = new Counter(this.registry, "sluice_upstream_errors_total", "Upstream failures by model and error code", ["model", "code"]);
+  readonly fallbacks = new Counter(
+    this.registry,
+    "sluice_fallbacks_total",
+    "Requests a fallback model took over, by the model that could not take them and the fallback",
+    ["model", "fallback"],
+  );
   readonly refusals = new Counter(this.registry, "sluice_safety_refusals_total", "Red-line refusals by rule", ["rule"]);
   /** Ledger rows that could not be committed (a full disk, a database that does not answer): at 0 from the start. */
   readonly ledgerRefusedRows = new Counter(

@@ -5,6 +5,8 @@ export interface RequestRecord {
   route: string;
   startedAt: number;
   model?: string;
+  /** The model the caller asked for, when a fallback answered instead (`model` is the fallback). */
+  fallbackFrom?: string;
   organizationId?: string;
   keyId?: string;
   status?: number;
@@ -36,6 +38,7 @@ export function startRecord(request: Request, requestId: string, route: string):
     route,
     startedAt: performance.now(),
     model: undefined,
+    fallbackFrom: undefined,
     organizationId: undefined,
     keyId: undefined,
     status: undefined,

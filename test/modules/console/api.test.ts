@@ -261,15 +261,26 @@ describe("usage and operator", () => {
     expect((await operator.json("POST", "/operator/organizations/org_missing", { status: "active" })).status).toBe(404);
     const models = async () => (await operator.json<Record<string, unknown>[]>("GET", "/operator/models")).body;
     const servers = [{ url: server.upstream.url, state: "up", failures: 0, outUntil: null }];
-    expect(await models()).toEqual([{ id: "m", backend: "openai", enabled: true, active: 0, queued: 0, maxConcurrency: null, queueSize: 100, servers }]);
+    expect(await models()).toEqual([
+      { id: "m", backend: "openai", enabled: true, fallbacks: [], active: 0, queued: 0, maxConcurrency: null, queueSize: 100, servers },
+    ]);
     // The limits in force: a reloaded configuration's, at once.
     const plans = [
       { id: "default", models: ["*"], tokens_per_5h: 100_000, tokens_per_month: 1_000_000 },
       { id: "pro", models: ["*"] },
     ];
-    const reloaded = { models: [fakeModel(server.upstream.url, "m", "usage-10-5", { max_concurrency: 4, queue_size: 20 })], plans };
+    const reloaded = {
+      models: [
+        fakeModel(server.upstream.url, "m", "usage-10-5", { max_concurrency: 4, queue_size: 20, fallbacks: ["n"] }),
+        fakeModel(server.upstream.url, "n"),
+      ],
+      plans,
+    };
     await sluice.server.reconfigure(resolveConfig(reloaded), { kind: "server", name: "SIGHUP" });
-    expect(await models()).toMatchObject([{ id: "m", maxConcurrency: 4, queueSize: 20 }]);
+    expect(await models()).toMatchObject([
+      { id: "m", maxConcurrency: 4, queueSize: 20, fallbacks: ["n"] },
+      { id: "n", fallbacks: [] },
+    ]);
     expect((await operator.request("GET", "/keys")).status).toBe(403);
   });
 });

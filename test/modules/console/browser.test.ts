@@ -12,7 +12,7 @@ import { fakeModel, repositoryRoot, startSluice, testActor, type TestSluice } fr
 
 const artifacts = join(repositoryRoot, "test/artifacts");
 const configFile = (signUp: boolean): ConfigFile => ({
-  models: [fakeModel(upstream.url, "qwen3", "usage-12-30")],
+  models: [fakeModel(upstream.url, "qwen3", "usage-12-30", { fallbacks: ["qwen3-mini"] }), fakeModel(upstream.url, "qwen3-mini", "usage-12-30")],
   plans: [{ id: "default", models: ["*"], tokens_per_5h: 200_000, tokens_per_month: 5_000_000 }],
   console: { sign_up: signUp },
 });
@@ -87,6 +87,8 @@ test("sign up, waitlist, operator activates, sign in, create a key, use it, usag
   await visible(operator.getByTestId("org-Dana Labs").getByText("active"));
   // Each model's upstream servers, as their circuit breakers see them.
   await visible(operator.getByTestId("server-qwen3").getByText(`${upstream.url}: up`));
+  await visible(operator.getByTestId("fallbacks-qwen3").getByText("qwen3-mini"));
+  await visible(operator.getByTestId("fallbacks-qwen3-mini").getByText("none"));
   await shot(operator, "03-operator-organizations");
 
   // The key list's answer held back: what is typed before it arrives must survive the page rendering it.

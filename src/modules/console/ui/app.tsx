@@ -373,6 +373,7 @@ function Operator() {
       id: string;
       backend: string;
       enabled: boolean;
+      fallbacks: string[];
       active: number;
       queued: number;
       maxConcurrency: number | null;
@@ -504,6 +505,7 @@ function Operator() {
                 <th scope="col">In flight</th>
                 <th scope="col">Queued</th>
                 <th scope="col">Servers</th>
+                <th scope="col">Fallbacks</th>
               </tr>
             </thead>
             <tbody>
@@ -528,6 +530,7 @@ function Operator() {
                           </div>
                         ))}
                   </td>
+                  <td data-testid={`fallbacks-${model.id}`}>{model.fallbacks.length === 0 ? "none" : model.fallbacks.join(", ")}</td>
                 </tr>
               ))}
             </tbody>
