@@ -21,7 +21,7 @@ export const ModelConfigSchema = Type.Object(
     /** Models (by id) tried in order when this one cannot take a request now: down, busy, or its queue full. */
     fallbacks: Type.Optional(Type.Array(Type.String({ minLength: 1 }))),
     backend: Type.Union([Type.Literal("openai"), Type.Literal("demo")]),
-    /** One upstream, or several served round-robin with health checks. */
+    /** One upstream, or several: each call to the least busy healthy one. */
     base_url: Type.Optional(Type.Union([Type.String({ minLength: 1 }), Type.Array(Type.String({ minLength: 1 }), { minItems: 1 })])),
     upstream_model: Type.Optional(Type.String({ minLength: 1 })),
     api_key_env: Type.Optional(Type.String({ minLength: 1 })),

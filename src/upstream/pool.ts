@@ -9,6 +9,8 @@ class Endpoint {
   failures = 0;
   openUntil = 0;
   probing = false;
+  /** Calls of this process on this server that have not ended: picked by `pick`, ended through `ended`. */
+  inFlight = 0;
 
   constructor(
     readonly backend: OpenAIBackend,
@@ -34,6 +36,7 @@ class Endpoint {
    * that a whole answer needs no async layer of the pool's own around it.
    */
   readonly ended = (ending: StreamEnding): void => {
+    this.inFlight--;
     if (ending === "finished") this.succeeded();
     // A consumer that stops early says nothing about the server's health; a probe must not stay stuck.
     else if (ending === "stopped") this.probing = false;
@@ -79,9 +82,10 @@ class PooledStream implements EventStream {
 }
 
 /**
- * A model's upstream servers: round-robin over the healthy ones, a circuit breaker per server, and one retry on
- * another server when a connection fails before the first byte or a server refuses the request (429, 503). After `breaker_failures` failures in a row a
- * server is left out for `breaker_cooldown_ms`; then one request probes it, and success puts it back.
+ * A model's upstream servers: each call goes to the healthy server with the fewest calls of this process in flight
+ * (in turn among equals), a circuit breaker per server, and one retry on another server when a connection fails before
+ * the first byte or a server refuses the request (429, 503). After `breaker_failures` failures in a row a server is
+ * left out for `breaker_cooldown_ms`; then one request probes it, and success puts it back.
  */
 export class UpstreamPool implements Backend {
   private readonly endpoints: Endpoint[];
@@ -122,7 +126,13 @@ export class UpstreamPool implements Backend {
     return this.endpoints.map((endpoint) => {
       const out = endpoint.openUntil > now;
       const state = out ? "out" : endpoint.probing || endpoint.failures >= this.model.breakerFailures ? "probing" : "up";
-      return { url: shownUrl(endpoint.backend.baseUrl), state, failures: endpoint.failures, outUntil: out ? endpoint.openUntil : null };
+      return {
+        url: shownUrl(endpoint.backend.baseUrl),
+        state,
+        failures: endpoint.failures,
+        outUntil: out ? endpoint.openUntil : null,
+        inFlight: endpoint.inFlight,
+      };
     });
   }
 
@@ -151,16 +161,31 @@ export class UpstreamPool implements Backend {
     });
   }
 
-  /** The next server in turn whose breaker is closed, or whose cooldown is over and that no probe is testing. */
+  /**
+   * The server for the next call, counted in flight until the call ends: of those whose breaker is closed, or whose
+   * cooldown is over and that no probe is testing, the one with the fewest calls in flight, the next in turn among
+   * equals. Reasoning answers run from seconds to many minutes, so turns alone pile the long ones on one server while
+   * another has finished its own.
+   */
   private pick(except: Endpoint | undefined): Endpoint {
     const now = this.clock();
-    for (let tried = 0; tried < this.endpoints.length; tried++) {
-      const endpoint = this.endpoints[this.next++ % this.endpoints.length] as Endpoint;
-      if (endpoint === except) continue;
-      if (endpoint.openUntil <= now && !endpoint.probing) {
-        if (endpoint.failures >= this.model.breakerFailures) endpoint.probing = true;
-        return endpoint;
+    const count = this.endpoints.length;
+    let chosen: Endpoint | undefined;
+    let chosenAt = 0;
+    for (let tried = 0; tried < count; tried++) {
+      const at = (this.next + tried) % count;
+      const endpoint = this.endpoints[at] as Endpoint;
+      if (endpoint === except || endpoint.openUntil > now || endpoint.probing) continue;
+      if (chosen === undefined || endpoint.inFlight < chosen.inFlight) {
+        chosen = endpoint;
+        chosenAt = at;
       }
+    }
+    if (chosen !== undefined) {
+      this.next = (chosenAt + 1) % count;
+      if (chosen.failures >= this.model.breakerFailures) chosen.probing = true;
+      chosen.inFlight++;
+      return chosen;
     }
     const soonest = Math.min(...this.endpoints.filter((endpoint) => endpoint !== except).map((endpoint) => endpoint.openUntil));
     throw new SluiceError(

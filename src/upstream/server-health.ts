@@ -13,4 +13,6 @@ export interface ServerHealth {
   failures: number;
   /** Milliseconds since the epoch; null unless out. */
   outUntil: number | null;
+  /** Calls of this process on the server that have not ended (each instance counts its own). */
+  inFlight: number;
 }

@@ -1,4 +1,5 @@
 import { describe, expect, test } from "bun:test";
+import { startFakeUpstream } from "../fake-upstream";
 import { eventually, readSse, type TestSluice, useFakeUpstream, withSluice } from "../helpers";
 
 const upstream = useFakeUpstream({ resetBeforeEach: true });
@@ -10,12 +11,22 @@ function withModels(models: Record<string, unknown>[], run: (sluice: TestSluice)
   return withSluice({ models: models as never, plans: [{ id: "default", models: ["*"], tokens_per_5h: 1_000_000 }] }, run);
 }
 
+/** Each server's calls in flight from /metrics, by the server's address (and model, when several share it). */
+async function serversInFlight(sluice: TestSluice): Promise<Record<string, number>> {
+  const text = await (await fetch(`${sluice.url}/metrics`)).text();
+  const counts: Record<string, number> = {};
+  for (const [, model, server, value] of text.matchAll(/^sluice_upstream_server_in_flight\{model="([^"]+)",server="([^"]+)"\} (\d+)$/gm)) {
+    counts[model === "m" ? (server as string) : `${model} ${server}`] = Number(value);
+  }
+  return counts;
+}
+
 async function codeOf(response: Response) {
   return { status: response.status, code: ((await response.json()) as { error?: { code: string } }).error?.code ?? null };
 }
 
 describe("several upstreams per model", () => {
-  test("a refused connection is retried once on the model's other upstream; round-robin spreads the rest", async () => {
+  test("a refused connection is retried once on the model's other upstream; the other calls spread over both", async () => {
     await withModels([{ id: "m", backend: "openai", base_url: [refused, upstream.url], upstream_model: "usage-10-5" }], async (sluice) => {
       for (let index = 0; index < 6; index++) {
         const response = await sluice.post("/v1/chat/completions", { model: "m", messages, stream: index % 2 === 0 });
@@ -25,6 +36,87 @@ describe("several upstreams per model", () => {
       expect(upstream.bodies.length).toBe(6);
       expect(sluice.ledgerRows().length).toBe(6);
     });
+  });
+
+  test("each call goes to the server with the fewest calls in flight: a held answer on one, the next six all on the other", async () => {
+    let held = 0;
+    let release = () => {};
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const slow = Bun.serve({
+      port: 0,
+      async fetch() {
+        held++;
+        await released;
+        return Response.json({
+          id: "x",
+          object: "chat.completion",
+          created: 1,
+          model: "usage-10-5",
+          choices: [{ index: 0, message: { role: "assistant", content: "late" }, finish_reason: "stop" }],
+          usage: { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15 },
+        });
+      },
+    });
+    const slowUrl = `http://127.0.0.1:${slow.port}/v1`;
+    try {
+      await withModels([{ id: "m", backend: "openai", base_url: [slowUrl, upstream.url], upstream_model: "usage-10-5" }], async (sluice) => {
+        const first = sluice.post("/v1/chat/completions", { model: "m", messages });
+        await eventually(() => held === 1);
+        expect(await serversInFlight(sluice)).toEqual({ [slowUrl]: 1, [upstream.url]: 0 });
+        // In turn, three of these would wait behind the held answer.
+        for (let index = 0; index < 6; index++) {
+          const response = await sluice.post("/v1/chat/completions", { model: "m", messages, stream: index % 2 === 0 });
+          expect(response.status).toBe(200);
+          await response.arrayBuffer();
+        }
+        expect(held).toBe(1);
+        expect(upstream.bodies.length).toBe(6);
+        release();
+        expect((await first).status).toBe(200);
+        await eventually(() => sluice.ledgerRows().length === 7);
+        expect(await serversInFlight(sluice)).toEqual({ [slowUrl]: 0, [upstream.url]: 0 });
+      });
+    } finally {
+      release();
+      await slow.stop(true);
+    }
+  });
+
+  test("400 concurrent calls over two servers, streams left by their clients, refusals and failures among them: spread over both, every count back to 0", async () => {
+    const other = startFakeUpstream();
+    try {
+      await withModels(
+        [
+          { id: "m", backend: "openai", base_url: [upstream.url, other.url], upstream_model: "slow-4-20", breaker_failures: 1000 },
+          { id: "failing", backend: "openai", base_url: [upstream.url, other.url], upstream_model: "fail-500", breaker_failures: 1000 },
+          { id: "busy", backend: "openai", base_url: [upstream.url, other.url], upstream_model: "overloaded-429", breaker_failures: 1000 },
+        ],
+        async (sluice) => {
+          const call = async (index: number) => {
+            const model = index % 8 === 6 ? "failing" : index % 8 === 7 ? "busy" : "m";
+            const leaving = new AbortController();
+            const response = await sluice.post("/v1/chat/completions", { model, messages, stream: index % 2 === 0 }, {}, leaving.signal);
+            if (index % 4 === 0 && response.status === 200) {
+              await (response.body as ReadableStream<Uint8Array>).getReader().read();
+              leaving.abort();
+              return;
+            }
+            await response.arrayBuffer();
+          };
+          await Promise.all(Array.from({ length: 400 }, (_, index) => call(index)));
+          await eventually(() => sluice.server.admission.inFlight() === 0);
+          const counts = await serversInFlight(sluice);
+          expect(Object.values(counts)).toEqual([0, 0, 0, 0, 0, 0]);
+          const [here, there] = [upstream.bodies.length, other.bodies.length];
+          expect(here + there).toBeGreaterThanOrEqual(400);
+          expect(Math.min(here, there)).toBeGreaterThan(100);
+        },
+      );
+    } finally {
+      await other.stop();
+    }
   });
 
   test("a server that refuses the request (429, 503) is left for the model's other server, once; a 500 is not retried", async () => {

@@ -137,6 +137,16 @@ export class Metrics {
         for (const { model, servers } of upstreams()) for (const server of servers) gauge.set({ model, server: server.url }, server.state === "up" ? 1 : 0);
       },
     );
+    new Gauge(
+      this.registry,
+      "sluice_upstream_server_in_flight",
+      "Calls of this instance in flight on each of a model's upstream servers (each call goes to the least busy)",
+      ["model", "server"],
+      (gauge) => {
+        gauge.clear();
+        for (const { model, servers } of upstreams()) for (const server of servers) gauge.set({ model, server: server.url }, server.inFlight);
+      },
+    );
     new Gauge(this.registry, "sluice_in_flight", "Requests holding an upstream slot, by model", ["model"], (gauge) => {
       for (const [model, queue] of queues) gauge.set({ model }, queue.stats().active);
     });

@@ -321,9 +321,10 @@ function UsagePage() {
 
 function serverStateText(server: ServerHealth): string {
   const failures = server.failures > 0 ? `, ${server.failures} failure${server.failures === 1 ? "" : "s"} in a row` : "";
-  if (server.state === "out") return `out until ${new Date(server.outUntil as number).toLocaleTimeString()}${failures}`;
-  if (server.state === "probing") return `being tested${failures}`;
-  return `up${failures}`;
+  const busy = server.inFlight > 0 ? `, ${server.inFlight} in flight` : "";
+  if (server.state === "out") return `out until ${new Date(server.outUntil as number).toLocaleTimeString()}${failures}${busy}`;
+  if (server.state === "probing") return `being tested${failures}${busy}`;
+  return `up${busy}${failures}`;
 }
 
 /** An operator adds a member account to an organization (the only way in where sign-up is closed). */
