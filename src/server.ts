@@ -18,6 +18,7 @@ import { RequestLogService } from "./modules/requests/service";
 import { ModelRegistry } from "./modules/models/registry";
 import type { Lifecycle } from "./modules/observability/index";
 import { Logger } from "./modules/observability/logger";
+import { LedgerRetention } from "./ledger/retention";
 import { Metrics } from "./modules/observability/metrics";
 import { registerQuotaGauges } from "./modules/observability/quota-gauges";
 import { ModelQueue, type Queue } from "./modules/queue/model-queue";
@@ -54,6 +55,8 @@ export interface RunningServer {
   metrics: Metrics;
   /** Connections the kernel holds for this server before it accepts them (src/http/listen-backlog.ts). */
   acceptQueue: number;
+  /** Deletes the ledger's rows past `[ledger] retention_days`, every hour (and when a test asks). */
+  retention: LedgerRetention;
   /**
    * Serves a new configuration from the next request on: models (added, removed, changed: a changed model gets new
    * upstream connections), their concurrency limits and queues, plans and the red-line rules. Requests under way
@@ -110,6 +113,17 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     metrics.ledgerRefusedRows.inc(rows);
     logger.log("error", { message: "ledger rows not recorded", rows, error: String((error as Error | undefined)?.stack ?? error) });
   });
+  const retention = new LedgerRetention({
+    requestLog: storage.requestLog,
+    retentionDays: () => config.ledger.retentionDays,
+    clock,
+    deleted: (rows, before) => {
+      metrics.ledgerDeletedRows.inc(rows);
+      logger.log("info", { message: "ledger rows past their retention deleted", rows, ended_before: new Date(before).toISOString() });
+    },
+    failed: (error) => logger.log("warn", { message: "ledger retention stopped; it goes on within the hour", error: String(error) }),
+  });
+  retention.start();
   const auth = new AuthService(storage.keys, storage.changes, plans, (entries) => ledger.touchKeys(entries));
   const admission: AdmissionStore = redis ? new RedisAdmissionStore(redis, storage.usage, storage.keys, keeper) : new MemoryAdmissionStore();
   await syncAdmissionWithLedger(admission, storage, ledger, clock);
@@ -141,6 +155,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   /** Everything the services hold (threads, timers, connections' batches), let go once nothing is in flight. */
   const closeServices = async (): Promise<void> => {
     auth.close();
+    await retention.close();
     await ledger.close();
     // Before the keeper stops renewing: what they deliver meanwhile still holds its lease.
     await Promise.all([admission.close?.(), ...[...queues.values()].map((queue) => queue.close?.())]);
@@ -192,6 +207,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     models,
     metrics,
     acceptQueue,
+    retention,
     async reconfigure(next, actor) {
       const { changes, audited } = configChanges(config, next);
       config = next;

@@ -15,6 +15,8 @@ export interface ConfigChanges {
   safety: boolean;
   /** The console's settings changed (whether anyone may sign up). */
   console: boolean;
+  /** How long ledger rows are kept changed. */
+  ledger: boolean;
 }
 
 /** A change as the audit trail records it: field → [old, new]. */
@@ -88,11 +90,15 @@ export function configChanges(before: Config, after: Config): { changes: ConfigC
   if (safety) audited.safety = [safetySummary(before.safety), safetySummary(after.safety)];
   const console = before.console.signUp !== after.console.signUp;
   if (console) audited["console.signUp"] = [before.console.signUp, after.console.signUp];
-  return { changes: { models, plans, safety, console }, audited: Object.keys(audited).length > 0 ? audited : null };
+  const ledger = before.ledger.retentionDays !== after.ledger.retentionDays;
+  if (ledger) audited["ledger.retentionDays"] = [before.ledger.retentionDays ?? null, after.ledger.retentionDays ?? null];
+  return { changes: { models, plans, safety, console, ledger }, audited: Object.keys(audited).length > 0 ? audited : null };
 }
 
 /** Whether the changes change anything. */
 export function anyChange(changes: ConfigChanges): boolean {
   const { models, plans } = changes;
-  return changes.safety || changes.console || [models, plans].some((kind) => kind.added.length + kind.removed.length + kind.changed.length > 0);
+  return (
+    changes.safety || changes.console || changes.ledger || [models, plans].some((kind) => kind.added.length + kind.removed.length + kind.changed.length > 0)
+  );
 }

@@ -209,6 +209,7 @@ export function resolveConfig(file: unknown): Config {
     models,
     safety: resolveSafety(checked.safety),
     console: { signUp: checked.console?.sign_up ?? true },
+    ledger: { retentionDays: checked.ledger?.retention_days },
     plans: plans.map((plan) => ({
       id: plan.id,
       models: plan.models,

@@ -105,12 +105,21 @@ export const ConsoleConfigSchema = Type.Object(
   strict,
 );
 
+export const LedgerConfigSchema = Type.Object(
+  {
+    /** Days a ledger row (the request log) is kept after its request ended; omitted = kept for good. */
+    retention_days: Type.Optional(Type.Integer({ minimum: 1, maximum: 36500 })),
+  },
+  strict,
+);
+
 export const ConfigFileSchema = Type.Object(
   {
     models: Type.Optional(Type.Array(ModelConfigSchema)),
     plans: Type.Optional(Type.Array(PlanConfigSchema)),
     safety: Type.Optional(SafetyConfigSchema),
     console: Type.Optional(ConsoleConfigSchema),
+    ledger: Type.Optional(LedgerConfigSchema),
   },
   strict,
 );
@@ -182,9 +191,15 @@ export interface ConsoleConfig {
   signUp: boolean;
 }
 
+export interface LedgerConfig {
+  /** Undefined: rows are kept for good. */
+  retentionDays: number | undefined;
+}
+
 export interface Config {
   models: ModelConfig[];
   plans: PlanConfig[];
   safety: SafetyConfig;
   console: ConsoleConfig;
+  ledger: LedgerConfig;
 }

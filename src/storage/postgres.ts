@@ -444,6 +444,18 @@ function requestLogRepository(db: Database): RequestLogRepository {
           .limit(filter.limit),
       );
     },
+    async deleteBefore(before, limit) {
+      // Rows another instance's run is deleting are passed over, not waited for.
+      const oldest = db
+        .select({ requestId: usageLedger.requestId })
+        .from(usageLedger)
+        .where(lt(usageLedger.endedAt, before))
+        .orderBy(usageLedger.endedAt)
+        .limit(limit)
+        .for("update", { skipLocked: true });
+      const deleted = await timed(db.delete(usageLedger).where(inArray(usageLedger.requestId, oldest)).returning({ requestId: usageLedger.requestId }));
+      return deleted.length;
+    },
   };
 }
 

@@ -386,6 +386,20 @@ function requestLogRepository(database: DatabaseHandle): RequestLogRepository {
       if (staged.length === 0) return moved;
       return [...moved, ...staged].sort(newestFirst).slice(0, filter.limit);
     },
+    async deleteBefore(before, limit) {
+      const { sqlite } = database;
+      // Not waiting for the lock: this runs on the server's thread, which must not stop for the writer's moves.
+      const waitMs = sqlite.query<{ timeout: number }, []>("PRAGMA busy_timeout").get()?.timeout ?? 0;
+      sqlite.run("PRAGMA busy_timeout = 0");
+      try {
+        return sqlite.run("DELETE FROM usage_ledger WHERE rowid IN (SELECT rowid FROM usage_ledger WHERE ended_at < ? ORDER BY ended_at LIMIT ?)", [
+          before,
+          limit,
+        ]).changes;
+      } finally {
+        sqlite.run(`PRAGMA busy_timeout = ${waitMs}`);
+      }
+    },
   };
 }
 

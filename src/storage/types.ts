@@ -296,6 +296,11 @@ export interface RequestLogFilter {
 export interface RequestLogRepository {
   /** Newest first (ended_at, then request id), every filter answered from an index. */
   page(filter: RequestLogFilter): Promise<RequestLogRow[]>;
+  /**
+   * Deletes up to `limit` of the oldest ledger rows that ended before `before` (see ledger/retention.ts); how many.
+   * On SQLite a database whose lock another connection holds throws SQLITE_BUSY at once, rather than wait.
+   */
+  deleteBefore(before: number, limit: number): Promise<number>;
 }
 
 /** Told of a ledger commit that failed: the database's error, and how many rows (requests) it refused. */

@@ -538,3 +538,40 @@ test("a usage report: tokens by organization and model or key over whole hours, 
   ]);
   await ledger.close();
 });
+
+test("the retention's delete: the oldest rows that ended before the time, at most the limit a call; two instances at once delete each row once", async () => {
+  const ledger = storage.openLedger();
+  await storage.organizations.insert({ id: "org_retention", name: "retention", plan: "default", status: "active", createdAt: 1 });
+  // Long before any other test's rows: ended at 1,000,000 ms and after.
+  const old = Array.from({ length: 1500 }, (_, index) => ({ ...batchRow("org_retention", index, 1_000_000 + index), requestId: `req_retention_${index}` }));
+  const newer = Array.from({ length: 10 }, (_, index) => ({
+    ...batchRow("org_retention", index, 1_000_000 + 5000 + index),
+    requestId: `req_retention_new_${index}`,
+  }));
+  await Promise.all([...old, ...newer].map((row) => ledger.record(row)));
+  await ledger.close();
+  const cutoff = 1_000_000 + 1500;
+  const remaining = async () =>
+    (await storage.requestLog.page({ organizationId: "org_retention", limit: 2000 })).map((row) => row.requestId).sort((a, b) => a.localeCompare(b));
+
+  expect(await storage.requestLog.deleteBefore(cutoff, 500)).toBe(500);
+  // The oldest went first.
+  const left = await remaining();
+  expect(left.length).toBe(1010);
+  expect(left).not.toContain("req_retention_499");
+  expect(left).toContain("req_retention_500");
+
+  const other = await postgresStorage(databaseUrl, quiet);
+  try {
+    const deleteAll = async (repository: Storage) => {
+      let total = 0;
+      for (let deleted = -1; deleted !== 0; total += deleted) deleted = await repository.requestLog.deleteBefore(cutoff, 100);
+      return total;
+    };
+    const [here, there] = await Promise.all([deleteAll(storage), deleteAll(other)]);
+    expect(here + there).toBe(1000);
+  } finally {
+    await other.close();
+  }
+  expect(await remaining()).toEqual(newer.map((row) => row.requestId).sort((a, b) => a.localeCompare(b)));
+});

@@ -63,6 +63,13 @@ export class Metrics {
     "Ledger rows that could not be committed; their requests were refused with 503 rather than answered unrecorded",
     [],
   ).series({});
+  /** Ledger rows deleted past `[ledger] retention_days`: at 0 from the start. */
+  readonly ledgerDeletedRows = new Counter(
+    this.registry,
+    "sluice_ledger_deleted_rows_total",
+    "Ledger rows deleted past [ledger] retention_days (the reports keep their totals)",
+    [],
+  ).series({});
   readonly configReloads = new Counter(
     this.registry,
     "sluice_config_reloads_total",
