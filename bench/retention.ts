@@ -63,9 +63,7 @@ async function measure(): Promise<void> {
   const children: Bun.Subprocess[] = [];
   try {
     const upstreamPort = freePort();
-    children.push(
-      Bun.spawn([process.execPath, join(import.meta.dir, "fake-upstream.ts"), String(upstreamPort)], { stdout: "ignore", stderr: "ignore" }),
-    );
+    children.push(Bun.spawn([process.execPath, join(import.meta.dir, "fake-upstream.ts"), String(upstreamPort)], { stdout: "ignore", stderr: "ignore" }));
     await waitForPort(upstreamPort);
     const config = resolveConfig({
       models: [{ id: "bench", backend: "openai", base_url: `http://127.0.0.1:${upstreamPort}/v1`, upstream_model: "bench-upstream" }],
@@ -143,7 +141,9 @@ async function measure(): Promise<void> {
         const deleted = (await deleting) ?? 0;
         if (load.errors > 0) throw new Error(`${kind}: ${load.errors} requests failed`);
         results.push({ kind, p50: load.p50_ms, p99: load.p99_ms, deleted, deletingMs });
-        console.error(`[bench retention] round ${round + 1} ${kind}: p50 ${round3(load.p50_ms)} ms, p99 ${round3(load.p99_ms)} ms${kind === "deleting" ? `, ${deleted} rows deleted in ${Math.round(deletingMs)} ms` : ""}`);
+        console.error(
+          `[bench retention] round ${round + 1} ${kind}: p50 ${round3(load.p50_ms)} ms, p99 ${round3(load.p99_ms)} ms${kind === "deleting" ? `, ${deleted} rows deleted in ${Math.round(deletingMs)} ms` : ""}`,
+        );
       }
     }
     await server.stop();

@@ -25,8 +25,11 @@ export const completedEnding: Readonly<Ending> = Object.freeze({ outcome: "compl
 
 /** Everything needed to finish one admitted request on any path. */
 export interface Run {
-  /** The request as the caller sent it: a fallback model prepares it again for itself. */
-  request: ChatRequest;
+  /**
+   * The request as the caller sent it: a fallback model prepares it again for itself. Let go once a stream has begun
+   * (no fallback can take it then), so that an open stream does not keep it.
+   */
+  request: ChatRequest | undefined;
   /** Changed when a fallback takes the request over (see ChatService's fallBack). */
   prepared: PreparedRequest;
   context: RequestContext;

@@ -245,6 +245,8 @@ export class ChatService implements RunSettler {
       await this.fail(run, error);
       throw asCallerError(error);
     }
+    run.request = undefined;
+    run.fallbacks = undefined;
     deferRecord(context.record);
     const encoder = run.format.stream(run.identity, { includeUsage: run.prepared.includeUsage, promptTokens: run.promptEstimate });
     const answer = new StreamRelay(this, run, encoder, events, first, this.deps.safety.outputMonitor());
@@ -263,11 +265,12 @@ export class ChatService implements RunSettler {
    */
   private async fallBack(run: Run, error: unknown): Promise<void> {
     const signal = run.context.abort.signal;
-    if (!movesToFallback(error, signal) || run.meter.producedAnything()) throw error;
+    const request = run.request;
+    if (request === undefined || !movesToFallback(error, signal) || run.meter.producedAnything()) throw error;
     if (run.fallbacks === undefined) {
       // The fallbacks of the model asked for, also when a disabled model's first fallback failed: never a
       // fallback's own.
-      const asked = this.deps.models.named(run.request.model);
+      const asked = this.deps.models.named(request.model);
       if (asked === undefined || asked.config.fallbacks.length === 0) throw error;
       const fallbacks = this.deps.models.fallbacksOf(run.context.caller, asked);
       run.fallbacks = fallbacks.slice(fallbacks.indexOf(run.prepared.entry) + 1);
@@ -279,7 +282,7 @@ export class ChatService implements RunSettler {
       if (!queue) continue;
       let prepared: PreparedRequest;
       try {
-        prepared = await prepareRequest(run.request, entry);
+        prepared = await prepareRequest(request, entry);
       } catch {
         continue;
       }
