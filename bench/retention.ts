@@ -13,9 +13,7 @@ import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { resolveConfig } from "../src/config/load";
 import { openDatabase } from "../src/db/client";
-import type { LedgerRow } from "../src/ledger/ledger";
-import { moveStagedRows, stageRowSql } from "../src/ledger/inbox";
-import { encodeRow, type LedgerValue } from "../src/ledger/ledger-writer";
+import { moveStagedRows, stagedColumns } from "../src/ledger/inbox";
 import { AuditLog } from "../src/modules/audit/service";
 import { KeyService } from "../src/modules/keys/service";
 import { Logger } from "../src/modules/observability/logger";
@@ -86,36 +84,16 @@ async function measure(): Promise<void> {
     // Warm-up, as the judge's latency phase does.
     await runLoad("open", url, bodyFile, headers, 1000, 3);
 
-    const stage = database.sqlite.query<unknown, LedgerValue[]>(stageRowSql);
+    // Rows of requests that ended 60 days ago, staged by one statement and moved into the ledger as the writer moves rows.
+    const stageOld = database.sqlite.query<unknown, [number, number, string, number]>(
+      `WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?1)
+       INSERT INTO usage_ledger_inbox (${stagedColumns})
+       SELECT 'req_old_' || (?2 + i), ?3, 'key_old', 'bench', 10, 5, 0, 0, 'completed', NULL, NULL, 'upstream', ?4 + i - 100, ?4 + i, NULL FROM n`,
+    );
     let staged = 0;
-    /** `count` rows of a request that ended 60 days ago, moved into the ledger as the writer moves rows. */
     const addOldRows = (count: number): void => {
-      const endedAt = Date.now() - 60 * 86_400_000;
-      const values: LedgerValue[] = [];
-      database.sqlite.transaction(() => {
-        for (let index = 0; index < count; index++) {
-          const row: LedgerRow = {
-            requestId: `req_old_${staged++}`,
-            organizationId: organization.id,
-            keyId: "key_old",
-            model: "bench",
-            promptTokens: 10,
-            completionTokens: 5,
-            reasoningTokens: 0,
-            cachedTokens: 0,
-            outcome: "completed",
-            errorCode: null,
-            ruleId: null,
-            usageSource: "upstream",
-            startedAt: endedAt + index - 100,
-            endedAt: endedAt + index,
-            firstTokenMs: null,
-          };
-          values.length = 0;
-          encodeRow(row, values);
-          stage.run(...values);
-        }
-      })();
+      stageOld.run(count, staged, organization.id, Date.now() - 60 * 86_400_000);
+      staged += count;
       moveStagedRows(database.sqlite);
     };
 

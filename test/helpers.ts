@@ -48,6 +48,27 @@ export function stageRows(sqlite: Database, rows: LedgerRow[]): void {
   }
 }
 
+/** A completed ledger row of 10 prompt and 5 completion tokens as the upstream reported them; `fields` change any of it. */
+export function ledgerRow(fields: Partial<LedgerRow> & Pick<LedgerRow, "requestId">): LedgerRow {
+  return {
+    organizationId: "org_a",
+    keyId: "key_a",
+    model: "m",
+    promptTokens: 10,
+    completionTokens: 5,
+    reasoningTokens: 0,
+    cachedTokens: 0,
+    outcome: "completed",
+    errorCode: null,
+    ruleId: null,
+    usageSource: "upstream",
+    startedAt: 1,
+    endedAt: 2,
+    firstTokenMs: null,
+    ...fields,
+  };
+}
+
 /** A committed ledger row, staged (usage_ledger_inbox) or moved (usage_ledger): `.get(requestId)`. */
 export const committedRowSql = "SELECT 1 FROM usage_ledger WHERE request_id = ?1 UNION ALL SELECT 1 FROM usage_ledger_inbox WHERE request_id = ?1 LIMIT 1";
 

@@ -5,7 +5,7 @@ import { openDatabase } from "../../src/db/client";
 import { moveStagedRows } from "../../src/ledger/inbox";
 import type { LedgerRow } from "../../src/ledger/ledger";
 import { monthOf } from "../../src/usage-periods";
-import { stageRows, temporaryDirectory } from "../helpers";
+import { ledgerRow, stageRows, temporaryDirectory } from "../helpers";
 
 const cleanups: (() => void)[] = [];
 afterEach(() => {
@@ -73,20 +73,7 @@ test("a move adds each new row to the ledger and the aggregates once, whatever t
         // The first row staged under an id is the one the ledger keeps; a later one is a replay.
         const kept = new Map<string, LedgerRow>();
         for (const batch of moves) {
-          const rows = batch.map(
-            ({ id, ...fields }): LedgerRow => ({
-              ...fields,
-              requestId: `req_${String(id).padStart(4, "0")}`,
-              reasoningTokens: 0,
-              cachedTokens: 0,
-              outcome: "completed",
-              errorCode: null,
-              ruleId: null,
-              usageSource: "upstream",
-              startedAt: fields.endedAt,
-              firstTokenMs: null,
-            }),
-          );
+          const rows = batch.map(({ id, ...fields }) => ledgerRow({ ...fields, requestId: `req_${String(id).padStart(4, "0")}`, startedAt: fields.endedAt }));
           stageRows(handle.sqlite, rows);
           const keptBefore = kept.size;
           for (const row of rows) if (!kept.has(row.requestId)) kept.set(row.requestId, row);

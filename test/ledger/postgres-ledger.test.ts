@@ -3,24 +3,9 @@ import type { SQL } from "bun";
 import { PostgresLedger } from "../../src/ledger/postgres-ledger";
 import { RowNotRecorded } from "../../src/ledger/not-recorded";
 import type { LedgerRow } from "../../src/ledger/ledger";
+import { ledgerRow } from "../helpers";
 
-const row = (requestId: string): LedgerRow => ({
-  requestId,
-  organizationId: "org_a",
-  keyId: "key_a",
-  model: "m",
-  promptTokens: 10,
-  completionTokens: 5,
-  reasoningTokens: 0,
-  cachedTokens: 0,
-  outcome: "completed",
-  errorCode: null,
-  ruleId: null,
-  usageSource: "upstream",
-  startedAt: 1,
-  endedAt: 2,
-  firstTokenMs: null,
-});
+const row = (requestId: string): LedgerRow => ledgerRow({ requestId });
 
 test("a commit PostgreSQL refuses: its rows' requests get 503 server_overloaded (answers withheld), and the failure is told once with its rows", async () => {
   // A client whose every statement fails, as one whose server is gone.

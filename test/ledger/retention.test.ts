@@ -4,13 +4,12 @@ import { expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
 import { resolveConfig } from "../../src/config/load";
 import type { ConfigFile } from "../../src/config/schema";
-import type { LedgerRow } from "../../src/ledger/ledger";
 import { moveStagedRows } from "../../src/ledger/inbox";
 import { retentionBatchRows, retentionCutoff } from "../../src/ledger/retention";
 import { Logger } from "../../src/modules/observability/logger";
 import { usageReport } from "../../src/modules/usage/report";
 import { startOfMonth } from "../../src/usage-periods";
-import { fakeModel, stageRows, startSluice, type TestSluice, useFakeUpstream } from "../helpers";
+import { fakeModel, ledgerRow, stageRows, startSluice, type TestSluice, useFakeUpstream } from "../helpers";
 
 const upstream = useFakeUpstream();
 const dayMs = 86_400_000;
@@ -26,23 +25,9 @@ function configuration(retentionDays?: number): ConfigFile {
 
 /** `count` moved ledger rows of the test's organization that ended at `endedAt` (and the milliseconds after it). */
 function addRows(sluice: TestSluice, organizationId: string, prefix: string, endedAt: number, count: number): void {
-  const rows: LedgerRow[] = Array.from({ length: count }, (_, index) => ({
-    requestId: `req_${prefix}_${index}`,
-    organizationId,
-    keyId: "key_old",
-    model: "m",
-    promptTokens: 10,
-    completionTokens: 5,
-    reasoningTokens: 0,
-    cachedTokens: 0,
-    outcome: "completed",
-    errorCode: null,
-    ruleId: null,
-    usageSource: "upstream",
-    startedAt: endedAt + index - 100,
-    endedAt: endedAt + index,
-    firstTokenMs: null,
-  }));
+  const rows = Array.from({ length: count }, (_, index) =>
+    ledgerRow({ requestId: `req_${prefix}_${index}`, organizationId, keyId: "key_old", startedAt: endedAt + index - 100, endedAt: endedAt + index }),
+  );
   stageRows(sluice.database.sqlite, rows);
   moveStagedRows(sluice.database.sqlite);
 }

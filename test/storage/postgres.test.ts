@@ -11,7 +11,7 @@ import { startPostgres, type PostgresServer } from "../support/services";
 import { join } from "node:path";
 import { openDatabase } from "../../src/db/client";
 import { sqliteStorage } from "../../src/storage/sqlite";
-import { temporaryDirectory } from "../helpers";
+import { ledgerRow, temporaryDirectory } from "../helpers";
 import { AuditLog } from "../../src/modules/audit/service";
 import { OrganizationExistsError, OrganizationService } from "../../src/modules/organizations/service";
 
@@ -315,23 +315,7 @@ function heldLedger() {
 
 /** A completed request's row of organization `organizationId`, 15 tokens. */
 function batchRow(organizationId: string, index: number, now: number) {
-  return {
-    requestId: `req_${organizationId}_${index}`,
-    organizationId,
-    keyId: "key_batches",
-    model: "m",
-    promptTokens: 10,
-    completionTokens: 5,
-    reasoningTokens: 0,
-    cachedTokens: 0,
-    outcome: "completed" as const,
-    errorCode: null,
-    ruleId: null,
-    usageSource: "upstream" as const,
-    startedAt: now,
-    endedAt: now,
-    firstTokenMs: null,
-  };
+  return ledgerRow({ requestId: `req_${organizationId}_${index}`, organizationId, keyId: "key_batches", startedAt: now, endedAt: now });
 }
 
 test("the ledger commits one batch at a time: rows recorded while a commit runs share the next, and last-use times do not wait behind it", async () => {
