@@ -19,6 +19,7 @@ import { ModelRegistry } from "./modules/models/registry";
 import type { Lifecycle } from "./modules/observability/index";
 import { Logger } from "./modules/observability/logger";
 import { LedgerRetention } from "./ledger/retention";
+import { EmbeddingsService } from "./modules/embeddings/service";
 import { Metrics } from "./modules/observability/metrics";
 import { registerQuotaGauges } from "./modules/observability/quota-gauges";
 import { ModelQueue, type Queue } from "./modules/queue/model-queue";
@@ -130,6 +131,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const safety = new SafetyService(config.safety, options.environment);
   const lifecycle: Lifecycle = { draining: false, openAnswers: 0 };
   const chat = new ChatService({ models, ledger, admission, queues, safety, clock, metrics, ledgerAvailable: () => storage.available() });
+  const embeddings = new EmbeddingsService({ models, ledger, admission, queues, clock, metrics, ledgerAvailable: () => storage.available() });
   const maxBodyBytes = options.maxBodyBytes ?? defaultMaxBodyBytes;
   const audit = new AuditLog(storage.audit);
   const organizations = new OrganizationService(storage.organizations, plans, audit, storage.changes);
@@ -168,6 +170,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     auth,
     models,
     chat,
+    embeddings,
     maxBodyBytes,
     heartbeatMs: options.heartbeatMs ?? defaultHeartbeatMs,
     metrics,
@@ -232,9 +235,11 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     },
     async stop({ drainMs = 0 } = {}) {
       lifecycle.draining = true;
-      await waitUntil(() => chat.inFlight() === 0, drainMs);
+      const inFlight = () => chat.inFlight() + embeddings.inFlight();
+      await waitUntil(() => inFlight() === 0, drainMs);
       chat.abortAll();
-      await waitUntil(() => chat.inFlight() === 0, settleWaitMs);
+      embeddings.abortAll();
+      await waitUntil(() => inFlight() === 0, settleWaitMs);
       // A settled answer still waits for its ledger commit before its last bytes go out.
       await waitUntil(() => lifecycle.openAnswers === 0, settleWaitMs);
       await app.stop(true);

@@ -136,7 +136,9 @@ export function startFakeUpstream(options: { tls?: { cert: string; key: string }
       const model = String(body.model);
       const stream = body.stream === true;
       try {
-        const response = await answer(model, stream, body, request.signal, onAbort);
+        const response = url.pathname.endsWith("/embeddings")
+          ? await embeddings(model, body, request.signal)
+          : await answer(model, stream, body, request.signal, onAbort);
         if (!(response.body instanceof ReadableStream) || !stream) release();
         else {
           // Streams release when fully sent or cancelled.
@@ -156,6 +158,33 @@ export function startFakeUpstream(options: { tls?: { cert: string; key: string }
       }
     },
   });
+
+  /**
+   * POST /embeddings: for input i, the vector [i, its length (characters, or token ids), 0.25, -0.5], as numbers or (with
+   * `encoding_format: "base64"`) as OpenAI sends them, little-endian float32 in base64. Models: `embed-N` reports N
+   * prompt tokens, `embed-no-usage` none, `embed-one-short` one vector fewer than the inputs; `fail-500`,
+   * `overloaded-429` and `hang` as for chat.
+   */
+  async function embeddings(model: string, body: Record<string, unknown>, signal: AbortSignal): Promise<Response> {
+    if (model === "fail-500") return Response.json({ error: { message: "CUDA out of memory" } }, { status: 500 });
+    if (model === "overloaded-429") return Response.json({ error: { message: "too many requests" } }, { status: 429 });
+    if (model === "hang") {
+      await new Promise((resolve) => signal.addEventListener("abort", resolve, { once: true }));
+      return new Response("gone", { status: 499 });
+    }
+    const input = body.input;
+    const inputs = typeof input === "string" || (Array.isArray(input) && typeof input[0] === "number") ? [input] : (input as unknown[]);
+    const data = inputs.map((item, index) => {
+      const vector = [index, typeof item === "string" || Array.isArray(item) ? item.length : 0, 0.25, -0.5];
+      const embedding = body.encoding_format === "base64" ? Buffer.from(new Float32Array(vector).buffer).toString("base64") : vector;
+      return { object: "embedding", index, embedding };
+    });
+    if (model === "embed-one-short") data.pop();
+    const reported = /^embed-(\d+)$/.exec(model);
+    const usage = reported ? { prompt_tokens: Number(reported[1]), total_tokens: Number(reported[1]) } : undefined;
+    // Answered in reverse order: the index, not the position, says which input a vector is for.
+    return Response.json({ object: "list", data: data.reverse(), model, ...(usage ? { usage } : {}) });
+  }
 
   async function answer(model: string, stream: boolean, body: Record<string, unknown>, signal: AbortSignal, onAbort: () => void): Promise<Response> {
     const usage = { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15 };

@@ -9,6 +9,8 @@ import type { ChatService } from "../modules/chat/service";
 import { anthropicPaths, countTokensRoutes, messagesRoutes } from "../modules/messages/index";
 import { asksAnthropicShape, modelRoutes } from "../modules/models/index";
 import { responsesRoutes } from "../modules/responses/index";
+import { embeddingsRoutes } from "../modules/embeddings/index";
+import type { EmbeddingsService } from "../modules/embeddings/service";
 import type { ModelRegistry } from "../modules/models/registry";
 import { finishRecord, observabilityRoutes, type Lifecycle } from "../modules/observability/index";
 import type { Logger } from "../modules/observability/logger";
@@ -24,6 +26,7 @@ export interface AppDependencies {
   auth: AuthService;
   models: ModelRegistry;
   chat: ChatService;
+  embeddings: EmbeddingsService;
   maxBodyBytes: number;
   /** How long an Anthropic stream may stay silent before a `ping`. */
   heartbeatMs: number;
@@ -37,7 +40,7 @@ export interface AppDependencies {
 
 /** The routes that run a model: each logs and counts its own requests (see below). */
 const answerRoutes = new Set(["/v1/chat/completions", "/v1/responses", "/v1/messages"]);
-const knownRoutes = new Set([...answerRoutes, "/v1/messages/count_tokens", "/v1/models", "/openapi.json", "/healthz", "/readyz", "/metrics"]);
+const knownRoutes = new Set([...answerRoutes, "/v1/embeddings", "/v1/messages/count_tokens", "/v1/models", "/openapi.json", "/healthz", "/readyz", "/metrics"]);
 
 /** Whether a route's errors take Anthropic's shape: its own routes, and the model routes when Anthropic's clients ask. */
 function answersAnthropic(route: string, request: Request): boolean {
@@ -111,6 +114,7 @@ export function createApp(deps: AppDependencies) {
     .use(consoleRoutes(deps.console.service, deps.console.accounts))
     .use(modelRoutes(deps.models, deps.auth))
     .use(countTokensRoutes(deps.models, deps.auth, deps.maxBodyBytes))
+    .use(embeddingsRoutes(deps.embeddings, deps.auth, { models: deps.models, maxBodyBytes: deps.maxBodyBytes, lifecycle: deps.lifecycle }))
     .use(consolePageRoutes());
   // Read by Elysia's Bun adapter when the app listens: Bun's router takes these before Elysia's own.
   app.config.serve = { ...app.config.serve, routes: nativeAnswerRoutes(app, answerRoutes) };

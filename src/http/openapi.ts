@@ -1,4 +1,5 @@
 import { ChatRequestSchema } from "../modules/chat/model";
+import { EmbeddingsRequestSchema } from "../modules/embeddings/model";
 import { CountTokensRequestSchema, MessagesRequestSchema } from "../modules/messages/model";
 import { ResponsesRequestSchema } from "../modules/responses/model";
 
@@ -36,6 +37,7 @@ export const openApiDocument = {
         properties: { object: { const: "list" }, data: { type: "array", items: { $ref: "#/components/schemas/Model" } } },
       },
       ChatCompletionRequest: ChatRequestSchema,
+      EmbeddingsRequest: EmbeddingsRequestSchema,
       ResponsesRequest: ResponsesRequestSchema,
       MessagesRequest: MessagesRequestSchema,
       CountTokensRequest: CountTokensRequestSchema,
@@ -112,6 +114,22 @@ export const openApiDocument = {
             description: "A chat.completion object, or server-sent chat.completion.chunk events ending with data: [DONE]",
             content: { "application/json": { schema: { type: "object" } }, "text/event-stream": { schema: { type: "string" } } },
           },
+          "400": errorResponse,
+          "401": errorResponse,
+          "403": errorResponse,
+          "404": errorResponse,
+          "429": errorResponse,
+          "502": errorResponse,
+          "503": errorResponse,
+        },
+      },
+    },
+    "/v1/embeddings": {
+      post: {
+        summary: "Create embeddings (OpenAI's embeddings API): prompt tokens count against the quotas; never a fallback model",
+        requestBody: { required: true, content: { "application/json": { schema: { $ref: "#/components/schemas/EmbeddingsRequest" } } } },
+        responses: {
+          "200": { description: "A list of embedding objects, one an input, and usage", content: { "application/json": { schema: { type: "object" } } } },
           "400": errorResponse,
           "401": errorResponse,
           "403": errorResponse,

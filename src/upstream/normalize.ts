@@ -1,4 +1,4 @@
-import type { CompletionEvent, ToolCallDelta, Usage } from "./types";
+import type { CompletionEvent, Embeddings, ToolCallDelta, Usage } from "./types";
 
 type JsonObject = Record<string, unknown>;
 
@@ -73,6 +73,25 @@ const maxTokenCount = 2 ** 31 - 1;
 /** A token count as the ledger and the quotas can hold it: a whole number from 0 to `maxTokenCount`. */
 function isCount(value: unknown): value is number {
   return Number.isInteger(value) && (value as number) >= 0 && (value as number) <= maxTokenCount;
+}
+
+/**
+ * An embeddings answer (`{data: [{index, embedding}], usage: {prompt_tokens}}`) read field by field: each item's vector
+ * (numbers, or base64 text) put at its `index`; undefined when it is not one answer to `inputs` inputs.
+ */
+export function embeddingsOf(parsed: unknown, inputs: number): Embeddings | undefined {
+  const data = (parsed as { data?: unknown } | null)?.data;
+  if (!Array.isArray(data) || data.length !== inputs) return undefined;
+  const vectors: (number[] | string)[] = new Array(inputs);
+  for (const item of data) {
+    const { index, embedding } = (item ?? {}) as { index?: unknown; embedding?: unknown };
+    if (!Number.isInteger(index) || (index as number) < 0 || (index as number) >= inputs || vectors[index as number] !== undefined) return undefined;
+    const isVector = typeof embedding === "string" || (Array.isArray(embedding) && embedding.every((value) => typeof value === "number"));
+    if (!isVector) return undefined;
+    vectors[index as number] = embedding as number[] | string;
+  }
+  const promptTokens = (parsed as { usage?: { prompt_tokens?: unknown } }).usage?.prompt_tokens;
+  return { vectors, promptTokens: isCount(promptTokens) ? promptTokens : undefined };
 }
 
 /**

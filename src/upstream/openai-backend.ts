@@ -2,10 +2,10 @@ import { UpstreamError } from "../errors";
 import { upstreamUrl } from "./endpoint";
 import { clearDeadline, setDeadline } from "./deadlines";
 import { asksForCompletionTokens, errorFromFailure, errorFromStatus } from "./errors";
-import { contentOf, eventsOfChunk, finishReasonOf, reasoningOf, refusalOf, ToolCallNumbering, toolCallsOf, usageOf } from "./normalize";
+import { contentOf, embeddingsOf, eventsOfChunk, finishReasonOf, reasoningOf, refusalOf, ToolCallNumbering, toolCallsOf, usageOf } from "./normalize";
 import { maxEventLength, ServerSentEventDecoder } from "./sse";
 import { readTextWithin } from "../http/read-body";
-import type { Backend, BackendRequest, Completion, CompletionEvent, StreamEnding } from "./types";
+import type { Backend, BackendRequest, Completion, CompletionEvent, Embeddings, StreamEnding } from "./types";
 
 /** How much of an upstream's error body is read for its reason; the rest is not waited for. */
 const maxErrorBodyBytes = 64 * 1024;
@@ -46,9 +46,15 @@ function timedSignal(request: BackendRequest): TimedSignal | undefined {
   return model.firstByteTimeoutMs === undefined && model.idleTimeoutMs === undefined ? undefined : new TimedSignal(request);
 }
 
+/** How many inputs an embeddings request's `input` holds: a text or a list of token ids is one. */
+function inputCount(input: unknown): number {
+  return Array.isArray(input) && input.length > 0 && typeof input[0] !== "number" ? input.length : 1;
+}
+
 /** A client for one OpenAI-compatible server (vLLM, SGLang, llama.cpp, Ollama, hosted APIs). */
 export class OpenAIBackend implements Backend {
   private readonly url: string;
+  private readonly embeddingsUrl: string;
   private readonly headers: Record<string, string>;
   /**
    * Learned from the upstream's own refusal (see asksForCompletionTokens): it takes the output limit only as
@@ -64,6 +70,7 @@ export class OpenAIBackend implements Backend {
     access: Record<string, string> = {},
   ) {
     this.url = upstreamUrl(baseUrl, "/chat/completions");
+    this.embeddingsUrl = upstreamUrl(baseUrl, "/embeddings");
     // Uncompressed, and never decompressed here (see `send`): Bun's fetch asks for gzip, brotli and zstd by default
     // and inflates whatever comes, so 64 KB of an upstream's gzip became 64 MB in memory.
     this.headers = { ...access, "content-type": "application/json", accept: "application/json, text/event-stream", "accept-encoding": "identity" };
@@ -91,6 +98,47 @@ export class OpenAIBackend implements Backend {
       return completion;
     } catch (error) {
       // A whole answer reached the upstream once it was sent: its status line only comes with the answer.
+      const failure = errorFromFailure(this.modelId, error, signal, true);
+      onEnd?.({ failure });
+      throw failure;
+    } finally {
+      timed?.done();
+    }
+  }
+
+  /**
+   * POST /embeddings with the request's body; each input's vector in input order. `onEnd`, when given, learns once how
+   * the call ended, as for `complete`.
+   */
+  async embed(request: BackendRequest, onEnd?: (ending: StreamEnding) => void): Promise<Embeddings> {
+    const timed = timedSignal(request);
+    const signal = timed ? timed.signal : request.signal;
+    timed?.arm(request.model.firstByteTimeoutMs);
+    try {
+      const response = await fetch(this.embeddingsUrl, {
+        method: "POST",
+        headers: this.headers,
+        body: JSON.stringify(request.body),
+        signal,
+        redirect: "manual",
+        decompress: false,
+      });
+      if (response.status !== 200) throw (await this.refusalOf(response)).error;
+      let parsed: unknown;
+      try {
+        parsed = await response.json();
+      } catch (error) {
+        throw new UpstreamError(`The upstream for model ${this.modelId} sent a body that is not JSON.`, { isRetryable: true, cause: error });
+      }
+      const embeddings = embeddingsOf(parsed, inputCount(request.body.input));
+      if (!embeddings) {
+        const reported = (parsed as { error?: { message?: unknown } } | null)?.error?.message;
+        const reason = typeof reported === "string" ? `failed: ${reported}` : "sent an answer that is not one vector for each input";
+        throw new UpstreamError(`The upstream for model ${this.modelId} ${reason}.`, { isRetryable: true });
+      }
+      onEnd?.("finished");
+      return embeddings;
+    } catch (error) {
       const failure = errorFromFailure(this.modelId, error, signal, true);
       onEnd?.({ failure });
       throw failure;

@@ -2,7 +2,7 @@ import type { ModelConfig } from "../config/schema";
 import { SluiceError, UpstreamError } from "../errors";
 import { accessHeaders } from "./endpoint";
 import { OpenAIBackend } from "./openai-backend";
-import type { Backend, BackendRequest, Completion, CompletionEvent, EventStream, ServerHealth, StreamEnding } from "./types";
+import type { Backend, BackendRequest, Completion, CompletionEvent, Embeddings, EventStream, ServerHealth, StreamEnding } from "./types";
 
 /** One upstream server of a model, with its circuit breaker. */
 class Endpoint {
@@ -119,6 +119,21 @@ export class UpstreamPool implements Backend {
 
   stream(request: BackendRequest): EventStream {
     return new PooledStream(this, request);
+  }
+
+  /** As `complete`: the least busy server, and one retry on another where the first did no work. */
+  embed(request: BackendRequest): Promise<Embeddings> {
+    let first: Endpoint;
+    try {
+      first = this.pick(undefined);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return first.backend.embed(request, first.ended).catch((error: unknown) => {
+      const second = this.retryTarget(error, first);
+      if (!second) throw error;
+      return second.backend.embed(request, second.ended);
+    });
   }
 
   servers(): ServerHealth[] {

@@ -65,10 +65,19 @@ export type StreamEnding = "finished" | "stopped" | { failure: unknown };
 
 export type { ServerHealth };
 
+/** An embeddings answer as the upstream gave it: its items checked, and the prompt tokens it reported (if it did). */
+export interface Embeddings {
+  /** Each input's vector, in input order: numbers, or base64 text when the request asked for `encoding_format: "base64"`. */
+  vectors: (number[] | string)[];
+  promptTokens: number | undefined;
+}
+
 /** An OpenAI-compatible model server, or the built-in demo. Failures are thrown as UpstreamError. */
 export interface Backend {
   complete(request: BackendRequest): Promise<Completion>;
   stream(request: BackendRequest): EventStream;
+  /** POST /embeddings; none for the demo. */
+  embed?(request: BackendRequest): Promise<Embeddings>;
   /** Its servers' health; none for the demo. */
   servers?(): ServerHealth[];
 }

@@ -364,7 +364,9 @@ describe("an upstream that sends too much", () => {
         const response = await call("chat", false);
         expect(response.status).toBe(502);
         await response.arrayBuffer();
-        expect(pulled.count).toBeLessThan(10);
+        // 64 KB are read; the upstream's server and the sockets run ahead of the cancel (10 MB once, under the whole
+        // suite's load). Without the bound all 1,000 were read.
+        expect(pulled.count).toBeLessThan(pulledAtMost);
       },
     );
   });

@@ -1,4 +1,5 @@
-import { SluiceError, UpstreamError } from "../../errors";
+import { ClientGoneError, SluiceError, UpstreamError } from "../../errors";
+import { ServerShutdown } from "../../upstream/errors";
 import type { LedgerRow } from "../../ledger/ledger";
 import type { Usage } from "../../upstream/types";
 import type { ResponseIdentity, AnswerFormat } from "./format";
@@ -54,6 +55,14 @@ export interface RunSettler {
   /** Settles a run that failed (see ChatService). */
   fail(run: Run, error: unknown): Promise<void>;
   clock(): number;
+}
+
+/** How a request that failed ended, for its ledger row and log line. */
+export function outcomeOf(error: unknown): { outcome: Outcome; errorCode: string | null } {
+  if (error instanceof ClientGoneError) return { outcome: "client_disconnected", errorCode: null };
+  if (error instanceof SluiceError && error.cause instanceof ServerShutdown) return { outcome: "shutdown", errorCode: error.code };
+  if (error instanceof SluiceError) return { outcome: "upstream_error", errorCode: error.code };
+  return { outcome: "upstream_error", errorCode: "upstream_error" };
 }
 
 /** Internal failures are never shown raw: the caller gets a 502 naming the request. */

@@ -1,5 +1,5 @@
 import type { SafetyRuleConfig } from "../../config/schema";
-import { ClientGoneError, reachedUpstream, SluiceError, UpstreamError } from "../../errors";
+import { reachedUpstream, SluiceError, UpstreamError } from "../../errors";
 import type { StreamedAnswer } from "../../http/sse-response";
 import type { LedgerRow } from "../../ledger/ledger";
 import type { LedgerStore } from "../../storage/types";
@@ -21,7 +21,7 @@ import { Permit } from "./permit";
 import { prepareRequest, type PreparedRequest } from "./prepare";
 import type { AnswerFormat, ResponseIdentity } from "./format";
 import { FixedAnswer, StreamRelay } from "./relay";
-import { asCallerError, completedEnding, type Ending, type Outcome, type Run, type RunSettler } from "./run";
+import { asCallerError, completedEnding, type Ending, outcomeOf, type Run, type RunSettler } from "./run";
 import { chatFormat } from "./response";
 
 /**
@@ -58,13 +58,6 @@ export interface ChatServiceDependencies {
   safety: SafetyService;
   clock: () => number;
   metrics?: Metrics;
-}
-
-function outcomeOf(error: unknown): { outcome: Outcome; errorCode: string | null } {
-  if (error instanceof ClientGoneError) return { outcome: "client_disconnected", errorCode: null };
-  if (error instanceof SluiceError && error.cause instanceof ServerShutdown) return { outcome: "shutdown", errorCode: error.code };
-  if (error instanceof SluiceError) return { outcome: "upstream_error", errorCode: error.code };
-  return { outcome: "upstream_error", errorCode: "upstream_error" };
 }
 
 /** Whether a failure says the model cannot take the request now, so that a fallback may (see ChatService's fallBack). */

@@ -70,13 +70,14 @@ export class ModelRegistry {
 
   /**
    * A model the plan may call, by its id or an alias: 404 model_not_found if unknown or outside the plan. A disabled
-   * model hands its requests to its first fallback the caller may use, and is 503 model_unavailable without one.
+   * model hands its requests to its first fallback the caller may use (unless `allowFallback` is false), and is 503
+   * model_unavailable without one.
    */
-  callable(access: ModelAccess, name: string): ModelEntry {
+  callable(access: ModelAccess, name: string, allowFallback = true): ModelEntry {
     const entry = this.byName.get(name);
     if (!entry || !this.allowed(access, entry.config.id)) throw modelNotFound(name);
     if (!entry.config.enabled) {
-      const fallback = this.fallbacksOf(access, entry)[0];
+      const fallback = allowFallback ? this.fallbacksOf(access, entry)[0] : undefined;
       if (fallback) return fallback;
       throw new SluiceError("model_unavailable", `The model '${name}' is temporarily unavailable.`, { retryAfterSeconds: 60 });
     }

@@ -371,8 +371,8 @@ describe("what cannot be honoured is a 400 naming the parameter", () => {
       expect([name, failure]).toMatchObject([name, { status: 404, code: "not_found" }]);
       expect((failure as Error).message).toContain("Sluice stores no responses or completions");
     }
-    const other = await fetch(`${sluice.url}/v1/embeddings`, { method: "POST", headers: { authorization: `Bearer ${sluice.key}` } });
-    expect(((await other.json()) as { error: { message: string } }).error.message).toBe("Unknown route: POST /v1/embeddings.");
+    const other = await fetch(`${sluice.url}/v1/audio/speech`, { method: "POST", headers: { authorization: `Bearer ${sluice.key}` } });
+    expect(((await other.json()) as { error: { message: string } }).error.message).toBe("Unknown route: POST /v1/audio/speech.");
   });
 
   test("store and reasoning items sent back are accepted (and dropped)", async () => {

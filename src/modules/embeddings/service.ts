@@ -1,0 +1,179 @@
+import { ClientGoneError, reachedUpstream, SluiceError } from "../../errors";
+import type { LedgerStore } from "../../storage/types";
+import { countTexts } from "../../tokens/count";
+import { ServerShutdown } from "../../upstream/errors";
+import type { Embeddings, Usage } from "../../upstream/types";
+import type { AdmissionStore } from "../admission/store";
+import type { Caller } from "../auth/service";
+import { Permit } from "../chat/permit";
+import { completedEnding, type Ending, outcomeOf } from "../chat/run";
+import type { ModelRegistry } from "../models/registry";
+import type { Metrics } from "../observability/metrics";
+import { noteBilled, type RequestRecord } from "../observability/request-record";
+import type { Queue } from "../queue/model-queue";
+import { type EmbeddingsRequest, textsOf, tokenIdsIn } from "./model";
+
+export interface EmbeddingsDependencies {
+  models: ModelRegistry;
+  ledger: LedgerStore;
+  admission: AdmissionStore;
+  queues: ReadonlyMap<string, Queue>;
+  /** Whether the ledger's database answers: no request is admitted that could not be recorded. */
+  ledgerAvailable?: () => boolean;
+  clock: () => number;
+  metrics?: Metrics;
+}
+
+/** Who asks, the request's id, its controller (aborted when the caller leaves) and its log record. */
+export interface EmbeddingsContext {
+  caller: Caller;
+  requestId: string;
+  abort: AbortController;
+  record?: RequestRecord;
+}
+
+/** Bytes per token of typical text, for the admission's estimate (as for chat). */
+const bytesPerToken = 4;
+
+function estimatedTokens(request: EmbeddingsRequest): number {
+  let total = tokenIdsIn(request.input);
+  for (const text of textsOf(request.input)) total += Math.ceil(Buffer.byteLength(text) / bytesPerToken);
+  return total;
+}
+
+/** The input's tokens, counted: the tokenizer for texts, one an id for token ids. */
+async function countedTokens(request: EmbeddingsRequest): Promise<number> {
+  let total = tokenIdsIn(request.input);
+  for (const count of await countTexts(textsOf(request.input))) total += count;
+  return total;
+}
+
+/** OpenAI's embeddings answer, with the model as the caller named it. */
+function answerBody(request: EmbeddingsRequest, embeddings: Embeddings, promptTokens: number): string {
+  const data = embeddings.vectors.map((embedding, index) => ({ object: "embedding", index, embedding }));
+  return JSON.stringify({ object: "list", data, model: request.model, usage: { prompt_tokens: promptTokens, total_tokens: promptTokens } });
+}
+
+/**
+ * Embeddings (`POST /v1/embeddings`) through the same keys, plans, quotas, concurrency caps, model queues, ledger and
+ * metrics as chat: prompt tokens only. No fallback ever takes such a request: another model's vectors lie in another
+ * space, so mixing them would corrupt the caller's index without a word. The red-line rules do not apply: nothing is
+ * generated.
+ */
+export class EmbeddingsService {
+  /** Requests holding a permit: a shutdown waits for them, then ends them. */
+  private readonly active = new Set<AbortController>();
+
+  constructor(private readonly deps: EmbeddingsDependencies) {}
+
+  /** Requests in flight upstream. */
+  inFlight(): number {
+    return this.active.size;
+  }
+
+  /** Ends every request still running, as ChatService.abortAll does. */
+  abortAll(): void {
+    for (const controller of this.active) controller.abort(new ServerShutdown("the server's drain time is over"));
+  }
+
+  /** The answer's JSON text and its `x-ratelimit-*` headers. */
+  async create(request: EmbeddingsRequest, context: EmbeddingsContext): Promise<{ body: string; headers: Record<string, string> }> {
+    const { models, admission, queues, clock } = this.deps;
+    const caller = context.caller;
+    // Never a fallback's vectors (see the class).
+    const entry = models.callable(caller, request.model, false);
+    const embed = entry.backend.embed?.bind(entry.backend);
+    if (!embed) throw new SluiceError("invalid_request", `The model '${request.model}' does not make embeddings.`, { param: "model" });
+    if (this.deps.ledgerAvailable && !this.deps.ledgerAvailable()) {
+      throw new SluiceError("server_overloaded", "The gateway cannot record usage right now (its database does not answer), so it takes no requests.", {
+        retryAfterSeconds: 2,
+      });
+    }
+    const model = entry.config;
+    const admitted = admission.admit(
+      {
+        organizationId: caller.organizationId,
+        plan: caller.plan,
+        key: caller.keyLimits && { id: caller.keyId, limits: caller.keyLimits },
+        modelId: model.id,
+        promptTokens: estimatedTokens(request),
+        maxTokens: 0,
+      },
+      clock(),
+    );
+    const lease = admitted instanceof Promise ? await admitted : admitted;
+    const permit = new Permit(lease, context.abort, this.active);
+    const startedAt = clock();
+    try {
+      permit.occupy(await (queues.get(model.id) as Queue).acquire(caller.organizationId, context.abort.signal), model.timeoutMs);
+    } catch (error) {
+      permit.release(null, clock());
+      throw error;
+    }
+    const body: Record<string, unknown> = { model: model.upstreamModel, input: request.input };
+    if (request.encoding_format !== undefined) body.encoding_format = request.encoding_format;
+    if (request.dimensions !== undefined) body.dimensions = request.dimensions;
+    if (request.user !== undefined) body.user = request.user;
+    let embeddings: Embeddings;
+    try {
+      embeddings = await embed({ model, body, signal: context.abort.signal });
+    } catch (error) {
+      await this.fail(request, context, permit, model.id, startedAt, error);
+      throw error;
+    }
+    // The upstream's count, or the tokenizer's; the estimate if the tokenizer cannot count (its thread failed).
+    const promptTokens = embeddings.promptTokens ?? (await countedTokens(request).catch(() => estimatedTokens(request)));
+    await this.end(context, permit, model.id, { promptTokens, completionTokens: 0, reasoningTokens: 0, cachedTokens: 0 }, startedAt, {
+      ending: completedEnding,
+      source: embeddings.promptTokens === undefined ? "tokenizer" : "upstream",
+    });
+    return { body: answerBody(request, embeddings, promptTokens), headers: lease.headers };
+  }
+
+  /** A failed call: no row when the upstream never had it; otherwise its row, billing a caller who left for the input. */
+  private async fail(request: EmbeddingsRequest, context: EmbeddingsContext, permit: Permit, modelId: string, startedAt: number, error: unknown) {
+    if (!reachedUpstream(error)) {
+      permit.release(null, this.deps.clock());
+      return;
+    }
+    const { outcome, errorCode } = outcomeOf(error);
+    if (outcome === "upstream_error") this.deps.metrics?.upstreamErrors.inc({ model: modelId, code: errorCode ?? "upstream_error" });
+    const promptTokens = error instanceof ClientGoneError ? await countedTokens(request).catch(() => estimatedTokens(request)) : 0;
+    await this.end(context, permit, modelId, { promptTokens, completionTokens: 0, reasoningTokens: 0, cachedTokens: 0 }, startedAt, {
+      ending: { outcome, errorCode },
+      source: "tokenizer",
+    });
+  }
+
+  /** Frees the request's places with what it used, notes it in its record and the metrics, and writes its ledger row. */
+  private end(
+    context: EmbeddingsContext,
+    permit: Permit,
+    modelId: string,
+    usage: Usage,
+    startedAt: number,
+    how: { ending: Ending; source: "upstream" | "tokenizer" },
+  ): Promise<void> {
+    const endedAt = this.deps.clock();
+    permit.release(usage, endedAt);
+    noteBilled(context.record, how.ending, usage);
+    this.deps.metrics?.tokensOf(modelId).prompt.inc(usage.promptTokens);
+    return this.deps.ledger.record({
+      requestId: context.requestId,
+      organizationId: context.caller.organizationId,
+      keyId: context.caller.keyId,
+      model: modelId,
+      promptTokens: usage.promptTokens,
+      completionTokens: 0,
+      reasoningTokens: 0,
+      cachedTokens: 0,
+      outcome: how.ending.outcome,
+      errorCode: how.ending.errorCode ?? null,
+      ruleId: null,
+      usageSource: how.source,
+      startedAt,
+      endedAt,
+      firstTokenMs: null,
+    });
+  }
+}
