@@ -3,7 +3,7 @@ import type { LedgerStore } from "../../storage/types";
 import { countTexts } from "../../tokens/count";
 import { ServerShutdown } from "../../upstream/errors";
 import type { Embeddings, Usage } from "../../upstream/types";
-import type { AdmissionStore } from "../admission/store";
+import { AdmissionRejected, type AdmissionStore, type Lease } from "../admission/store";
 import type { Caller } from "../auth/service";
 import { Permit } from "../chat/permit";
 import { completedEnding, type Ending, outcomeOf } from "../chat/run";
@@ -90,18 +90,24 @@ export class EmbeddingsService {
       });
     }
     const model = entry.config;
-    const admitted = admission.admit(
-      {
-        organizationId: caller.organizationId,
-        plan: caller.plan,
-        key: caller.keyLimits && { id: caller.keyId, limits: caller.keyLimits },
-        modelId: model.id,
-        promptTokens: estimatedTokens(request),
-        maxTokens: 0,
-      },
-      clock(),
-    );
-    const lease = admitted instanceof Promise ? await admitted : admitted;
+    let lease: Lease;
+    try {
+      const admitted = admission.admit(
+        {
+          organizationId: caller.organizationId,
+          plan: caller.plan,
+          key: caller.keyLimits && { id: caller.keyId, limits: caller.keyLimits },
+          modelId: model.id,
+          promptTokens: estimatedTokens(request),
+          maxTokens: 0,
+        },
+        clock(),
+      );
+      lease = admitted instanceof Promise ? await admitted : admitted;
+    } catch (error) {
+      if (error instanceof AdmissionRejected) this.deps.metrics?.quotaRejections.inc({ kind: error.kind });
+      throw error;
+    }
     const permit = new Permit(lease, context.abort, this.active);
     const startedAt = clock();
     try {

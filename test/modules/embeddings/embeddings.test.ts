@@ -137,6 +137,8 @@ describe("refusals", () => {
     }
     expect(statuses.slice(0, 2)).toEqual([200, 200]);
     expect(statuses.at(-1)).toBe(429);
+    const refused = statuses.filter((status) => status === 429).length;
+    expect(await (await fetch(`${sluice.url}/metrics`)).text()).toContain(`sluice_quota_rejections_total{kind="five_hour"} ${refused}\n`);
   });
 });
 
