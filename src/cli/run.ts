@@ -5,6 +5,7 @@ import { ListenError } from "../server";
 import { KeyError } from "../modules/keys/service";
 import { OrganizationError } from "../modules/organizations/service";
 import { runKey } from "./key";
+import { runLedger } from "./ledger";
 import { runOrg } from "./org";
 import { runRefusals } from "./refusals";
 import { runRequests } from "./requests";
@@ -26,6 +27,7 @@ const commands: Record<string, (args: string[]) => number | Promise<number>> = {
   requests: runRequests,
   audit: runAudit,
   backup: runBackup,
+  ledger: runLedger,
   operator: runOperator,
   member: runMember,
   token: runToken,

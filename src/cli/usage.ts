@@ -41,6 +41,7 @@ export const usageText = `Usage: sluice <command>
   token list [--email EMAIL]              console tokens: id, name, account, prefix, created, expires, revoked
   token revoke TOKEN_ID                   the token fails from its next use on
   backup PATH                             a consistent copy of the database, safe while the server runs
+  ledger prune [--days N]                 delete now the ledger rows past [ledger] retention_days (or N days)
   doctor                                  check the configuration, the database and every upstream
 
 Environment: SLUICE_DB (data/sluice.db), SLUICE_CONFIG (data/sluice.toml), SLUICE_HOST (127.0.0.1), SLUICE_PORT (8080),

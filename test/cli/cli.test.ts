@@ -1,7 +1,8 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { startFakeUpstream } from "../fake-upstream";
-import { repositoryRoot, temporaryDirectory } from "../helpers";
+import { ledgerRow, repositoryRoot, stageRows, temporaryDirectory } from "../helpers";
+import { moveStagedRows } from "../../src/ledger/inbox";
 import { openDatabase } from "../../src/db/client";
 import { AuditLog } from "../../src/modules/audit/service";
 import { AccountService } from "../../src/modules/console/accounts";
@@ -242,6 +243,56 @@ describe("sluice backup and doctor", () => {
     } finally {
       await upstream.stop();
     }
+  });
+});
+
+describe("sluice ledger prune", () => {
+  test("deletes now the rows past --days (or [ledger] retention_days), keeps the rest, and records it in the audit trail; mistakes exit 1 or 2", async () => {
+    const database = join(directory.path, "prune.db");
+    const run = (...args: string[]) => sluiceWith({ SLUICE_DB: database }, ...args);
+    expect(run("org", "create", "acme").code).toBe(0);
+    const handle = openDatabase(database);
+    try {
+      const organizationId = handle.sqlite.query<{ id: string }, []>("SELECT id FROM organizations").get()?.id as string;
+      const yearAgo = Date.now() - 365 * 86_400_000;
+      stageRows(handle.sqlite, [
+        ...Array.from({ length: 1200 }, (_, index) => ledgerRow({ requestId: `req_old_${index}`, organizationId, endedAt: yearAgo + index })),
+        ledgerRow({ requestId: "req_new", organizationId, endedAt: Date.now() }),
+      ]);
+      moveStagedRows(handle.sqlite);
+    } finally {
+      handle.close();
+    }
+    expectPlainFailure(run("ledger", "prune"), 1, "no retention to apply: set [ledger] retention_days");
+    expectPlainFailure(run("ledger", "prune", "--days", "0"), 2, '--days must be a whole number from 1 to 36500, got "0"');
+    expectPlainFailure(run("ledger", "vacuum"), 2, 'ledger: unknown subcommand "vacuum"');
+    const pruned = run("ledger", "prune", "--days", "90");
+    expect(pruned.code).toBe(0);
+    expect(pruned.stdout).toMatch(/^deleted 1200 ledger rows of requests that ended before \d{4}-\d\d-\d\dT/);
+    expect(run("ledger", "prune", "--days", "90").stdout).toStartWith("deleted 0 ledger rows");
+    const reopened = openDatabase(database);
+    try {
+      expect(reopened.sqlite.query<{ id: string }, []>("SELECT request_id AS id FROM usage_ledger").all()).toEqual([{ id: "req_new" }]);
+    } finally {
+      reopened.close();
+    }
+    const audited = run("audit", "--action", "ledger.pruned");
+    expect(audited.code).toBe(0);
+    expect(audited.stdout.trim().split("\n").length).toBe(2);
+    expect(audited.stdout).toContain("usage_ledger");
+
+    // The configuration's retention when no --days is given.
+    const again = openDatabase(database);
+    try {
+      const organizationId = again.sqlite.query<{ id: string }, []>("SELECT id FROM organizations").get()?.id as string;
+      stageRows(again.sqlite, [ledgerRow({ requestId: "req_older", organizationId, endedAt: Date.now() - 200 * 86_400_000 })]);
+      moveStagedRows(again.sqlite);
+    } finally {
+      again.close();
+    }
+    const configuration = join(directory.path, "retention.toml");
+    await Bun.write(configuration, `${await Bun.file(join(repositoryRoot, "test/fixtures/demo.toml")).text()}\n[ledger]\nretention_days = 180\n`);
+    expect(sluiceWith({ SLUICE_DB: database, SLUICE_CONFIG: configuration }, "ledger", "prune").stdout).toStartWith("deleted 1 ledger rows");
   });
 });
 

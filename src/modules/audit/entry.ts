@@ -13,6 +13,7 @@ export const auditActions = [
   "config.reloaded",
   "token.created",
   "token.revoked",
+  "ledger.pruned",
 ] as const;
 
 export type AuditAction = (typeof auditActions)[number];
