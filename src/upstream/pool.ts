@@ -44,6 +44,14 @@ class Endpoint {
   };
 }
 
+/**
+ * A server's calls in flight, and its failures in a row as if they were calls too: a server that fails at once has
+ * none in flight, and on the count alone would be handed nearly every call until its breaker opened.
+ */
+function loadOf(endpoint: Endpoint): number {
+  return endpoint.inFlight + endpoint.failures;
+}
+
 /** A base URL as operators may see it: credentials and query (where some services take a key) left out. */
 function shownUrl(baseUrl: string): string {
   const url = new URL(baseUrl);
@@ -178,9 +186,9 @@ export class UpstreamPool implements Backend {
 
   /**
    * The server for the next call, counted in flight until the call ends: of those whose breaker is closed, or whose
-   * cooldown is over and that no probe is testing, the one with the fewest calls in flight, the next in turn among
-   * equals. Reasoning answers run from seconds to many minutes, so turns alone pile the long ones on one server while
-   * another has finished its own.
+   * cooldown is over and that no probe is testing, the least loaded (see `loadOf`), the next in turn among equals.
+   * Reasoning answers run from seconds to many minutes, so turns alone pile the long ones on one server while another
+   * has finished its own.
    */
   private pick(except: Endpoint | undefined): Endpoint {
     const now = this.clock();
@@ -191,7 +199,7 @@ export class UpstreamPool implements Backend {
       const at = (this.next + tried) % count;
       const endpoint = this.endpoints[at] as Endpoint;
       if (endpoint === except || endpoint.openUntil > now || endpoint.probing) continue;
-      if (chosen === undefined || endpoint.inFlight < chosen.inFlight) {
+      if (chosen === undefined || loadOf(endpoint) < loadOf(chosen)) {
         chosen = endpoint;
         chosenAt = at;
       }

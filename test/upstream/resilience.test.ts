@@ -84,6 +84,36 @@ describe("several upstreams per model", () => {
     }
   });
 
+  test("a server that fails at once is not handed every call for having none in flight: its failures in a row count against it", async () => {
+    let failed = 0;
+    const failing = Bun.serve({
+      port: 0,
+      fetch() {
+        failed++;
+        return Response.json({ error: { message: "CUDA error" } }, { status: 500 });
+      },
+    });
+    try {
+      await withModels(
+        [{ id: "m", backend: "openai", base_url: [`http://127.0.0.1:${failing.port}/v1`, upstream.url], upstream_model: "usage-10-5", breaker_failures: 1000 }],
+        async (sluice) => {
+          const statuses: number[] = [];
+          for (let index = 0; index < 40; index++) {
+            const response = await sluice.post("/v1/chat/completions", { model: "m", messages });
+            statuses.push(response.status);
+            await response.arrayBuffer();
+          }
+          // In turn, half of them (20) would have failed; by calls in flight alone, nearly all.
+          expect(failed).toBe(1);
+          expect(statuses.filter((status) => status === 502).length).toBe(1);
+          expect(upstream.bodies.length).toBe(39);
+        },
+      );
+    } finally {
+      await failing.stop(true);
+    }
+  });
+
   test("400 concurrent calls over two servers, streams left by their clients, refusals and failures among them: spread over both, every count back to 0", async () => {
     const other = startFakeUpstream();
     try {
