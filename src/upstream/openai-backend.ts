@@ -115,14 +115,7 @@ export class OpenAIBackend implements Backend {
     const signal = timed ? timed.signal : request.signal;
     timed?.arm(request.model.firstByteTimeoutMs);
     try {
-      const response = await fetch(this.embeddingsUrl, {
-        method: "POST",
-        headers: this.headers,
-        body: JSON.stringify(request.body),
-        signal,
-        redirect: "manual",
-        decompress: false,
-      });
+      const response = await this.send(request, signal, this.embeddingsUrl);
       if (response.status !== 200) throw (await this.refusalOf(response)).error;
       let parsed: unknown;
       try {
@@ -249,17 +242,17 @@ export class OpenAIBackend implements Backend {
   }
 
   /**
-   * Posts the request; its caller checks the status (a layer of its own would cost every request an await). A
+   * Posts the request (to the chat route unless `url` names another); its caller checks the status (a layer of its own would cost every request an await). A
    * redirect is not followed: the prompt goes to the address the operator configured and nowhere else (fetch would
    * post it again to whatever a 307 names, and answer a 302 with what another server says). Nor is a compressed
    * answer inflated (see the constructor).
    */
-  private send(request: BackendRequest, signal: AbortSignal): Promise<Response> {
+  private send(request: BackendRequest, signal: AbortSignal, url = this.url): Promise<Response> {
     if (this.completionTokensOnly && request.body.max_tokens !== undefined) {
       request.body.max_completion_tokens = request.body.max_tokens;
       delete request.body.max_tokens;
     }
-    return fetch(this.url, {
+    return fetch(url, {
       method: "POST",
       headers: this.headers,
       body: JSON.stringify(request.body),
