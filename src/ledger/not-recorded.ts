@@ -13,3 +13,12 @@ export class RowNotRecorded extends SluiceError {
     });
   }
 }
+
+/** What a request is refused with before its upstream is called while the ledger's database does not answer. */
+export class LedgerUnavailable extends SluiceError {
+  constructor() {
+    super("server_overloaded", "The gateway cannot record usage right now (its database does not answer), so it takes no requests. Retry shortly.", {
+      retryAfterSeconds: 2,
+    });
+  }
+}

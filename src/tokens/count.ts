@@ -98,6 +98,11 @@ export function chatTokensUpperBound(messages: CountableMessage[]): number {
 /** Bytes per token of typical text, for estimates. */
 const bytesPerToken = 4;
 
+/** An estimate of a text's tokens without the tokenizer: a token per 4 bytes. */
+export function estimateTextTokens(text: string): number {
+  return Math.ceil(Buffer.byteLength(text) / bytesPerToken);
+}
+
 /**
  * An estimate of countChatTokens without the tokenizer: the chat framing plus a token per 4 bytes of text. Used
  * where an estimate is enough (reserving quota at admission); the real count settles it afterwards.
@@ -105,7 +110,7 @@ const bytesPerToken = 4;
 export function estimateChatTokens(messages: CountableMessage[]): number {
   let total = replyPrimer;
   for (const message of messages) {
-    total += tokensPerMessage + Math.ceil(Buffer.byteLength(message.role) / bytesPerToken) + Math.ceil(Buffer.byteLength(message.text) / bytesPerToken);
+    total += tokensPerMessage + estimateTextTokens(message.role) + estimateTextTokens(message.text);
   }
   return total;
 }

@@ -185,8 +185,9 @@ export class UpstreamPool implements Backend {
   }
 
   /**
-   * The server for the next call, counted in flight until the call ends: of those whose breaker is closed, or whose
-   * cooldown is over and that no probe is testing, the least loaded (see `loadOf`), the next in turn among equals.
+   * The server for the next call, counted in flight until the call ends: one whose cooldown is over and that no probe
+   * is testing, to probe it; otherwise, of those whose breaker is closed, the least loaded (see `loadOf`), the next in
+   * turn among equals.
    * Reasoning answers run from seconds to many minutes, so turns alone pile the long ones on one server while another
    * has finished its own.
    */
@@ -199,6 +200,13 @@ export class UpstreamPool implements Backend {
       const at = (this.next + tried) % count;
       const endpoint = this.endpoints[at] as Endpoint;
       if (endpoint === except || endpoint.openUntil > now || endpoint.probing) continue;
+      // Its cooldown is over: the next call probes it, whatever its load. Its failures, counted as load, would
+      // otherwise keep it out for as long as another server is less busy.
+      if (endpoint.failures >= this.model.breakerFailures) {
+        chosen = endpoint;
+        chosenAt = at;
+        break;
+      }
       if (chosen === undefined || loadOf(endpoint) < loadOf(chosen)) {
         chosen = endpoint;
         chosenAt = at;

@@ -120,3 +120,33 @@ test("a probe that succeeds closes the breaker, for a stream read to its end and
     expect(await codeOf(call("usage-10-5"))).toBeUndefined();
   }
 });
+
+test("a server whose cooldown is over is probed by the next call, for a whole answer and a stream, though the other server is less busy", async () => {
+  for (const kind of ["whole", "stream"] as const) {
+    let now = 0;
+    // The first server refuses connections; breaker_failures = 1, so one failure takes it out.
+    const config = model(["http://127.0.0.1:1/v1", upstream.url]);
+    const pool = new UpstreamPool(config, undefined, () => now);
+    const call = async () => {
+      const asked = requestFor(config, "usage-10-5");
+      if (kind === "whole") return void (await pool.complete({ ...asked, body: { ...asked.body, stream: false } }));
+      const stream = pool.stream(asked);
+      for (let result = await stream.next(); !result.done; result = await stream.next());
+    };
+    // The refused server first (in turn), then the retry on the other.
+    await call();
+    expect(pool.servers().map((server) => [server.state, server.failures])).toEqual([
+      ["out", 1],
+      ["up", 0],
+    ]);
+    await call();
+    expect(pool.servers()[0]?.failures).toBe(1);
+    now += config.breakerCooldownMs + 1;
+    // Its failure, counted as load, must not keep it from its probe: the probe finds it refusing again.
+    await call();
+    expect(pool.servers().map((server) => [server.state, server.failures, server.inFlight])).toEqual([
+      ["out", 2, 0],
+      ["up", 0, 0],
+    ]);
+  }
+});

@@ -2,6 +2,7 @@ import type { SafetyRuleConfig } from "../../config/schema";
 import { reachedUpstream, SluiceError, UpstreamError } from "../../errors";
 import type { StreamedAnswer } from "../../http/sse-response";
 import type { LedgerRow } from "../../ledger/ledger";
+import { LedgerUnavailable } from "../../ledger/not-recorded";
 import type { LedgerStore } from "../../storage/types";
 import { countChatTokens, countTextTokens, estimateChatTokens } from "../../tokens/count";
 import { AdmissionRejected, type Lease } from "../admission/store";
@@ -101,15 +102,7 @@ export class ChatService implements RunSettler {
     const preparing = prepareRequest(request, entry);
     const prepared = preparing instanceof Promise ? await preparing : preparing;
     const promptEstimate = prepared.promptTokens ?? estimateChatTokens(prepared.messages);
-    if (this.deps.ledgerAvailable && !this.deps.ledgerAvailable()) {
-      throw new SluiceError(
-        "server_overloaded",
-        "The gateway cannot record usage right now (its database does not answer), so it takes no requests. Retry shortly.",
-        {
-          retryAfterSeconds: 2,
-        },
-      );
-    }
+    if (this.deps.ledgerAvailable && !this.deps.ledgerAvailable()) throw new LedgerUnavailable();
     let lease: Lease;
     try {
       const admitted = admission.admit(

@@ -1,6 +1,7 @@
 import { ClientGoneError, reachedUpstream, SluiceError } from "../../errors";
+import { LedgerUnavailable } from "../../ledger/not-recorded";
 import type { LedgerStore } from "../../storage/types";
-import { countTexts } from "../../tokens/count";
+import { countTexts, estimateTextTokens } from "../../tokens/count";
 import { ServerShutdown } from "../../upstream/errors";
 import type { Embeddings, Usage } from "../../upstream/types";
 import { AdmissionRejected, type AdmissionStore, type Lease } from "../admission/store";
@@ -32,12 +33,10 @@ export interface EmbeddingsContext {
   record?: RequestRecord;
 }
 
-/** Bytes per token of typical text, for the admission's estimate (as for chat). */
-const bytesPerToken = 4;
-
+/** The input's tokens as admission estimates them (as for chat): one a token id, a token per 4 bytes of text. */
 function estimatedTokens(request: EmbeddingsRequest): number {
   let total = tokenIdsIn(request.input);
-  for (const text of textsOf(request.input)) total += Math.ceil(Buffer.byteLength(text) / bytesPerToken);
+  for (const text of textsOf(request.input)) total += estimateTextTokens(text);
   return total;
 }
 
@@ -84,11 +83,7 @@ export class EmbeddingsService {
     const entry = models.callable(caller, request.model, false);
     const embed = entry.backend.embed?.bind(entry.backend);
     if (!embed) throw new SluiceError("invalid_request", `The model '${request.model}' does not make embeddings.`, { param: "model" });
-    if (this.deps.ledgerAvailable && !this.deps.ledgerAvailable()) {
-      throw new SluiceError("server_overloaded", "The gateway cannot record usage right now (its database does not answer), so it takes no requests.", {
-        retryAfterSeconds: 2,
-      });
-    }
+    if (this.deps.ledgerAvailable && !this.deps.ledgerAvailable()) throw new LedgerUnavailable();
     const model = entry.config;
     let lease: Lease;
     try {
