@@ -23,4 +23,6 @@ export const modelDefaults = {
   queueTimeoutMs: 30_000,
   breakerFailures: 5,
   breakerCooldownMs: 30_000,
+  breakerFailureRate: 0.5,
+  breakerWindow: 20,
 } as const;

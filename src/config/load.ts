@@ -178,6 +178,8 @@ export function resolveConfig(file: unknown): Config {
       idleTimeoutMs: model.idle_timeout_ms,
       breakerFailures: model.breaker_failures ?? modelDefaults.breakerFailures,
       breakerCooldownMs: model.breaker_cooldown_ms ?? modelDefaults.breakerCooldownMs,
+      breakerFailureRate: model.breaker_failure_rate ?? modelDefaults.breakerFailureRate,
+      breakerWindow: model.breaker_window ?? modelDefaults.breakerWindow,
     };
   });
   const seen = new Set<string>();

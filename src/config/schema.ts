@@ -52,6 +52,10 @@ export const ModelConfigSchema = Type.Object(
     breaker_failures: Type.Optional(Type.Integer({ minimum: 1 })),
     /** How long an open breaker keeps an upstream out before one probe request is let through. */
     breaker_cooldown_ms: Type.Optional(milliseconds(1)),
+    /** The share of a server's last `breaker_window` calls that, failed, takes it out while another server is up; 0 = never. */
+    breaker_failure_rate: Type.Optional(Type.Number({ minimum: 0, maximum: 1 })),
+    /** How many of a server's last calls `breaker_failure_rate` is judged over. */
+    breaker_window: Type.Optional(Type.Integer({ minimum: 2, maximum: 1000 })),
   },
   strict,
 );
@@ -160,6 +164,9 @@ export interface ModelConfig {
   idleTimeoutMs: number | undefined;
   breakerFailures: number;
   breakerCooldownMs: number;
+  /** 0: no server is taken out for its failure rate. */
+  breakerFailureRate: number;
+  breakerWindow: number;
 }
 
 export interface PlanConfig {

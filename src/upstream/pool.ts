@@ -4,6 +4,43 @@ import { accessHeaders } from "./endpoint";
 import { OpenAIBackend } from "./openai-backend";
 import type { Backend, BackendRequest, Completion, CompletionEvent, Embeddings, EventStream, ServerHealth, StreamEnding } from "./types";
 
+/** Longest time out, as multiples of `breaker_cooldown_ms`, for a server taken out for its failure rate again and again. */
+const longestOutlierCooldowns = 10;
+
+/** Which of a server's last calls failed, in a ring: a server that fails often but seldom many times in a row. */
+class RecentCalls {
+  private readonly failed: Uint8Array;
+  private at = 0;
+  /** Calls held, up to the window. */
+  calls = 0;
+  failures = 0;
+
+  constructor(private readonly size: number) {
+    this.failed = new Uint8Array(size);
+  }
+
+  add(failure: boolean): void {
+    if (this.calls === this.size) this.failures -= this.failed[this.at] as number;
+    else this.calls++;
+    const value = failure ? 1 : 0;
+    this.failed[this.at] = value;
+    this.failures += value;
+    this.at = this.at + 1 === this.size ? 0 : this.at + 1;
+  }
+
+  /** Whether the window is full and at least `rate` of it failed. */
+  failingAt(rate: number): boolean {
+    return this.calls === this.size && this.failures >= rate * this.size;
+  }
+
+  clear(): void {
+    this.failed.fill(0);
+    this.at = 0;
+    this.calls = 0;
+    this.failures = 0;
+  }
+}
+
 /** One upstream server of a model, with its circuit breaker. */
 class Endpoint {
   failures = 0;
@@ -11,24 +48,63 @@ class Endpoint {
   probing = false;
   /** Calls of this process on this server that have not ended: picked by `pick`, ended through `ended`. */
   inFlight = 0;
+  /** Out for its failure rate (not for failures in a row) since then, until a probe succeeds. */
+  outlier = false;
+  /** Times in a row it was taken out for its failure rate: each keeps it out one cooldown longer. */
+  outlierTimes = 0;
+  readonly recent: RecentCalls;
 
   constructor(
     readonly backend: OpenAIBackend,
     private readonly model: ModelConfig,
     private readonly clock: () => number,
-  ) {}
+    /** Whether a server of the model other than this one takes calls now. */
+    private readonly anotherUp: (endpoint: Endpoint) => boolean,
+  ) {
+    this.recent = new RecentCalls(model.breakerWindow);
+  }
+
+  /** Out, or due a probe before it takes calls again. */
+  get tripped(): boolean {
+    return this.outlier || this.failures >= this.model.breakerFailures;
+  }
 
   private succeeded(): void {
+    if (this.outlier) {
+      // A call sent before it was taken out says nothing new: it succeeds part of the time. Only its probe brings it
+      // back, to be judged afresh on the calls made since.
+      if (!this.probing) return;
+      this.outlier = false;
+      this.recent.clear();
+    } else this.recent.add(false);
     this.failures = 0;
     this.openUntil = 0;
     this.probing = false;
+    if (this.outlierTimes > 0 && this.recent.calls === this.model.breakerWindow && !this.recent.failingAt(this.model.breakerFailureRate)) {
+      this.outlierTimes = 0;
+    }
   }
 
   private failed(error: unknown): void {
+    const probe = this.probing;
     this.probing = false;
     if (!countsAgainstServer(error)) return;
     this.failures++;
-    if (this.failures >= this.model.breakerFailures) this.openUntil = this.clock() + this.model.breakerCooldownMs;
+    this.recent.add(true);
+    if (this.outlier) {
+      // Its probe failed: out again, for longer. A call sent before it was taken out changes nothing.
+      if (probe) this.takeOutForRate();
+    } else if (this.failures >= this.model.breakerFailures) this.openUntil = this.clock() + this.model.breakerCooldownMs;
+    else if (this.model.breakerFailureRate > 0 && this.recent.failingAt(this.model.breakerFailureRate) && this.anotherUp(this)) {
+      this.takeOutForRate();
+    }
+  }
+
+  /** Out for one cooldown more each time in a row (up to `longestOutlierCooldowns`): a flaky server's probe succeeds often. */
+  private takeOutForRate(): void {
+    this.outlier = true;
+    this.outlierTimes = Math.min(this.outlierTimes + 1, longestOutlierCooldowns);
+    this.openUntil = this.clock() + this.model.breakerCooldownMs * this.outlierTimes;
   }
 
   /**
@@ -93,7 +169,8 @@ class PooledStream implements EventStream {
  * A model's upstream servers: each call goes to the healthy server with the fewest calls of this process in flight
  * (in turn among equals), a circuit breaker per server, and one retry on another server when a connection fails before
  * the first byte or a server refuses the request (429, 503). After `breaker_failures` failures in a row a server is
- * left out for `breaker_cooldown_ms`; then one request probes it, and success puts it back.
+ * left out for `breaker_cooldown_ms`, and so is one whose last `breaker_window` calls failed at `breaker_failure_rate`
+ * while another server is up; then one request probes it, and success puts it back.
  */
 export class UpstreamPool implements Backend {
   private readonly endpoints: Endpoint[];
@@ -104,7 +181,8 @@ export class UpstreamPool implements Backend {
     apiKey: string | undefined,
     private readonly clock: () => number = Date.now,
   ) {
-    this.endpoints = model.baseUrls.map((url) => new Endpoint(new OpenAIBackend(model.id, url, accessHeaders(model, apiKey)), model, clock));
+    const anotherUp = (endpoint: Endpoint) => this.endpoints.some((other) => other !== endpoint && !other.tripped && other.openUntil <= this.clock());
+    this.endpoints = model.baseUrls.map((url) => new Endpoint(new OpenAIBackend(model.id, url, accessHeaders(model, apiKey)), model, clock, anotherUp));
   }
 
   complete(request: BackendRequest): Promise<Completion> {
@@ -148,13 +226,16 @@ export class UpstreamPool implements Backend {
     const now = this.clock();
     return this.endpoints.map((endpoint) => {
       const out = endpoint.openUntil > now;
-      const state = out ? "out" : endpoint.probing || endpoint.failures >= this.model.breakerFailures ? "probing" : "up";
+      const state = out ? "out" : endpoint.probing || endpoint.tripped ? "probing" : "up";
       return {
         url: shownUrl(endpoint.backend.baseUrl),
         state,
         failures: endpoint.failures,
         outUntil: out ? endpoint.openUntil : null,
         inFlight: endpoint.inFlight,
+        recentCalls: endpoint.recent.calls,
+        recentFailures: endpoint.recent.failures,
+        outFor: state === "up" ? null : endpoint.outlier ? "failure_rate" : "failures_in_a_row",
       };
     });
   }
@@ -202,7 +283,7 @@ export class UpstreamPool implements Backend {
       if (endpoint === except || endpoint.openUntil > now || endpoint.probing) continue;
       // Its cooldown is over: the next call probes it, whatever its load. Its failures, counted as load, would
       // otherwise keep it out for as long as another server is less busy.
-      if (endpoint.failures >= this.model.breakerFailures) {
+      if (endpoint.tripped) {
         chosen = endpoint;
         chosenAt = at;
         break;
@@ -214,7 +295,7 @@ export class UpstreamPool implements Backend {
     }
     if (chosen !== undefined) {
       this.next = (chosenAt + 1) % count;
-      if (chosen.failures >= this.model.breakerFailures) chosen.probing = true;
+      if (chosen.tripped) chosen.probing = true;
       chosen.inFlight++;
       return chosen;
     }

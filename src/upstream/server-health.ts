@@ -2,8 +2,8 @@
 
 /**
  * One upstream server of a model as its circuit breaker sees it: `up`; `out` until `outUntil` after
- * `breaker_failures` failures in a row; `probing` once that time is over, while one request tests it (or the next
- * one will).
+ * `breaker_failures` failures in a row, or `breaker_failure_rate` of its last `breaker_window` calls failed while
+ * another server was up; `probing` once that time is over, while one request tests it (or the next one will).
  */
 export interface ServerHealth {
   /** The server's base URL without credentials or query. */
@@ -15,4 +15,9 @@ export interface ServerHealth {
   outUntil: number | null;
   /** Calls of this process on the server that have not ended (each instance counts its own). */
   inFlight: number;
+  /** Of its last calls (at most `breaker_window`, since it last came back from being out for its rate), how many ended and how many of those failed. */
+  recentCalls: number;
+  recentFailures: number;
+  /** Why it is out or being tested; null while up. */
+  outFor: "failures_in_a_row" | "failure_rate" | null;
 }

@@ -98,6 +98,10 @@ test("refused with the key named: addresses fetch cannot call, durations past a 
       (key): [unknown, string] => [model({ [key]: 2 ** 31 }), `models[0].${key}`],
     ),
     [{ safety: { timeout_ms: 2 ** 31 } }, "safety.timeout_ms"],
+    [model({ breaker_failure_rate: 1.5 }), "models[0].breaker_failure_rate"],
+    [model({ breaker_failure_rate: -0.1 }), "models[0].breaker_failure_rate"],
+    [model({ breaker_window: 1 }), "models[0].breaker_window"],
+    [model({ breaker_window: 10.5 }), "models[0].breaker_window"],
     [{ plans: [{ id: "p", models: ["*"], tokens_per_month: 2 ** 53 }] }, "plans[0].tokens_per_month"],
     [{ plans: [{ id: "p", models: ["*"], tokens_per_5h: 1e300 }] }, "plans[0].tokens_per_5h"],
     [
@@ -120,6 +124,9 @@ test("refused with the key named: addresses fetch cannot call, durations past a 
     plans: [{ id: "p", models: ["*"], tokens_per_month: Number.MAX_SAFE_INTEGER }],
   });
   expect(largest.models[0]?.timeoutMs).toBe(2 ** 31 - 1);
+  // A failure rate of 0 turns the rate off; the defaults take a server out at half of its last 20 calls.
+  expect(resolveConfig(model({ breaker_failure_rate: 0, breaker_window: 1000 })).models[0]).toMatchObject({ breakerFailureRate: 0, breakerWindow: 1000 });
+  expect(resolveConfig(model({})).models[0]).toMatchObject({ breakerFailureRate: 0.5, breakerWindow: 20 });
   expect(largest.plans[0]?.tokensPerMonth).toBe(Number.MAX_SAFE_INTEGER);
 });
 

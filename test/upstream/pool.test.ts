@@ -32,6 +32,8 @@ function model(baseUrls: string[]): ModelConfig {
     idleTimeoutMs: undefined,
     breakerFailures: 1,
     breakerCooldownMs: 60_000,
+    breakerFailureRate: 0.5,
+    breakerWindow: 20,
   };
 }
 
@@ -148,5 +150,142 @@ test("a server whose cooldown is over is probed by the next call, for a whole an
       ["out", 2, 0],
       ["up", 0, 0],
     ]);
+  }
+});
+
+/** A model server the test steers: each call answers as `mode` says (`alternate`: fails every other call, the first answered). */
+function steeredServer() {
+  const server = {
+    mode: "ok" as "ok" | "fail" | "alternate",
+    calls: 0,
+    failures: 0,
+    listener: Bun.serve({
+      port: 0,
+      fetch() {
+        server.calls++;
+        const fails = server.mode === "fail" || (server.mode === "alternate" && server.calls % 2 === 0);
+        if (fails) {
+          server.failures++;
+          return Response.json({ error: { message: "CUDA error" } }, { status: 500 });
+        }
+        return Response.json({
+          id: "x",
+          object: "chat.completion",
+          created: 1,
+          model: "usage-10-5",
+          choices: [{ index: 0, message: { role: "assistant", content: "ok" }, finish_reason: "stop" }],
+          usage: { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15 },
+        });
+      },
+    }),
+    get url() {
+      return `http://127.0.0.1:${server.listener.port}/v1`;
+    },
+  };
+  return server;
+}
+
+/** `batches` rounds of four whole answers at once (so that both servers take calls), and how many failed. */
+async function callInBatches(pool: UpstreamPool, config: ModelConfig, batches: number): Promise<number> {
+  let failed = 0;
+  for (let batch = 0; batch < batches; batch++) {
+    const asked = requestFor(config, "usage-10-5");
+    const codes = await Promise.all(Array.from({ length: 4 }, () => codeOf(pool.complete({ ...asked, body: { ...asked.body, stream: false } }))));
+    failed += codes.filter((code) => code !== undefined).length;
+  }
+  return failed;
+}
+
+test("a server that fails every other call, never many in a row, is taken out for its failure rate while another server is up", async () => {
+  const flaky = steeredServer();
+  try {
+    const without = { ...model([flaky.url, upstream.url]), breakerFailures: 5, breakerWindow: 10, breakerFailureRate: 0 };
+    flaky.mode = "alternate";
+    // Without the rate: it keeps its share of the calls, and fails half of them.
+    expect(await callInBatches(new UpstreamPool(without, undefined, () => 0), without, 25)).toBeGreaterThanOrEqual(20);
+    expect(flaky.calls).toBeGreaterThanOrEqual(40);
+
+    const callsWithout = flaky.calls;
+    flaky.calls = 0;
+    flaky.failures = 0;
+    const config = { ...without, breakerFailureRate: 0.5 };
+    const pool = new UpstreamPool(config, undefined, () => 0);
+    const failed = await callInBatches(pool, config, 25);
+    // Out once 5 of its last 10 calls failed (a batch's calls already on their way end there too).
+    expect(flaky.calls).toBeLessThanOrEqual(13);
+    expect(failed).toBe(flaky.failures);
+    expect(failed).toBeLessThanOrEqual(7);
+    // A 500 is not sent again: each of the 100 calls reached one server once.
+    expect(upstream.bodies.length + callsWithout + flaky.calls).toBe(200);
+    const [out, good] = pool.servers();
+    expect(out).toMatchObject({ state: "out", outFor: "failure_rate", recentCalls: 10 });
+    expect(out?.recentFailures).toBeGreaterThanOrEqual(5);
+    expect(out?.failures).toBeLessThan(5);
+    expect(good).toMatchObject({ state: "up", outFor: null, recentFailures: 0, inFlight: 0 });
+  } finally {
+    await flaky.listener.stop(true);
+  }
+});
+
+test("two servers that both fail every other call: one is taken out for its rate, never the last one up", async () => {
+  const first = steeredServer();
+  const second = steeredServer();
+  first.mode = "alternate";
+  second.mode = "alternate";
+  try {
+    const config = { ...model([first.url, second.url]), breakerFailures: 5, breakerWindow: 10 };
+    const pool = new UpstreamPool(config, undefined, () => 0);
+    await callInBatches(pool, config, 25);
+    const states = pool.servers().map((server) => server.state);
+    expect(states.filter((state) => state === "up").length).toBe(1);
+    expect(states.filter((state) => state === "out").length).toBe(1);
+    // The one left up answered the rest: half of them.
+    expect(Math.max(first.calls, second.calls)).toBeGreaterThanOrEqual(80);
+  } finally {
+    await first.listener.stop(true);
+    await second.listener.stop(true);
+  }
+});
+
+test("a server out for its rate is probed after the cooldown, longer each time in a row, and back to one cooldown after a clean window", async () => {
+  const flaky = steeredServer();
+  try {
+    let now = 1_000_000;
+    const config = { ...model([flaky.url, upstream.url]), breakerFailures: 5, breakerWindow: 10, breakerCooldownMs: 1000 };
+    const pool = new UpstreamPool(config, undefined, () => now);
+    const outFor = () => (pool.servers()[0]?.outUntil ?? now) - now;
+    flaky.mode = "alternate";
+    await callInBatches(pool, config, 25);
+    expect(outFor()).toBe(1000);
+
+    // The probe succeeds: back, judged afresh.
+    now += 1001;
+    flaky.mode = "ok";
+    const callsBefore = flaky.calls;
+    expect(await callInBatches(pool, config, 1)).toBe(0);
+    expect(flaky.calls).toBeGreaterThan(callsBefore);
+    expect(pool.servers()[0]).toMatchObject({ state: "up", outFor: null });
+    // Failing half its calls again before a clean window: out for two cooldowns.
+    flaky.mode = "alternate";
+    await callInBatches(pool, config, 25);
+    expect(pool.servers()[0]).toMatchObject({ state: "out", outFor: "failure_rate" });
+    expect(outFor()).toBe(2000);
+    // The probe fails: out again at once, for three.
+    now += 2001;
+    flaky.mode = "fail";
+    expect(pool.servers()[0]?.state).toBe("probing");
+    expect(await callInBatches(pool, config, 1)).toBe(1);
+    expect(outFor()).toBe(3000);
+
+    // Back, and a whole window of calls without a failure: the next time out is one cooldown again.
+    now += 3001;
+    flaky.mode = "ok";
+    await callInBatches(pool, config, 12);
+    expect(pool.servers()[0]).toMatchObject({ state: "up", recentCalls: 10, recentFailures: 0 });
+    flaky.mode = "alternate";
+    await callInBatches(pool, config, 25);
+    expect(outFor()).toBe(1000);
+  } finally {
+    await flaky.listener.stop(true);
   }
 });

@@ -114,6 +114,74 @@ describe("several upstreams per model", () => {
     }
   });
 
+  test("a server that fails every other call is taken out for its failure rate: the callers' failures stop, the metrics and the model list say why", async () => {
+    let calls = 0;
+    let failures = 0;
+    const flaky = Bun.serve({
+      port: 0,
+      async fetch(request) {
+        const body = (await request.json()) as { model: string };
+        calls++;
+        if (calls % 2 === 0) {
+          failures++;
+          return Response.json({ error: { message: "CUDA error" } }, { status: 500 });
+        }
+        return fetch(`${upstream.url}/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+      },
+    });
+    const flakyUrl = `http://127.0.0.1:${flaky.port}/v1`;
+    try {
+      for (const rate of [0, 0.5]) {
+        calls = 0;
+        failures = 0;
+        const model = {
+          id: "m",
+          backend: "openai",
+          base_url: [flakyUrl, upstream.url],
+          upstream_model: "usage-10-5",
+          breaker_window: 10,
+          breaker_failure_rate: rate,
+        };
+        await withModels([model], async (sluice) => {
+          const openai = sluice.client();
+          let failed = 0;
+          for (let batch = 0; batch < 30; batch++) {
+            const answers = await Promise.allSettled(
+              Array.from({ length: 4 }, (_, index) =>
+                openai.chat.completions.create({ model: "m", messages: [{ role: "user", content: "hi" }], stream: index % 2 === 1 }).then(async (answer) => {
+                  if (Symbol.asyncIterator in answer) for await (const _ of answer);
+                }),
+              ),
+            );
+            failed += answers.filter((answer) => answer.status === "rejected").length;
+          }
+          expect(failed).toBe(failures);
+          if (rate === 0) {
+            // Without the rate: about half of its share of the 120 calls failed.
+            expect(failures).toBeGreaterThanOrEqual(20);
+            return;
+          }
+          expect(failures).toBeLessThanOrEqual(7);
+          expect(calls).toBeLessThanOrEqual(14);
+          const [health] = sluice.server.models.servers();
+          expect(health?.servers[0]).toMatchObject({ url: flakyUrl, state: "out", outFor: "failure_rate", recentCalls: 10 });
+          expect(health?.servers[1]).toMatchObject({ url: upstream.url, state: "up", outFor: null, recentFailures: 0 });
+          const metrics = await (await fetch(`${sluice.url}/metrics`)).text();
+          expect(metrics).toContain(`sluice_upstream_server_up{model="m",server="${flakyUrl}"} 0`);
+          const ratio = new RegExp(
+            `^sluice_upstream_server_recent_failure_ratio\\{model="m",server="${flakyUrl.replaceAll(".", "\\.")}"\\} ([0-9.]+)$`,
+            "m",
+          ).exec(metrics);
+          expect(Number(ratio?.[1])).toBeGreaterThanOrEqual(0.5);
+          expect(metrics).toContain(`sluice_upstream_server_recent_failure_ratio{model="m",server="${upstream.url}"} 0`);
+          expect(sluice.ledgerRows().length).toBe(120);
+        });
+      }
+    } finally {
+      await flaky.stop(true);
+    }
+  });
+
   test("400 concurrent calls over two servers, streams left by their clients, refusals and failures among them: spread over both, every count back to 0", async () => {
     const other = startFakeUpstream();
     try {

@@ -154,6 +154,18 @@ export class Metrics {
         for (const { model, servers } of upstreams()) for (const server of servers) gauge.set({ model, server: server.url }, server.inFlight);
       },
     );
+    new Gauge(
+      this.registry,
+      "sluice_upstream_server_recent_failure_ratio",
+      "Of each upstream server's last calls (breaker_window), the share that failed; at breaker_failure_rate it is taken out while another server is up",
+      ["model", "server"],
+      (gauge) => {
+        gauge.clear();
+        for (const { model, servers } of upstreams()) {
+          for (const server of servers) gauge.set({ model, server: server.url }, server.recentCalls === 0 ? 0 : server.recentFailures / server.recentCalls);
+        }
+      },
+    );
     new Gauge(this.registry, "sluice_in_flight", "Requests holding an upstream slot, by model", ["model"], (gauge) => {
       for (const [model, queue] of queues) gauge.set({ model }, queue.stats().active);
     });

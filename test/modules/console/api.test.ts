@@ -260,7 +260,9 @@ describe("usage and operator", () => {
     expect((await operator.json("POST", `/operator/organizations/${target.id}`, { status: "sleeping" })).status).toBe(400);
     expect((await operator.json("POST", "/operator/organizations/org_missing", { status: "active" })).status).toBe(404);
     const models = async () => (await operator.json<Record<string, unknown>[]>("GET", "/operator/models")).body;
-    const servers = [{ url: server.upstream.url, state: "up", failures: 0, outUntil: null, inFlight: 0 }];
+    const servers = [
+      { url: server.upstream.url, state: "up", failures: 0, outUntil: null, inFlight: 0, recentCalls: expect.any(Number), recentFailures: 0, outFor: null },
+    ];
     expect(await models()).toEqual([
       { id: "m", backend: "openai", enabled: true, fallbacks: [], active: 0, queued: 0, maxConcurrency: null, queueSize: 100, servers },
     ]);

@@ -321,10 +321,12 @@ function UsagePage() {
 
 function serverStateText(server: ServerHealth): string {
   const failures = server.failures > 0 ? `, ${server.failures} failure${server.failures === 1 ? "" : "s"} in a row` : "";
+  const recent = server.recentFailures > 0 ? `, ${server.recentFailures} of its last ${server.recentCalls} calls failed` : "";
   const busy = server.inFlight > 0 ? `, ${server.inFlight} in flight` : "";
-  if (server.state === "out") return `out until ${new Date(server.outUntil as number).toLocaleTimeString()}${failures}${busy}`;
-  if (server.state === "probing") return `being tested${failures}${busy}`;
-  return `up${busy}${failures}`;
+  const cause = server.outFor === "failure_rate" ? " for its failure rate" : "";
+  if (server.state === "out") return `out${cause} until ${new Date(server.outUntil as number).toLocaleTimeString()}${failures}${recent}${busy}`;
+  if (server.state === "probing") return `being tested${cause}${failures}${recent}${busy}`;
+  return `up${busy}${failures}${recent}`;
 }
 
 /** An operator adds a member account to an organization (the only way in where sign-up is closed). */
