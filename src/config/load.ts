@@ -120,22 +120,33 @@ function resolveSafety(safety: ConfigFile["safety"]): SafetyConfig {
 }
 
 /**
- * A model's fallbacks name other models by id, each once. An alias is refused with the id it stands for, so that the
- * file says which model takes over. A fallback's own fallbacks are not followed, so no chain can loop.
+ * A model's fallbacks and context fallbacks name other models by id, each once; a context fallback has a larger
+ * context window. An alias is refused with the id it stands for, so that the file says which model takes over. A
+ * fallback's own fallbacks are not followed, so no chain can loop.
  */
 function checkFallbacks(models: ModelConfig[]): void {
   const byAlias = new Map(models.flatMap((model) => model.aliases.map((alias) => [alias, model.id] as const)));
-  const ids = new Set(models.map((model) => model.id));
+  const byId = new Map(models.map((model) => [model.id, model]));
   for (const model of models) {
-    const listed = new Set<string>();
-    for (const fallback of model.fallbacks) {
-      const where = `models "${model.id}": fallback "${fallback}"`;
-      const aliased = byAlias.get(fallback);
-      if (fallback === model.id || aliased === model.id) throw new ConfigError(`${where} is the model itself`);
-      if (aliased !== undefined) throw new ConfigError(`${where} is an alias: name the model by its id, "${aliased}"`);
-      if (!ids.has(fallback)) throw new ConfigError(`${where} is not a configured model`);
-      if (listed.has(fallback)) throw new ConfigError(`${where} is listed twice`);
-      listed.add(fallback);
+    for (const [key, list] of [
+      ["fallback", model.fallbacks],
+      ["context fallback", model.contextFallbacks],
+    ] as const) {
+      const listed = new Set<string>();
+      for (const fallback of list) {
+        const where = `models "${model.id}": ${key} "${fallback}"`;
+        const aliased = byAlias.get(fallback);
+        if (fallback === model.id || aliased === model.id) throw new ConfigError(`${where} is the model itself`);
+        if (aliased !== undefined) throw new ConfigError(`${where} is an alias: name the model by its id, "${aliased}"`);
+        const target = byId.get(fallback);
+        if (!target) throw new ConfigError(`${where} is not a configured model`);
+        if (listed.has(fallback)) throw new ConfigError(`${where} is listed twice`);
+        // It would never take a request: one too long for this model is too long for it.
+        if (list === model.contextFallbacks && target.contextWindow <= model.contextWindow) {
+          throw new ConfigError(`${where} has a context window of ${target.contextWindow}, not larger than the model's ${model.contextWindow}`);
+        }
+        listed.add(fallback);
+      }
     }
   }
 }
@@ -159,6 +170,7 @@ export function resolveConfig(file: unknown): Config {
       id: model.id,
       aliases: model.aliases ?? [],
       fallbacks: model.fallbacks ?? [],
+      contextFallbacks: model.context_fallbacks ?? [],
       backend: model.backend,
       baseUrls: (typeof model.base_url === "string" ? [model.base_url] : (model.base_url ?? [])).map((url) => url.replace(/\/+$/, "")),
       upstreamModel: model.upstream_model ?? model.id,

@@ -20,6 +20,8 @@ export const ModelConfigSchema = Type.Object(
     aliases: Type.Optional(Type.Array(Type.String({ minLength: 1 }))),
     /** Models (by id) tried in order when this one cannot take a request now: down, busy, or its queue full. */
     fallbacks: Type.Optional(Type.Array(Type.String({ minLength: 1 }))),
+    /** Models (by id, each with a larger context window) tried in order for a request too long for this one. */
+    context_fallbacks: Type.Optional(Type.Array(Type.String({ minLength: 1 }))),
     backend: Type.Union([Type.Literal("openai"), Type.Literal("demo")]),
     /** One upstream, or several: each call to the least busy healthy one. */
     base_url: Type.Optional(Type.Union([Type.String({ minLength: 1 }), Type.Array(Type.String({ minLength: 1 }), { minItems: 1 })])),
@@ -139,6 +141,8 @@ export interface ModelConfig {
   aliases: string[];
   /** Model ids tried in order when this model cannot take a request now (see ChatService's fallBack). */
   fallbacks: string[];
+  /** Model ids, each with a larger context window, tried in order for a request too long for this one. */
+  contextFallbacks: string[];
   backend: "openai" | "demo";
   /** Empty for the demo backend. */
   baseUrls: string[];

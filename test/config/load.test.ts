@@ -86,6 +86,29 @@ test("fallbacks: other models by id, each once; refused otherwise with the model
   }
 });
 
+test("context fallbacks: other models by id, each once, each with a larger context window; refused otherwise", () => {
+  const models = (contextFallbacks: string[]) => ({
+    models: [
+      { id: "a", backend: "demo", aliases: ["alpha"], context_window: 8192, context_fallbacks: contextFallbacks },
+      { id: "b", backend: "demo", aliases: ["beta"], context_window: 131_072 },
+      { id: "c", backend: "demo", context_window: 8192 },
+      { id: "d", backend: "demo", context_window: 65_536 },
+    ],
+  });
+  expect(resolveConfig(models(["d", "b"])).models.map((model) => model.contextFallbacks)).toEqual([["d", "b"], [], [], []]);
+  const cases: [string[], string][] = [
+    [["a"], 'models "a": context fallback "a" is the model itself'],
+    [["beta"], 'models "a": context fallback "beta" is an alias: name the model by its id, "b"'],
+    [["e"], 'models "a": context fallback "e" is not a configured model'],
+    [["b", "b"], 'models "a": context fallback "b" is listed twice'],
+    [["c"], 'models "a": context fallback "c" has a context window of 8192, not larger than the model\'s 8192'],
+  ];
+  for (const [contextFallbacks, named] of cases) {
+    expect(() => resolveConfig(models(contextFallbacks))).toThrow(ConfigError);
+    expect(() => resolveConfig(models(contextFallbacks))).toThrow(named);
+  }
+});
+
 test("refused with the key named: addresses fetch cannot call, durations past a timer's 32 bits, quotas past exact integers, two plans of one id", () => {
   const model = (fields: Record<string, unknown>) => ({ models: [{ id: "a", backend: "openai", base_url: "http://127.0.0.1:8000/v1", ...fields }] });
   const cases: [unknown, string][] = [

@@ -12,6 +12,7 @@ function model(baseUrls: string[]): ModelConfig {
     id: "m",
     aliases: [],
     fallbacks: [],
+    contextFallbacks: [],
     backend: "openai",
     baseUrls,
     upstreamModel: "usage-10-5",

@@ -1,5 +1,5 @@
 import type { ModelConfig } from "../../config/schema";
-import { invalidRequest } from "../../errors";
+import { invalidRequest, SluiceError, UpstreamError } from "../../errors";
 import { chatTokensUpperBound, countChatTokens, type CountableMessage } from "../../tokens/count";
 import { textOfContent } from "../../tokens/text";
 import type { ModelEntry } from "../models/registry";
@@ -24,13 +24,22 @@ export interface PreparedRequest {
   upstreamBody: Record<string, unknown>;
 }
 
+/** 400 for a request that leaves no room in its model's context window: a context fallback may take it. */
+class ContextTooLong extends SluiceError {}
+
 function contextTooLong(model: ModelConfig, promptTokens: number, completionTokens: number) {
-  return invalidRequest(
+  return new ContextTooLong(
+    "invalid_request",
     `This model's maximum context length is ${model.contextWindow} tokens. However, you requested ` +
       `${promptTokens + completionTokens} tokens (${promptTokens} in the messages, ${completionTokens} in the completion). ` +
       "Please reduce the length of the messages or completion.",
-    "messages",
+    { param: "messages" },
   );
+}
+
+/** Whether a failure says the request is too long for its model: Sluice's own count, or the upstream's 400 saying so. */
+export function isContextTooLong(error: unknown): boolean {
+  return error instanceof ContextTooLong || (error instanceof UpstreamError && error.code === "invalid_request" && error.param === "messages");
 }
 
 /**

@@ -42,8 +42,8 @@ export interface Run {
   startedAt: number;
   /** Set at the first streamed token: milliseconds since `startedAt`. */
   firstTokenMs?: number;
-  /** The fallbacks not yet tried: listed when the first model fails. */
-  fallbacks?: ModelEntry[];
+  /** The models the request was sent to or refused by, so that no fallback is tried twice. */
+  tried?: ModelEntry[];
   /** What the request is billed: set when it is settled. */
   billed?: Usage;
 }

@@ -12,14 +12,14 @@ import { deferRecord, noteBilled, type RequestRecord } from "../observability/re
 import type { Completion, CompletionEvent, EventStream, Usage } from "../../upstream/types";
 import type { AdmissionStore } from "../admission/store";
 import type { Caller } from "../auth/service";
-import type { ModelRegistry } from "../models/registry";
+import type { ModelAccess, ModelRegistry } from "../models/registry";
 import type { Queue } from "../queue/model-queue";
 import { refusalText } from "../safety/rules";
 import type { SafetyService } from "../safety/service";
 import { type MeasuredUsage, UsageMeter } from "./meter";
 import type { ChatRequest } from "./model";
 import { Permit } from "./permit";
-import { prepareRequest, type PreparedRequest } from "./prepare";
+import { isContextTooLong, prepareRequest, type PreparedRequest } from "./prepare";
 import type { AnswerFormat, ResponseIdentity } from "./format";
 import { FixedAnswer, StreamRelay } from "./relay";
 import { asCallerError, completedEnding, type Ending, outcomeOf, type Run, type RunSettler } from "./run";
@@ -98,9 +98,14 @@ export class ChatService implements RunSettler {
     const caller = context.caller;
     const plan = caller.plan;
     const entry = models.callable(caller, request.model);
-    // Each step below answers at once when it can: awaiting a value that is not a promise still costs a turn.
-    const preparing = prepareRequest(request, entry);
-    const prepared = preparing instanceof Promise ? await preparing : preparing;
+    let prepared: PreparedRequest;
+    try {
+      // Each step below answers at once when it can: awaiting a value that is not a promise still costs a turn.
+      const preparing = prepareRequest(request, entry);
+      prepared = preparing instanceof Promise ? await preparing : preparing;
+    } catch (error) {
+      prepared = await this.toLargerContext(request, caller, error);
+    }
     const promptEstimate = prepared.promptTokens ?? estimateChatTokens(prepared.messages);
     if (this.deps.ledgerAvailable && !this.deps.ledgerAvailable()) throw new LedgerUnavailable();
     let lease: Lease;
@@ -122,7 +127,7 @@ export class ChatService implements RunSettler {
       throw error;
     }
     const identity: ResponseIdentity = { requestId: context.requestId, created: Math.floor(clock() / 1000), model: prepared.modelName };
-    // A disabled model's fallback took the request before it was admitted.
+    // A disabled model's fallback, or a context fallback, took the request before it was admitted.
     if (prepared.modelName !== request.model) this.noteFallback(context, models.idOf(request.model) ?? request.model, prepared.modelId);
     try {
       // The red-line check comes before the request takes a queue place or reaches the upstream.
@@ -232,7 +237,7 @@ export class ChatService implements RunSettler {
       throw asCallerError(error);
     }
     run.request = undefined;
-    run.fallbacks = undefined;
+    run.tried = undefined;
     deferRecord(context.record);
     const encoder = run.format.stream(run.identity, { includeUsage: run.prepared.includeUsage, promptTokens: run.promptEstimate });
     const answer = new StreamRelay(this, run, encoder, events, first, this.deps.safety.outputMonitor());
@@ -240,30 +245,57 @@ export class ChatService implements RunSettler {
   }
 
   /**
-   * Moves a request whose model could not take it to the model's next fallback, and resolves once that one holds a
-   * slot for it; rethrows `error` when there is none to move to. A model cannot take a request when it is disabled
-   * (see ModelRegistry.callable), its queue is full or its wait too long (503 server_overloaded), every server is out
-   * or refuses it (503 model_unavailable), or the call failed before the first byte of an answer in a way worth
-   * retrying (502 upstream_error: connection, 5xx, garbage). Never once the caller left, the server began its
-   * shutdown or the model's time limit passed (the request's signal fired), nor for the caller's own mistakes (4xx),
-   * nor once anything was produced. A fallback that the request does not fit (its prompt or `max_tokens`) or whose
-   * queue is full is passed over. The lease stays: the quotas admitted the request once.
+   * A request too long for its model (`error`), prepared for the first of the asked model's context fallbacks (also
+   * when it is disabled and its fallback was too small: never a fallback's own) that it fits and the caller may use;
+   * rethrows `error` when none does, or when the error is another.
+   */
+  private async toLargerContext(request: ChatRequest, caller: ModelAccess, error: unknown): Promise<PreparedRequest> {
+    const asked = this.deps.models.named(request.model);
+    if (!isContextTooLong(error) || asked === undefined) throw error;
+    for (const larger of this.deps.models.fallbacksOf(caller, asked, asked.config.contextFallbacks)) {
+      try {
+        return await prepareRequest(request, larger);
+      } catch {
+        // Too long for this one too, or its output limit too small for the request's: the next.
+      }
+    }
+    throw error;
+  }
+
+  /**
+   * Moves a request whose model could not take it to another model, and resolves once that one holds a slot for it;
+   * rethrows `error` when there is none to move to.
+   * - To the next of the asked model's fallbacks when the model cannot take it now: it is disabled (see
+   *   ModelRegistry.callable), its queue is full or its wait too long (503 server_overloaded), every server is out or
+   *   refuses it (503 model_unavailable), or the call failed before the first byte of an answer in a way worth retrying
+   *   (502 upstream_error: connection, 5xx, garbage). A request already on a context fallback tries the rest of those
+   *   first.
+   * - To the next of its context fallbacks when the upstream said the request is too long for the model (its own
+   *   count of the prompt can be larger than Sluice's).
+   * Never once the caller left, the server began its shutdown or the model's time limit passed (the request's signal
+   * fired), nor for the caller's other mistakes (4xx), nor once anything was produced, nor to a model already tried. A
+   * fallback that the request does not fit (its prompt or `max_tokens`) or whose queue is full is passed over. The
+   * lease stays: the quotas admitted the request once.
    */
   private async fallBack(run: Run, error: unknown): Promise<void> {
     const signal = run.context.abort.signal;
     const request = run.request;
-    if (request === undefined || !movesToFallback(error, signal) || run.meter.producedAnything()) throw error;
-    if (run.fallbacks === undefined) {
-      // The fallbacks of the model asked for, also when a disabled model's first fallback failed: never a
-      // fallback's own.
-      const asked = this.deps.models.named(request.model);
-      if (asked === undefined || asked.config.fallbacks.length === 0) throw error;
-      const fallbacks = this.deps.models.fallbacksOf(run.context.caller, asked);
-      run.fallbacks = fallbacks.slice(fallbacks.indexOf(run.prepared.entry) + 1);
-    }
+    const tooLong = isContextTooLong(error);
+    if (request === undefined || signal.aborted || !(tooLong || movesToFallback(error, signal)) || run.meter.producedAnything()) throw error;
+    // The lists of the model asked for, also when a disabled model's first fallback failed: never a fallback's own.
+    const asked = this.deps.models.named(request.model);
+    if (asked === undefined) throw error;
+    const caller = run.context.caller;
+    const larger = this.deps.models.fallbacksOf(caller, asked, asked.config.contextFallbacks);
+    const onLarger = larger.includes(run.prepared.entry);
+    const candidates = tooLong ? larger : onLarger ? [...larger, ...this.deps.models.fallbacksOf(caller, asked)] : this.deps.models.fallbacksOf(caller, asked);
+    if (candidates.length === 0) throw error;
+    const tried = (run.tried ??= [run.prepared.entry]);
     run.permit.vacate();
-    const organizationId = run.context.caller.organizationId;
-    for (let entry = run.fallbacks.shift(); entry !== undefined; entry = run.fallbacks.shift()) {
+    const organizationId = caller.organizationId;
+    for (const entry of candidates) {
+      if (tried.includes(entry)) continue;
+      tried.push(entry);
       const queue = this.deps.queues.get(entry.config.id);
       if (!queue) continue;
       let prepared: PreparedRequest;

@@ -317,6 +317,7 @@ export class ConsoleService {
       backend: model.backend,
       enabled: model.enabled,
       fallbacks: model.fallbacks,
+      contextFallbacks: model.contextFallbacks,
       ...(this.deps.queues.get(model.id)?.stats() ?? { active: 0, queued: 0 }),
       // The limits in force, as the last (re)loaded configuration set them.
       maxConcurrency: model.maxConcurrency ?? null,

@@ -85,12 +85,12 @@ export class ModelRegistry {
   }
 
   /**
-   * A model's fallbacks, in their configured order, that are enabled and that the caller may use: a fallback never
-   * reaches a model the caller's plan or key leaves out.
+   * A model's fallbacks (or, given, its context fallbacks), in their configured order, that are enabled and that the
+   * caller may use: a fallback never reaches a model the caller's plan or key leaves out.
    */
-  fallbacksOf(access: ModelAccess, entry: ModelEntry): ModelEntry[] {
+  fallbacksOf(access: ModelAccess, entry: ModelEntry, ids: readonly string[] = entry.config.fallbacks): ModelEntry[] {
     const fallbacks: ModelEntry[] = [];
-    for (const id of entry.config.fallbacks) {
+    for (const id of ids) {
       const fallback = this.entries.get(id);
       if (fallback?.config.enabled && this.allowed(access, id)) fallbacks.push(fallback);
     }

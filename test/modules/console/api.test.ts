@@ -264,7 +264,7 @@ describe("usage and operator", () => {
       { url: server.upstream.url, state: "up", failures: 0, outUntil: null, inFlight: 0, recentCalls: expect.any(Number), recentFailures: 0, outFor: null },
     ];
     expect(await models()).toEqual([
-      { id: "m", backend: "openai", enabled: true, fallbacks: [], active: 0, queued: 0, maxConcurrency: null, queueSize: 100, servers },
+      { id: "m", backend: "openai", enabled: true, fallbacks: [], contextFallbacks: [], active: 0, queued: 0, maxConcurrency: null, queueSize: 100, servers },
     ]);
     // The limits in force: a reloaded configuration's, at once.
     const plans = [

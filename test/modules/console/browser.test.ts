@@ -12,7 +12,11 @@ import { fakeModel, repositoryRoot, startSluice, testActor, type TestSluice } fr
 
 const artifacts = join(repositoryRoot, "test/artifacts");
 const configFile = (signUp: boolean): ConfigFile => ({
-  models: [fakeModel(upstream.url, "qwen3", "usage-12-30", { fallbacks: ["qwen3-mini"] }), fakeModel(upstream.url, "qwen3-mini", "usage-12-30")],
+  models: [
+    fakeModel(upstream.url, "qwen3", "usage-12-30", { fallbacks: ["qwen3-mini"], context_fallbacks: ["qwen3-long"] }),
+    fakeModel(upstream.url, "qwen3-mini", "usage-12-30"),
+    fakeModel(upstream.url, "qwen3-long", "usage-12-30", { context_window: 131_072 }),
+  ],
   plans: [{ id: "default", models: ["*"], tokens_per_5h: 200_000, tokens_per_month: 5_000_000 }],
   console: { sign_up: signUp },
 });
@@ -87,7 +91,7 @@ test("sign up, waitlist, operator activates, sign in, create a key, use it, usag
   await visible(operator.getByTestId("org-Dana Labs").getByText("active"));
   // Each model's upstream servers, as their circuit breakers see them.
   await visible(operator.getByTestId("server-qwen3").getByText(`${upstream.url}: up`));
-  await visible(operator.getByTestId("fallbacks-qwen3").getByText("qwen3-mini"));
+  await visible(operator.getByTestId("fallbacks-qwen3").getByText("qwen3-mini; too long: qwen3-long"));
   await visible(operator.getByTestId("fallbacks-qwen3-mini").getByText("none"));
   await shot(operator, "03-operator-organizations");
 

@@ -319,6 +319,12 @@ function UsagePage() {
   );
 }
 
+function fallbacksText(model: { fallbacks: string[]; contextFallbacks: string[] }): string {
+  const parts = model.fallbacks.length === 0 ? [] : [model.fallbacks.join(", ")];
+  if (model.contextFallbacks.length > 0) parts.push(`too long: ${model.contextFallbacks.join(", ")}`);
+  return parts.length === 0 ? "none" : parts.join("; ");
+}
+
 function serverStateText(server: ServerHealth): string {
   const failures = server.failures > 0 ? `, ${server.failures} failure${server.failures === 1 ? "" : "s"} in a row` : "";
   const recent = server.recentFailures > 0 ? `, ${server.recentFailures} of its last ${server.recentCalls} calls failed` : "";
@@ -377,6 +383,7 @@ function Operator() {
       backend: string;
       enabled: boolean;
       fallbacks: string[];
+      contextFallbacks: string[];
       active: number;
       queued: number;
       maxConcurrency: number | null;
@@ -533,7 +540,7 @@ function Operator() {
                           </div>
                         ))}
                   </td>
-                  <td data-testid={`fallbacks-${model.id}`}>{model.fallbacks.length === 0 ? "none" : model.fallbacks.join(", ")}</td>
+                  <td data-testid={`fallbacks-${model.id}`}>{fallbacksText(model)}</td>
                 </tr>
               ))}
             </tbody>
