@@ -290,7 +290,8 @@ export class ChatService implements RunSettler {
     const onLarger = larger.includes(run.prepared.entry);
     const candidates = tooLong ? larger : onLarger ? [...larger, ...this.deps.models.fallbacksOf(caller, asked)] : this.deps.models.fallbacksOf(caller, asked);
     if (candidates.length === 0) throw error;
-    const tried = (run.tried ??= [run.prepared.entry]);
+    run.tried ??= [run.prepared.entry];
+    const tried = run.tried;
     run.permit.vacate();
     const organizationId = caller.organizationId;
     for (const entry of candidates) {
