@@ -25,4 +25,6 @@ export const modelDefaults = {
   breakerCooldownMs: 30_000,
   breakerFailureRate: 0.5,
   breakerWindow: 20,
+  routing: "least_busy",
+  affinitySlack: 4,
 } as const;

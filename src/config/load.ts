@@ -192,6 +192,8 @@ export function resolveConfig(file: unknown): Config {
       breakerCooldownMs: model.breaker_cooldown_ms ?? modelDefaults.breakerCooldownMs,
       breakerFailureRate: model.breaker_failure_rate ?? modelDefaults.breakerFailureRate,
       breakerWindow: model.breaker_window ?? modelDefaults.breakerWindow,
+      routing: model.routing ?? modelDefaults.routing,
+      affinitySlack: model.affinity_slack ?? modelDefaults.affinitySlack,
     };
   });
   const seen = new Set<string>();

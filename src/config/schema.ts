@@ -58,6 +58,10 @@ export const ModelConfigSchema = Type.Object(
     breaker_failure_rate: Type.Optional(Type.Number({ minimum: 0, maximum: 1 })),
     /** How many of a server's last calls `breaker_failure_rate` is judged over. */
     breaker_window: Type.Optional(Type.Integer({ minimum: 2, maximum: 1000 })),
+    /** How a call chooses among several servers: the least busy, or a conversation's own server (its prefix cache). */
+    routing: Type.Optional(Type.Union([Type.Literal("least_busy"), Type.Literal("affinity")])),
+    /** Calls in flight a conversation's server may have beyond the least busy one before a call goes there instead. */
+    affinity_slack: Type.Optional(Type.Integer({ minimum: 0, maximum: 100_000 })),
   },
   strict,
 );
@@ -171,6 +175,8 @@ export interface ModelConfig {
   /** 0: no server is taken out for its failure rate. */
   breakerFailureRate: number;
   breakerWindow: number;
+  routing: "least_busy" | "affinity";
+  affinitySlack: number;
 }
 
 export interface PlanConfig {

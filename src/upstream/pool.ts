@@ -1,5 +1,6 @@
 import type { ModelConfig } from "../config/schema";
 import { SluiceError, UpstreamError } from "../errors";
+import { affinityWeight } from "./affinity";
 import { accessHeaders } from "./endpoint";
 import { OpenAIBackend } from "./openai-backend";
 import type { Backend, BackendRequest, Completion, CompletionEvent, Embeddings, EventStream, ServerHealth, StreamEnding } from "./types";
@@ -53,6 +54,12 @@ class Endpoint {
   /** Times in a row it was taken out for its failure rate: each keeps it out one cooldown longer. */
   outlierTimes = 0;
   readonly recent: RecentCalls;
+  /** Its address as a number, for rendezvous hashing (see affinityWeight). */
+  readonly seed: number;
+  /** Calls sent here because their conversation prefers this server (routing = "affinity"). */
+  affinityCalls = 0;
+  /** Calls whose conversation prefers this server that went to a less busy one. */
+  affinityMovedAway = 0;
 
   constructor(
     readonly backend: OpenAIBackend,
@@ -62,6 +69,7 @@ class Endpoint {
     private readonly anotherUp: (endpoint: Endpoint) => boolean,
   ) {
     this.recent = new RecentCalls(model.breakerWindow);
+    this.seed = Bun.hash.xxHash32(backend.baseUrl);
   }
 
   /** Out, or due a probe before it takes calls again. */
@@ -188,7 +196,7 @@ export class UpstreamPool implements Backend {
   complete(request: BackendRequest): Promise<Completion> {
     let first: Endpoint;
     try {
-      first = this.pick(undefined);
+      first = this.pick(undefined, request.affinity);
     } catch (error) {
       return Promise.reject(error);
     }
@@ -236,6 +244,8 @@ export class UpstreamPool implements Backend {
         recentCalls: endpoint.recent.calls,
         recentFailures: endpoint.recent.failures,
         outFor: state === "up" ? null : endpoint.outlier ? "failure_rate" : "failures_in_a_row",
+        affinityCalls: endpoint.affinityCalls,
+        affinityMovedAway: endpoint.affinityMovedAway,
       };
     });
   }
@@ -249,7 +259,7 @@ export class UpstreamPool implements Backend {
   firstRead(stream: PooledStream): Promise<IteratorResult<CompletionEvent[], void>> {
     let first: Endpoint;
     try {
-      first = this.pick(undefined);
+      first = this.pick(undefined, stream.request.affinity);
     } catch (error) {
       return Promise.reject(error);
     }
@@ -268,33 +278,44 @@ export class UpstreamPool implements Backend {
   /**
    * The server for the next call, counted in flight until the call ends: one whose cooldown is over and that no probe
    * is testing, to probe it; otherwise, of those whose breaker is closed, the least loaded (see `loadOf`), the next in
-   * turn among equals.
-   * Reasoning answers run from seconds to many minutes, so turns alone pile the long ones on one server while another
-   * has finished its own.
+   * turn among equals. Reasoning answers run from seconds to many minutes, so turns alone pile the long ones on one
+   * server while another has finished its own. With an `affinity` (routing = "affinity"), the server its conversation
+   * prefers, unless that one has more than `affinity_slack` calls beyond the least loaded.
    */
-  private pick(except: Endpoint | undefined): Endpoint {
+  private pick(except: Endpoint | undefined, affinity?: number): Endpoint {
     const now = this.clock();
     const count = this.endpoints.length;
-    let chosen: Endpoint | undefined;
-    let chosenAt = 0;
+    let probe: Endpoint | undefined;
+    let least: Endpoint | undefined;
+    let preferred: Endpoint | undefined;
+    let preferredWeight = -1;
     for (let tried = 0; tried < count; tried++) {
-      const at = (this.next + tried) % count;
-      const endpoint = this.endpoints[at] as Endpoint;
+      const endpoint = this.endpoints[(this.next + tried) % count] as Endpoint;
       if (endpoint === except || endpoint.openUntil > now || endpoint.probing) continue;
       // Its cooldown is over: the next call probes it, whatever its load. Its failures, counted as load, would
       // otherwise keep it out for as long as another server is less busy.
       if (endpoint.tripped) {
-        chosen = endpoint;
-        chosenAt = at;
-        break;
+        probe ??= endpoint;
+        continue;
       }
-      if (chosen === undefined || loadOf(endpoint) < loadOf(chosen)) {
-        chosen = endpoint;
-        chosenAt = at;
+      if (least === undefined || loadOf(endpoint) < loadOf(least)) least = endpoint;
+      if (affinity !== undefined) {
+        const weight = affinityWeight(affinity, endpoint.seed);
+        if (weight > preferredWeight) {
+          preferred = endpoint;
+          preferredWeight = weight;
+        }
       }
     }
+    let chosen = probe ?? least;
+    if (probe === undefined && preferred !== undefined && least !== undefined) {
+      if (loadOf(preferred) <= loadOf(least) + this.model.affinitySlack) {
+        chosen = preferred;
+        preferred.affinityCalls++;
+      } else preferred.affinityMovedAway++;
+    }
     if (chosen !== undefined) {
-      this.next = (chosenAt + 1) % count;
+      this.next = (this.endpoints.indexOf(chosen) + 1) % count;
       if (chosen.tripped) chosen.probing = true;
       chosen.inFlight++;
       return chosen;

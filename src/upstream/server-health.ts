@@ -20,4 +20,8 @@ export interface ServerHealth {
   recentFailures: number;
   /** Why it is out or being tested; null while up. */
   outFor: "failures_in_a_row" | "failure_rate" | null;
+  /** Calls of this process sent here because their conversation prefers this server (routing = "affinity"). */
+  affinityCalls: number;
+  /** Calls whose conversation prefers this server that went to a less busy one (more than `affinity_slack` beyond). */
+  affinityMovedAway: number;
 }

@@ -47,6 +47,8 @@ export interface BackendRequest {
   model: ModelConfig;
   body: Record<string, unknown>;
   signal: AbortSignal;
+  /** The request's conversation as a number, when its model routes by affinity (see affinityOf). */
+  affinity?: number;
 }
 
 /**

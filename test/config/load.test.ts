@@ -125,6 +125,8 @@ test("refused with the key named: addresses fetch cannot call, durations past a 
     [model({ breaker_failure_rate: -0.1 }), "models[0].breaker_failure_rate"],
     [model({ breaker_window: 1 }), "models[0].breaker_window"],
     [model({ breaker_window: 10.5 }), "models[0].breaker_window"],
+    [model({ routing: "random" }), "models[0].routing"],
+    [model({ affinity_slack: -1 }), "models[0].affinity_slack"],
     [{ plans: [{ id: "p", models: ["*"], tokens_per_month: 2 ** 53 }] }, "plans[0].tokens_per_month"],
     [{ plans: [{ id: "p", models: ["*"], tokens_per_5h: 1e300 }] }, "plans[0].tokens_per_5h"],
     [
@@ -149,7 +151,8 @@ test("refused with the key named: addresses fetch cannot call, durations past a 
   expect(largest.models[0]?.timeoutMs).toBe(2 ** 31 - 1);
   // A failure rate of 0 turns the rate off; the defaults take a server out at half of its last 20 calls.
   expect(resolveConfig(model({ breaker_failure_rate: 0, breaker_window: 1000 })).models[0]).toMatchObject({ breakerFailureRate: 0, breakerWindow: 1000 });
-  expect(resolveConfig(model({})).models[0]).toMatchObject({ breakerFailureRate: 0.5, breakerWindow: 20 });
+  expect(resolveConfig(model({})).models[0]).toMatchObject({ breakerFailureRate: 0.5, breakerWindow: 20, routing: "least_busy", affinitySlack: 4 });
+  expect(resolveConfig(model({ routing: "affinity", affinity_slack: 0 })).models[0]).toMatchObject({ routing: "affinity", affinitySlack: 0 });
   expect(largest.plans[0]?.tokensPerMonth).toBe(Number.MAX_SAFE_INTEGER);
 });
 

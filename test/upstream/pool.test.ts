@@ -1,6 +1,7 @@
-import { expect, test } from "bun:test";
+import { describe, expect, test } from "bun:test";
 import type { ModelConfig } from "../../src/config/schema";
 import { SluiceError } from "../../src/errors";
+import { affinityOf, affinityWeight } from "../../src/upstream/affinity";
 import { UpstreamPool } from "../../src/upstream/pool";
 import type { CompletionEvent } from "../../src/upstream/types";
 import { useFakeUpstream } from "../helpers";
@@ -35,6 +36,8 @@ function model(baseUrls: string[]): ModelConfig {
     breakerCooldownMs: 60_000,
     breakerFailureRate: 0.5,
     breakerWindow: 20,
+    routing: "least_busy",
+    affinitySlack: 4,
   };
 }
 
@@ -289,4 +292,104 @@ test("a server out for its rate is probed after the cooldown, longer each time i
   } finally {
     await flaky.listener.stop(true);
   }
+});
+
+describe("routing by affinity", () => {
+  /** Two addresses of one fake upstream (two servers to the pool), and a model routed by affinity over them. */
+  function affinityModel(upstreamModel = "usage-10-5", extra: Partial<ModelConfig> = {}): ModelConfig {
+    const port = new URL(upstream.url).port;
+    return { ...model([`http://127.0.0.1:${port}/v1`, `http://localhost:${port}/v1`]), upstreamModel, routing: "affinity", ...extra };
+  }
+
+  function whole(pool: UpstreamPool, config: ModelConfig, affinity: number) {
+    const asked = requestFor(config, config.upstreamModel);
+    return pool.complete({ ...asked, body: { ...asked.body, stream: false }, affinity });
+  }
+
+  function callsByServer(pool: UpstreamPool): number[] {
+    return pool.servers().map((server) => server.affinityCalls);
+  }
+
+  test("each conversation's calls go to one server, the same every time; conversations spread over both", async () => {
+    const config = affinityModel();
+    const pool = new UpstreamPool(config, undefined);
+    const chosen: number[] = [];
+    for (let conversation = 0; conversation < 200; conversation++) {
+      const affinity = affinityOf(`conversation ${conversation}`, []);
+      const servers = new Set<number>();
+      for (let turn = 0; turn < 3; turn++) {
+        const before = callsByServer(pool);
+        await whole(pool, config, affinity);
+        servers.add(callsByServer(pool).findIndex((calls, index) => calls > (before[index] as number)));
+      }
+      expect(servers.size).toBe(1);
+      chosen.push([...servers][0] as number);
+    }
+    const onFirst = chosen.filter((server) => server === 0).length;
+    expect(onFirst).toBeGreaterThan(60);
+    expect(onFirst).toBeLessThan(140);
+    expect(pool.servers().map((server) => server.affinityMovedAway)).toEqual([0, 0]);
+    // Another pool (another instance) prefers the same servers.
+    const other = new UpstreamPool(config, undefined);
+    for (let conversation = 0; conversation < 20; conversation++) {
+      const before = callsByServer(other);
+      await whole(other, config, affinityOf(`conversation ${conversation}`, []));
+      expect(callsByServer(other).findIndex((calls, index) => calls > (before[index] as number))).toBe(chosen[conversation] as number);
+    }
+  });
+
+  test("a conversation's server busier than the least busy by more than affinity_slack: the call goes to the other", async () => {
+    const config = affinityModel("usage-10-5-150", { affinitySlack: 2 });
+    const pool = new UpstreamPool(config, undefined);
+    const affinity = affinityOf("one conversation", []);
+    await Promise.all(Array.from({ length: 6 }, () => whole(pool, config, affinity)));
+    const [preferred, other] = [...pool.servers()].sort((left, right) => right.affinityCalls - left.affinityCalls);
+    // In flight on its server 0, 1, 2: kept; 3 against 0 + 2: moved; 3 against 1 + 2: kept; 4 against 1 + 2: moved.
+    expect(preferred).toMatchObject({ affinityCalls: 4, affinityMovedAway: 2, inFlight: 0 });
+    expect(other).toMatchObject({ affinityCalls: 0, affinityMovedAway: 0, inFlight: 0 });
+    expect(upstream.bodies.length).toBe(6);
+  });
+
+  test("a conversation's server out: its calls go to another until a probe brings it back, then return", async () => {
+    const first = steeredServer();
+    const second = steeredServer();
+    try {
+      let now = 0;
+      const config = { ...model([first.url, second.url]), routing: "affinity" as const, breakerFailures: 1 };
+      const pool = new UpstreamPool(config, undefined, () => now);
+      // A conversation that prefers the first server.
+      let key = 0;
+      while (affinityWeight(affinityOf(`c${key}`, []), Bun.hash.xxHash32(first.url)) < affinityWeight(affinityOf(`c${key}`, []), Bun.hash.xxHash32(second.url)))
+        key++;
+      const affinity = affinityOf(`c${key}`, []);
+      expect(await codeOf(whole(pool, config, affinity))).toBeUndefined();
+      expect([first.calls, second.calls]).toEqual([1, 0]);
+      first.mode = "fail";
+      expect(await codeOf(whole(pool, config, affinity))).toBe("upstream_error");
+      expect(await codeOf(whole(pool, config, affinity))).toBeUndefined();
+      expect(await codeOf(whole(pool, config, affinity))).toBeUndefined();
+      expect([first.calls, second.calls]).toEqual([2, 2]);
+      now += config.breakerCooldownMs + 1;
+      first.mode = "ok";
+      for (let turn = 0; turn < 3; turn++) expect(await codeOf(whole(pool, config, affinity))).toBeUndefined();
+      expect([first.calls, second.calls]).toEqual([5, 2]);
+    } finally {
+      await first.listener.stop(true);
+      await second.listener.stop(true);
+    }
+  });
+});
+
+test("a conversation's opening names it: the same instructions and first user turn, whatever follows; prompt_cache_key first", () => {
+  const opening = [
+    { role: "system", text: "You are a coding agent." },
+    { role: "user", text: "Fix the failing test." },
+  ];
+  const later = [...opening, { role: "assistant", text: "Done." }, { role: "user", text: "Now the docs." }];
+  expect(affinityOf(undefined, later)).toBe(affinityOf(undefined, opening));
+  expect(affinityOf(undefined, [opening[0] as never, { role: "user", text: "Another task." }])).not.toBe(affinityOf(undefined, opening));
+  expect(affinityOf(undefined, [{ role: "system", text: "Another agent." }, opening[1] as never])).not.toBe(affinityOf(undefined, opening));
+  expect(affinityOf("session-1", opening)).toBe(affinityOf("session-1", later.slice(1)));
+  expect(affinityOf("session-1", opening)).not.toBe(affinityOf("session-2", opening));
+  expect(affinityOf("", opening)).toBe(affinityOf(undefined, opening));
 });

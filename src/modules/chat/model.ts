@@ -24,6 +24,8 @@ export const ChatRequestSchema = Type.Object(
     n: Type.Optional(Type.Integer({ minimum: 1, description: "Only 1 is supported" })),
     temperature: Type.Optional(Type.Number({ minimum: 0, maximum: 2 })),
     top_p: Type.Optional(Type.Number({ minimum: 0, maximum: 1 })),
+    /** Names the conversation, as OpenAI's prompt caching takes it: a model routed by affinity keeps it on one server. */
+    prompt_cache_key: Type.Optional(Type.String()),
   },
   { additionalProperties: true },
 );
@@ -47,7 +49,7 @@ export const forwardedFields = [
 ] as const;
 
 /** OpenAI accepts null for these optional fields and treats it as absent; so does Sluice. */
-const nullableFields = ["stream", "stream_options", "max_tokens", "max_completion_tokens", "n", "temperature", "top_p"] as const;
+const nullableFields = ["stream", "stream_options", "max_tokens", "max_completion_tokens", "n", "temperature", "top_p", "prompt_cache_key"] as const;
 
 /** Validates a parsed chat completions body; returns the typed request or a 400 naming the field. */
 export function validateChatRequest(body: unknown): ChatRequest | SluiceError {

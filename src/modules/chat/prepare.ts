@@ -2,6 +2,7 @@ import type { ModelConfig } from "../../config/schema";
 import { invalidRequest, SluiceError, UpstreamError } from "../../errors";
 import { chatTokensUpperBound, countChatTokens, type CountableMessage } from "../../tokens/count";
 import { textOfContent } from "../../tokens/text";
+import { affinityOf } from "../../upstream/affinity";
 import type { ModelEntry } from "../models/registry";
 import { forwardedFields, type ChatRequest } from "./model";
 
@@ -22,6 +23,8 @@ export interface PreparedRequest {
   promptTokens: number | undefined;
   maxTokens: number;
   upstreamBody: Record<string, unknown>;
+  /** The conversation as a number, for a model that routes its calls by it (routing = "affinity"). */
+  affinity: number | undefined;
 }
 
 /** 400 for a request that leaves no room in its model's context window: a context fallback may take it. */
@@ -99,5 +102,6 @@ function prepared(
     promptTokens,
     maxTokens,
     upstreamBody,
+    affinity: model.routing === "affinity" && model.baseUrls.length > 1 ? affinityOf(request.prompt_cache_key, messages) : undefined,
   };
 }

@@ -196,7 +196,12 @@ export class ChatService implements RunSettler {
       for (;;) {
         const prepared = run.prepared;
         try {
-          completion = await prepared.entry.backend.complete({ model: prepared.entry.config, body: prepared.upstreamBody, signal: context.abort.signal });
+          completion = await prepared.entry.backend.complete({
+            model: prepared.entry.config,
+            body: prepared.upstreamBody,
+            signal: context.abort.signal,
+            affinity: prepared.affinity,
+          });
           break;
         } catch (error) {
           await this.fallBack(run, error);
@@ -224,7 +229,12 @@ export class ChatService implements RunSettler {
     try {
       for (;;) {
         const prepared = run.prepared;
-        events = prepared.entry.backend.stream({ model: prepared.entry.config, body: prepared.upstreamBody, signal: context.abort.signal });
+        events = prepared.entry.backend.stream({
+          model: prepared.entry.config,
+          body: prepared.upstreamBody,
+          signal: context.abort.signal,
+          affinity: prepared.affinity,
+        });
         try {
           first = await events.next();
           break;

@@ -166,6 +166,22 @@ export class Metrics {
         }
       },
     );
+    new Counter(
+      this.registry,
+      "sluice_upstream_affinity_calls_total",
+      'Calls of a model routed by affinity, by the server their conversation prefers: sent there ("kept") or to a less busy server ("moved_away")',
+      ["model", "server", "result"],
+      (counter) => {
+        counter.clear();
+        for (const { model, servers } of upstreams()) {
+          for (const server of servers) {
+            if (server.affinityCalls + server.affinityMovedAway === 0) continue;
+            counter.set({ model, server: server.url, result: "kept" }, server.affinityCalls);
+            counter.set({ model, server: server.url, result: "moved_away" }, server.affinityMovedAway);
+          }
+        }
+      },
+    );
     new Gauge(this.registry, "sluice_in_flight", "Requests holding an upstream slot, by model", ["model"], (gauge) => {
       for (const [model, queue] of queues) gauge.set({ model }, queue.stats().active);
     });

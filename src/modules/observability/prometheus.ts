@@ -89,9 +89,26 @@ abstract class SingleValue extends Labelled<Series> {
 }
 
 export class Counter extends SingleValue {
-  constructor(registry: Registry, name: string, help: string, labelNames: readonly string[]) {
+  constructor(
+    registry: Registry,
+    name: string,
+    help: string,
+    labelNames: readonly string[],
+    /** Sets the totals as each scrape reads them, for counts kept elsewhere; without it, they are counted here. */
+    private readonly collect: (counter: Counter) => void = () => {},
+  ) {
     super(name, help, "counter", labelNames);
     registry.register(this);
+  }
+
+  /** A total kept elsewhere, as `collect` reads it. */
+  set(labels: Labels, value: number): void {
+    this.entryFor(labels).value = value;
+  }
+
+  override text(): string {
+    this.collect(this);
+    return super.text();
   }
 
   inc(labels: Labels, amount = 1): void {

@@ -244,6 +244,7 @@ export function translateResponsesRequest(body: unknown): { request: ChatRequest
   if (original.top_p !== undefined) request.top_p = original.top_p;
   if (original.parallel_tool_calls !== undefined) request.parallel_tool_calls = original.parallel_tool_calls;
   if (typeof original.reasoning?.effort === "string") request.reasoning_effort = original.reasoning.effort;
+  if (typeof raw.prompt_cache_key === "string") request.prompt_cache_key = raw.prompt_cache_key;
   if (original.tools && original.tools.length > 0) {
     const tools = toolsOf(original.tools as (Record<string, unknown> & { type: string })[]);
     if (!Array.isArray(tools)) return tools;

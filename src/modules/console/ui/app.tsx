@@ -330,9 +330,11 @@ function serverStateText(server: ServerHealth): string {
   const recent = server.recentFailures > 0 ? `, ${server.recentFailures} of its last ${server.recentCalls} calls failed` : "";
   const busy = server.inFlight > 0 ? `, ${server.inFlight} in flight` : "";
   const cause = server.outFor === "failure_rate" ? " for its failure rate" : "";
-  if (server.state === "out") return `out${cause} until ${new Date(server.outUntil as number).toLocaleTimeString()}${failures}${recent}${busy}`;
-  if (server.state === "probing") return `being tested${cause}${failures}${recent}${busy}`;
-  return `up${busy}${failures}${recent}`;
+  const conversations = server.affinityCalls + server.affinityMovedAway;
+  const affinity = conversations > 0 ? `, ${server.affinityCalls} of ${conversations} calls of its conversations here` : "";
+  if (server.state === "out") return `out${cause} until ${new Date(server.outUntil as number).toLocaleTimeString()}${failures}${recent}${busy}${affinity}`;
+  if (server.state === "probing") return `being tested${cause}${failures}${recent}${busy}${affinity}`;
+  return `up${busy}${failures}${recent}${affinity}`;
 }
 
 /** An operator adds a member account to an organization (the only way in where sign-up is closed). */
