@@ -2,6 +2,7 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import Anthropic from "@anthropic-ai/sdk";
 import type OpenAI from "openai";
+import { affinityOf, affinityWeight } from "../../src/upstream/affinity";
 import { startFakeUpstream, type FakeUpstream } from "../fake-upstream";
 import { eventually, startSluice, type TestSluice } from "../helpers";
 
@@ -59,8 +60,9 @@ test("a conversation's turns, whole and streamed, all go to one server; twenty c
   }
   for (const servers of byConversation) expect(servers.length).toBe(1);
   const onFirst = byConversation.filter((servers) => servers[0] === 0).length;
-  expect(onFirst).toBeGreaterThanOrEqual(3);
-  expect(onFirst).toBeLessThanOrEqual(17);
+  // Each conversation's server is a coin's throw (the servers' ports change each run): both get some.
+  expect(onFirst).toBeGreaterThanOrEqual(1);
+  expect(onFirst).toBeLessThanOrEqual(19);
   expect(first.bodies.length + second.bodies.length).toBe(80);
   // Sequential turns never make a server busier than the other by more than affinity_slack: every call kept.
   const metrics = await (await fetch(`${sluice.url}/metrics`)).text();
@@ -114,10 +116,16 @@ test("the default (least_busy): one conversation's turns are spread over both se
 
 test("200 concurrent calls of 10 conversations: no server gets more than affinity_slack calls beyond the other; every count back to 0", async () => {
   const serversOf = () => sluice.server.models.servers().find((entry) => entry.model === "held")?.servers ?? [];
+  // Ten conversations that all prefer the first server (the servers' ports, and so their weights, change each run).
+  const weight = (name: string, url: string) => affinityWeight(affinityOf(undefined, [{ role: "user", text: name }]), Bun.hash.xxHash32(url));
+  const names: string[] = [];
+  for (let index = 0; names.length < 10; index++) {
+    if (weight(`Burst ${index}`, first.url) > weight(`Burst ${index}`, second.url)) names.push(`Burst ${index}`);
+  }
   const calls = Array.from({ length: 200 }, (_, index) =>
-    openai.chat.completions.create({ model: "held", messages: [{ role: "user", content: `Burst ${index % 10}` }] }),
+    openai.chat.completions.create({ model: "held", messages: [{ role: "user", content: names[index % 10] as string }] }),
   );
-  // All held upstream at once: the conversations' servers would take them all; the slack (4) splits them.
+  // All held upstream at once: the first server would take them all; the slack (4) splits them.
   await eventually(() => serversOf().reduce((sum, server) => sum + server.inFlight, 0) === 200);
   const [one, other] = serversOf().map((server) => server.inFlight) as [number, number];
   expect(Math.abs(one - other)).toBeLessThanOrEqual(5);
@@ -128,5 +136,6 @@ test("200 concurrent calls of 10 conversations: no server gets more than affinit
   const moved = serversOf().reduce((sum, server) => sum + server.affinityMovedAway, 0);
   const kept = serversOf().reduce((sum, server) => sum + server.affinityCalls, 0);
   expect(kept + moved).toBe(200);
-  expect(moved).toBeGreaterThan(0);
+  expect(moved).toBeGreaterThanOrEqual(95);
+  expect(serversOf().map((server) => server.affinityCalls + server.affinityMovedAway)).toEqual([200, 0]);
 });

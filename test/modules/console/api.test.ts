@@ -261,7 +261,18 @@ describe("usage and operator", () => {
     expect((await operator.json("POST", "/operator/organizations/org_missing", { status: "active" })).status).toBe(404);
     const models = async () => (await operator.json<Record<string, unknown>[]>("GET", "/operator/models")).body;
     const servers = [
-      { url: server.upstream.url, state: "up", failures: 0, outUntil: null, inFlight: 0, recentCalls: expect.any(Number), recentFailures: 0, outFor: null },
+      {
+        url: server.upstream.url,
+        state: "up",
+        failures: 0,
+        outUntil: null,
+        inFlight: 0,
+        recentCalls: expect.any(Number),
+        recentFailures: 0,
+        outFor: null,
+        affinityCalls: 0,
+        affinityMovedAway: 0,
+      },
     ];
     expect(await models()).toEqual([
       { id: "m", backend: "openai", enabled: true, fallbacks: [], contextFallbacks: [], active: 0, queued: 0, maxConcurrency: null, queueSize: 100, servers },
