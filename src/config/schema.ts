@@ -76,6 +76,8 @@ export const PlanConfigSchema = Type.Object(
     tokens_per_month: Type.Optional(tokenQuota),
     /** Requests in flight for one organization; omitted = unlimited. */
     max_concurrency: Type.Optional(Type.Integer({ minimum: 1 })),
+    /** Slots in a row an organization of this plan gets in its turn in a model's queue; default 1. */
+    queue_weight: Type.Optional(Type.Integer({ minimum: 1, maximum: 100 })),
   },
   strict,
 );
@@ -187,6 +189,8 @@ export interface PlanConfig {
   tokensPer5h?: number;
   tokensPerMonth?: number;
   maxConcurrency?: number;
+  /** Slots in a row an organization of this plan gets in its turn in a model's queue (1 unless set). */
+  queueWeight?: number;
 }
 
 export interface SafetyRuleConfig {

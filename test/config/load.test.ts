@@ -129,6 +129,8 @@ test("refused with the key named: addresses fetch cannot call, durations past a 
     [model({ affinity_slack: -1 }), "models[0].affinity_slack"],
     [{ plans: [{ id: "p", models: ["*"], tokens_per_month: 2 ** 53 }] }, "plans[0].tokens_per_month"],
     [{ plans: [{ id: "p", models: ["*"], tokens_per_5h: 1e300 }] }, "plans[0].tokens_per_5h"],
+    [{ plans: [{ id: "p", models: ["*"], queue_weight: 0 }] }, "plans[0].queue_weight"],
+    [{ plans: [{ id: "p", models: ["*"], queue_weight: 101 }] }, "plans[0].queue_weight"],
     [
       {
         plans: [

@@ -141,7 +141,7 @@ export class ChatService implements RunSettler {
     const permit = new Permit(lease, context.abort, this.active);
     const run: Run = { request, prepared, context, format, identity, promptEstimate, permit, meter: new UsageMeter(), startedAt: 0 };
     try {
-      const acquiring = (queues.get(prepared.modelId) as Queue).acquire(context.caller.organizationId, context.abort.signal);
+      const acquiring = (queues.get(prepared.modelId) as Queue).acquire(context.caller.organizationId, context.abort.signal, plan.queueWeight);
       const slot = acquiring instanceof Promise ? await acquiring : acquiring;
       permit.occupy(slot, prepared.entry.config.timeoutMs);
     } catch (error) {
@@ -316,7 +316,7 @@ export class ChatService implements RunSettler {
         continue;
       }
       try {
-        run.permit.occupy(await queue.acquire(organizationId, signal), entry.config.timeoutMs);
+        run.permit.occupy(await queue.acquire(organizationId, signal, caller.plan.queueWeight), entry.config.timeoutMs);
       } catch (refused) {
         if (!movesToFallback(refused, signal)) throw refused;
         continue;

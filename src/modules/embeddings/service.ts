@@ -106,7 +106,7 @@ export class EmbeddingsService {
     const permit = new Permit(lease, context.abort, this.active);
     const startedAt = clock();
     try {
-      permit.occupy(await (queues.get(model.id) as Queue).acquire(caller.organizationId, context.abort.signal), model.timeoutMs);
+      permit.occupy(await (queues.get(model.id) as Queue).acquire(caller.organizationId, context.abort.signal, caller.plan.queueWeight), model.timeoutMs);
     } catch (error) {
       permit.release(null, clock());
       throw error;

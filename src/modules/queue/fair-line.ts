@@ -7,15 +7,25 @@ interface Waiter {
   grant(slot: Slot): void;
 }
 
+/** An organization's waiters, and how many slots it has been given in its current turn. */
+interface Turn {
+  waiters: Waiter[];
+  /** Slots in a row its plan's `queue_weight` gives it before the next organization's turn. */
+  weight: number;
+  served: number;
+}
+
 /**
- * The requests waiting for a model's slot: served round-robin across organizations and first-in first-out within
- * one, so one organization's burst cannot starve the others. A waiter leaves when its client does or its time is up.
+ * The requests waiting for a model's slot: served round-robin across organizations, each organization's turn as many
+ * slots as its plan's `queue_weight` (1 unless set), and first-in first-out within one, so one organization's burst
+ * cannot starve the others and a heavier plan gets its share first. A waiter leaves when its client does or its time
+ * is up.
  */
 export class FairLine {
   waiting = 0;
   /** Organizations with waiters, in the order they are served next. */
   private readonly turn: string[] = [];
-  private readonly waitersByOrganization = new Map<string, Waiter[]>();
+  private readonly turns = new Map<string, Turn>();
 
   constructor(
     private readonly modelId: string,
@@ -23,7 +33,8 @@ export class FairLine {
     public timeoutMs: number,
   ) {}
 
-  wait(organizationId: string, signal: AbortSignal): Promise<Slot> {
+  /** Waits for a slot; `weight`, the plan's `queue_weight`, applies to the organization's turns from now on. */
+  wait(organizationId: string, signal: AbortSignal, weight = 1): Promise<Slot> {
     return new Promise<Slot>((resolve, reject) => {
       if (signal.aborted) return reject(new ClientGoneError("client disconnected while queued", false));
       const leave = () => {
@@ -52,39 +63,50 @@ export class FairLine {
         },
       };
       signal.addEventListener("abort", onAbort, { once: true });
-      let queue = this.waitersByOrganization.get(organizationId);
-      if (!queue) {
-        queue = [];
-        this.waitersByOrganization.set(organizationId, queue);
+      let turn = this.turns.get(organizationId);
+      if (!turn) {
+        turn = { waiters: [], weight, served: 0 };
+        this.turns.set(organizationId, turn);
         this.turn.push(organizationId);
       }
-      queue.push(waiter);
+      turn.weight = weight;
+      turn.waiters.push(waiter);
       this.waiting++;
     });
   }
 
-  /** Gives a slot to the organization whose turn it is, which then goes to the back; false if nobody waits. */
+  /**
+   * Gives a slot to the organization whose turn it is; once its turn has had its weight's slots (or it has no more
+   * waiters), the next organization's turn begins. False if nobody waits.
+   */
   grantNext(slot: Slot): boolean {
     if (this.waiting === 0) return false;
-    const organizationId = this.turn.shift() as string;
-    const queue = this.waitersByOrganization.get(organizationId) as Waiter[];
-    const waiter = queue.shift() as Waiter;
-    if (queue.length > 0) this.turn.push(organizationId);
-    else this.waitersByOrganization.delete(organizationId);
+    const organizationId = this.turn[0] as string;
+    const turn = this.turns.get(organizationId) as Turn;
+    const waiter = turn.waiters.shift() as Waiter;
+    turn.served++;
+    if (turn.waiters.length === 0) {
+      this.turns.delete(organizationId);
+      this.turn.shift();
+    } else if (turn.served >= turn.weight) {
+      turn.served = 0;
+      this.turn.shift();
+      this.turn.push(organizationId);
+    }
     this.waiting--;
     waiter.grant(slot);
     return true;
   }
 
   private remove(waiter: Waiter): void {
-    const queue = this.waitersByOrganization.get(waiter.organizationId);
-    if (!queue) return;
-    const index = queue.indexOf(waiter);
+    const turn = this.turns.get(waiter.organizationId);
+    if (!turn) return;
+    const index = turn.waiters.indexOf(waiter);
     if (index === -1) return;
-    queue.splice(index, 1);
+    turn.waiters.splice(index, 1);
     this.waiting--;
-    if (queue.length === 0) {
-      this.waitersByOrganization.delete(waiter.organizationId);
+    if (turn.waiters.length === 0) {
+      this.turns.delete(waiter.organizationId);
       this.turn.splice(this.turn.indexOf(waiter.organizationId), 1);
     }
   }

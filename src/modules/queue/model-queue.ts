@@ -24,8 +24,11 @@ class LocalSlot implements Slot {
 
 /** A model's upstream slots and the line in front of them, in one process or shared by every instance. */
 export interface Queue {
-  /** A slot now, or after waiting in the queue; throws 503 server_overloaded or ClientGoneError. */
-  acquire(organizationId: string, signal: AbortSignal): Slot | Promise<Slot>;
+  /**
+   * A slot now, or after waiting in the queue (each organization's turn there as many slots as `weight`, its plan's
+   * `queue_weight`); throws 503 server_overloaded or ClientGoneError.
+   */
+  acquire(organizationId: string, signal: AbortSignal, weight?: number): Slot | Promise<Slot>;
   /** This process's slots in use and requests waiting. */
   stats(): { active: number; queued: number };
   /**
@@ -55,11 +58,11 @@ export class ModelQueue implements Queue {
     this.dispatch();
   }
 
-  acquire(organizationId: string, signal: AbortSignal): Slot | Promise<Slot> {
+  acquire(organizationId: string, signal: AbortSignal, weight = 1): Slot | Promise<Slot> {
     const limit = this.model.maxConcurrency;
     if (limit === undefined || (this.active < limit && this.line.waiting === 0)) return this.take();
     if (this.line.waiting >= this.model.queueSize) throw queueFull(this.model.id);
-    return this.line.wait(organizationId, signal);
+    return this.line.wait(organizationId, signal, weight);
   }
 
   stats(): { active: number; queued: number } {

@@ -113,7 +113,7 @@ export class SharedModelQueue implements Queue {
     while (this.line.waiting > 0) this.line.grantNext(this.localSlot());
   }
 
-  async acquire(organizationId: string, signal: AbortSignal): Promise<Slot> {
+  async acquire(organizationId: string, signal: AbortSignal, weight = 1): Promise<Slot> {
     if (this.model.maxConcurrency === undefined) return this.localSlot();
     if (this.line.waiting === 0) {
       let slot: Slot | undefined;
@@ -125,7 +125,7 @@ export class SharedModelQueue implements Queue {
       if (slot) return slot;
     }
     if (this.line.waiting >= this.model.queueSize) throw queueFull(this.model.id);
-    const waiting = this.line.wait(organizationId, signal);
+    const waiting = this.line.wait(organizationId, signal, weight);
     this.poller ??= setInterval(() => void this.dispatch(), pollMs);
     return waiting;
   }

@@ -295,6 +295,32 @@ describe("fair queue", () => {
     );
   });
 
+  test("a plan's queue_weight: its organization's requests start three in a row in its turns, the other's still in between", async () => {
+    await withSluice(
+      {
+        models: [fakeModel(upstream.url, "m", "slow-1-200", { max_concurrency: 1, queue_size: 100 })],
+        plans: [
+          { id: "default", models: ["*"] },
+          { id: "gold", models: ["*"], queue_weight: 3 },
+        ],
+      },
+      async (sluice) => {
+        const gold = await sluice.addOrganization("gold-org", { plan: "gold" });
+        const client = new OpenAI({ baseURL: sluice.baseURL, apiKey: sluice.key, maxRetries: 0 });
+        const goldClient = new OpenAI({ baseURL: sluice.baseURL, apiKey: gold.key, maxRetries: 0 });
+        const ask = (openai: OpenAI, content: string) => openai.chat.completions.create({ model: "m", messages: [{ role: "user", content }] });
+        const flood = Array.from({ length: 8 }, (_, index) => ask(client, `flood ${index}`));
+        await eventually(() => sluice.server.queues.get("m")!.stats().queued === 7);
+        const weighted = Array.from({ length: 6 }, (_, index) => ask(goldClient, `gold ${index}`));
+        await eventually(() => sluice.server.queues.get("m")!.stats().queued === 13);
+        await Promise.all([...flood, ...weighted]);
+        const order = upstream.bodies.map((body) => ((body.messages as { content: string }[])[0]!.content.startsWith("gold") ? "G" : "A"));
+        // One A was running; then A's turn (1), gold's (3), A's (1), gold's (3), and the rest of A's.
+        expect(order.join("")).toBe("AAGGGAGGGAAAAA");
+      },
+    );
+  });
+
   test("queue full and queue timeout: 503 server_overloaded with Retry-After; a caller who leaves the queue frees its place", async () => {
     await withSluice(
       {

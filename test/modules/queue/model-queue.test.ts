@@ -35,6 +35,57 @@ test("waiters are served round-robin across organizations, FIFO within one", asy
   expect(models.stats()).toEqual({ active: 0, queued: 0 });
 });
 
+test("a plan's queue_weight gives its organization that many slots in a row in its turn; every organization still gets its turn", async () => {
+  const models = queue(1);
+  const first = models.acquire("x", never) as Slot;
+  const started: string[] = [];
+  const pending: Promise<void>[] = [];
+  const enqueue = (organization: string, weight: number, count: number) => {
+    for (let index = 0; index < count; index++) {
+      pending.push(
+        Promise.resolve(models.acquire(organization, never, weight)).then((slot) => {
+          started.push(`${organization}${index}`);
+          slot.release();
+        }),
+      );
+    }
+  };
+  enqueue("a", 3, 8);
+  enqueue("b", 1, 4);
+  enqueue("c", 2, 3);
+  first.release();
+  await Promise.all(pending);
+  expect(started).toEqual(["a0", "a1", "a2", "b0", "c0", "c1", "a3", "a4", "a5", "b1", "c2", "a6", "a7", "b2", "b3"]);
+  expect(models.stats()).toEqual({ active: 0, queued: 0 });
+});
+
+test("a weighted organization whose waiter leaves mid-turn: the line goes on, in order, and empties", async () => {
+  const models = queue(1);
+  const first = models.acquire("x", never) as Slot;
+  const started: string[] = [];
+  const leaving = new AbortController();
+  const waits = [
+    ["a", never, 2],
+    ["a", leaving.signal, 2],
+    ["a", never, 2],
+    ["b", never, 1],
+  ] as const;
+  const pending = waits.map(([organization, signal, weight], index) =>
+    Promise.resolve(models.acquire(organization, signal, weight)).then(
+      (slot) => {
+        started.push(`${organization}${index}`);
+        slot.release();
+      },
+      () => started.push(`left ${index}`),
+    ),
+  );
+  leaving.abort();
+  first.release();
+  await Promise.all(pending);
+  expect(started).toEqual(["left 1", "a0", "a2", "b3"]);
+  expect(models.stats()).toEqual({ active: 0, queued: 0 });
+});
+
 test("a full queue and a long wait are 503 server_overloaded; a caller who leaves is gone from the queue at once", async () => {
   const models = queue(1, 1, 50);
   const held = models.acquire("a", never) as Slot;
