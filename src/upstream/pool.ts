@@ -1,7 +1,8 @@
 import type { ModelConfig } from "../config/schema";
-import { SluiceError, UpstreamError } from "../errors";
+import { ClientGoneError, SluiceError, UpstreamError } from "../errors";
 import { affinityWeight } from "./affinity";
 import { accessHeaders } from "./endpoint";
+import { ServerShutdown } from "./errors";
 import { OpenAIBackend } from "./openai-backend";
 import type { Backend, BackendRequest, Completion, CompletionEvent, Embeddings, EventStream, ServerHealth, StreamEnding } from "./types";
 
@@ -60,6 +61,10 @@ class Endpoint {
   affinityCalls = 0;
   /** Calls whose conversation prefers this server that went to a less busy one. */
   affinityMovedAway = 0;
+  /** Calls of this process that ended: answered, failed against the server, refused as the request's fault, stopped. */
+  readonly calls = { finished: 0, failed: 0, rejected: 0, stopped: 0 };
+  /** Its base URL as operators may see it (see shownUrl), and as a request's log line names it. */
+  readonly url: string;
 
   constructor(
     readonly backend: OpenAIBackend,
@@ -70,6 +75,7 @@ class Endpoint {
   ) {
     this.recent = new RecentCalls(model.breakerWindow);
     this.seed = Bun.hash.xxHash32(backend.baseUrl);
+    this.url = shownUrl(backend.baseUrl);
   }
 
   /** Out, or due a probe before it takes calls again. */
@@ -96,7 +102,12 @@ class Endpoint {
   private failed(error: unknown): void {
     const probe = this.probing;
     this.probing = false;
-    if (!countsAgainstServer(error)) return;
+    if (!countsAgainstServer(error)) {
+      if (stoppedByCaller(error)) this.calls.stopped++;
+      else this.calls.rejected++;
+      return;
+    }
+    this.calls.failed++;
     this.failures++;
     this.recent.add(true);
     if (this.outlier) {
@@ -121,10 +132,14 @@ class Endpoint {
    */
   readonly ended = (ending: StreamEnding): void => {
     this.inFlight--;
-    if (ending === "finished") this.succeeded();
-    // A consumer that stops early says nothing about the server's health; a probe must not stay stuck.
-    else if (ending === "stopped") this.probing = false;
-    else this.failed(ending.failure);
+    if (ending === "finished") {
+      this.calls.finished++;
+      this.succeeded();
+    } else if (ending === "stopped") {
+      // A consumer that stops early says nothing about the server's health; a probe must not stay stuck.
+      this.calls.stopped++;
+      this.probing = false;
+    } else this.failed(ending.failure);
   };
 }
 
@@ -140,6 +155,11 @@ function loadOf(endpoint: Endpoint): number {
 function shownUrl(baseUrl: string): string {
   const url = new URL(baseUrl);
   return `${url.protocol}//${url.host}${url.pathname}`;
+}
+
+/** Failures that are Sluice's side stopping the call: the caller left, or the server's drain ran out. */
+function stoppedByCaller(error: unknown): boolean {
+  return error instanceof ClientGoneError || (error instanceof Error && error.cause instanceof ServerShutdown);
 }
 
 /** Failures that say the server is unwell (not the request): connection failures, timeouts, 5xx, garbage. */
@@ -202,11 +222,13 @@ export class UpstreamPool implements Backend {
     }
     // The backend's own promise, with no layer of the pool's around it: each async layer costs a whole answer a
     // promise and a turn (bench/HISTORY.md, "Three async layers fewer"). Only a pool with somewhere to retry catches.
+    request.server = first.url;
     const answer = first.backend.complete(request, first.ended);
     if (this.endpoints.length < 2) return answer;
     return answer.catch((error: unknown) => {
       const second = this.retryTarget(error, first);
       if (!second) throw error;
+      request.server = second.url;
       return second.backend.complete(request, second.ended);
     });
   }
@@ -223,9 +245,11 @@ export class UpstreamPool implements Backend {
     } catch (error) {
       return Promise.reject(error);
     }
+    request.server = first.url;
     return first.backend.embed(request, first.ended).catch((error: unknown) => {
       const second = this.retryTarget(error, first);
       if (!second) throw error;
+      request.server = second.url;
       return second.backend.embed(request, second.ended);
     });
   }
@@ -236,7 +260,7 @@ export class UpstreamPool implements Backend {
       const out = endpoint.openUntil > now;
       const state = out ? "out" : endpoint.probing || endpoint.tripped ? "probing" : "up";
       return {
-        url: shownUrl(endpoint.backend.baseUrl),
+        url: endpoint.url,
         state,
         failures: endpoint.failures,
         outUntil: out ? endpoint.openUntil : null,
@@ -246,6 +270,7 @@ export class UpstreamPool implements Backend {
         outFor: state === "up" ? null : endpoint.outlier ? "failure_rate" : "failures_in_a_row",
         affinityCalls: endpoint.affinityCalls,
         affinityMovedAway: endpoint.affinityMovedAway,
+        calls: { ...endpoint.calls },
       };
     });
   }
@@ -263,6 +288,7 @@ export class UpstreamPool implements Backend {
     } catch (error) {
       return Promise.reject(error);
     }
+    stream.request.server = first.url;
     stream.events = first.backend.stream(stream.request, first.ended);
     const reading = stream.events.next();
     if (this.endpoints.length < 2) return reading;
@@ -270,6 +296,7 @@ export class UpstreamPool implements Backend {
       // The generator has told the breaker of the failure already (through `ended`).
       const second = this.retryTarget(error, first);
       if (!second) throw error;
+      stream.request.server = second.url;
       stream.events = second.backend.stream(stream.request, second.ended);
       return stream.events.next();
     });

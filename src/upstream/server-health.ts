@@ -24,4 +24,9 @@ export interface ServerHealth {
   affinityCalls: number;
   /** Calls whose conversation prefers this server that went to a less busy one (more than `affinity_slack` beyond). */
   affinityMovedAway: number;
+  /**
+   * Calls of this process on it that ended: answered; failed against the server (connection, time limit, 5xx, 429,
+   * 503, a body that is not an answer); refused as the request's own fault (another 4xx); stopped by their caller.
+   */
+  calls: { finished: number; failed: number; rejected: number; stopped: number };
 }

@@ -49,6 +49,8 @@ export interface BackendRequest {
   signal: AbortSignal;
   /** The request's conversation as a number, when its model routes by affinity (see affinityOf). */
   affinity?: number;
+  /** The server the call went to last (shown without credentials), set by the pool: the request's log line names it. */
+  server?: string;
 }
 
 /**

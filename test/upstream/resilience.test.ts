@@ -1,6 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { startFakeUpstream } from "../fake-upstream";
-import { eventually, readSse, type TestSluice, useFakeUpstream, withSluice } from "../helpers";
+import { Logger } from "../../src/modules/observability/logger";
+import { eventually, readSse, startSluice, type TestSluice, useFakeUpstream, withSluice } from "../helpers";
 
 const upstream = useFakeUpstream({ resetBeforeEach: true });
 
@@ -179,6 +180,74 @@ describe("several upstreams per model", () => {
       }
     } finally {
       await flaky.stop(true);
+    }
+  });
+
+  test("each server's calls by how they ended, in /metrics; each request's log line names the server that answered or failed", async () => {
+    const lines: Record<string, unknown>[] = [];
+    const logger = new Logger("info", (text) =>
+      lines.push(
+        ...text
+          .trim()
+          .split("\n")
+          .map((line) => JSON.parse(line) as Record<string, unknown>),
+      ),
+    );
+    const sluice = await startSluice(
+      {
+        models: [
+          { id: "m", backend: "openai", base_url: [refused, upstream.url], upstream_model: "usage-10-5" },
+          { id: "bad", backend: "openai", base_url: upstream.url, upstream_model: "bad-400" },
+          { id: "failing", backend: "openai", base_url: upstream.url, upstream_model: "fail-500", breaker_failures: 100 },
+          { id: "slow", backend: "openai", base_url: upstream.url, upstream_model: "slow-40-25" },
+        ] as never,
+        plans: [{ id: "default", models: ["*"] }],
+      },
+      { logger },
+    );
+    try {
+      const idOf = async (response: Response) => {
+        await response.arrayBuffer();
+        return response.headers.get("x-request-id") as string;
+      };
+      // The refused server first (in turn), then the retry on the other, which answers.
+      const answered = await idOf(await sluice.post("/v1/chat/completions", { model: "m", messages }));
+      const streamed = await idOf(await sluice.post("/v1/chat/completions", { model: "m", messages, stream: true }));
+      const rejected = await idOf(await sluice.post("/v1/chat/completions", { model: "bad", messages }));
+      const failed = await idOf(await sluice.post("/v1/chat/completions", { model: "failing", messages }));
+      const leaving = new AbortController();
+      const left = await sluice.post("/v1/chat/completions", { model: "slow", messages, stream: true }, {}, leaving.signal);
+      await (left.body as ReadableStream<Uint8Array>).getReader().read();
+      leaving.abort();
+      await eventually(() => sluice.server.admission.inFlight() === 0);
+      const metrics = await (await fetch(`${sluice.url}/metrics`)).text();
+      const count = (model: string, server: string, result: string) =>
+        Number(
+          new RegExp(
+            `^sluice_upstream_server_calls_total\\{model="${model}",server="${server.replaceAll(".", "\\.")}",result="${result}"\\} (\\d+)$`,
+            "m",
+          ).exec(metrics)?.[1],
+        );
+      expect(count("m", refused, "failed")).toBe(1);
+      expect(count("m", upstream.url, "finished")).toBe(2);
+      expect(count("bad", upstream.url, "rejected")).toBe(1);
+      expect(count("failing", upstream.url, "failed")).toBe(1);
+      expect(count("slow", upstream.url, "stopped")).toBe(1);
+      expect(count("slow", upstream.url, "finished")).toBe(0);
+      const [health] = sluice.server.models.servers();
+      expect(health?.servers.map((server) => server.calls)).toEqual([
+        { finished: 0, failed: 1, rejected: 0, stopped: 0 },
+        { finished: 2, failed: 0, rejected: 0, stopped: 0 },
+      ]);
+      await eventually(() => lines.filter((line) => line.message === "request").length >= 5);
+      const serverOf = (requestId: string) => lines.find((line) => line.request_id === requestId)?.upstream_server;
+      expect(serverOf(answered)).toBe(upstream.url);
+      expect(serverOf(streamed)).toBe(upstream.url);
+      expect(serverOf(rejected)).toBe(upstream.url);
+      expect(serverOf(failed)).toBe(upstream.url);
+      expect(lines.find((line) => line.request_id === failed)).toMatchObject({ status: 502, model: "failing" });
+    } finally {
+      await sluice.stop();
     }
   });
 

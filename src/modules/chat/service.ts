@@ -8,8 +8,8 @@ import { countChatTokens, countTextTokens, estimateChatTokens } from "../../toke
 import { AdmissionRejected, type Lease } from "../admission/store";
 import { ServerShutdown } from "../../upstream/errors";
 import type { Metrics } from "../observability/metrics";
-import { deferRecord, noteBilled, type RequestRecord } from "../observability/request-record";
-import type { Completion, CompletionEvent, EventStream, Usage } from "../../upstream/types";
+import { deferRecord, noteBilled, noteServer, type RequestRecord } from "../observability/request-record";
+import type { BackendRequest, Completion, CompletionEvent, EventStream, Usage } from "../../upstream/types";
 import type { AdmissionStore } from "../admission/store";
 import type { Caller } from "../auth/service";
 import type { ModelAccess, ModelRegistry } from "../models/registry";
@@ -195,15 +195,19 @@ export class ChatService implements RunSettler {
       let completion: Completion;
       for (;;) {
         const prepared = run.prepared;
+        const call: BackendRequest = {
+          model: prepared.entry.config,
+          body: prepared.upstreamBody,
+          signal: context.abort.signal,
+          affinity: prepared.affinity,
+          server: undefined,
+        };
         try {
-          completion = await prepared.entry.backend.complete({
-            model: prepared.entry.config,
-            body: prepared.upstreamBody,
-            signal: context.abort.signal,
-            affinity: prepared.affinity,
-          });
+          completion = await prepared.entry.backend.complete(call);
+          noteServer(context.record, call.server);
           break;
         } catch (error) {
+          noteServer(context.record, call.server);
           await this.fallBack(run, error);
         }
       }
@@ -229,16 +233,20 @@ export class ChatService implements RunSettler {
     try {
       for (;;) {
         const prepared = run.prepared;
-        events = prepared.entry.backend.stream({
+        const call: BackendRequest = {
           model: prepared.entry.config,
           body: prepared.upstreamBody,
           signal: context.abort.signal,
           affinity: prepared.affinity,
-        });
+          server: undefined,
+        };
+        events = prepared.entry.backend.stream(call);
         try {
           first = await events.next();
+          noteServer(context.record, call.server);
           break;
         } catch (error) {
+          noteServer(context.record, call.server);
           await this.fallBack(run, error);
         }
       }

@@ -3,14 +3,14 @@ import { LedgerUnavailable } from "../../ledger/not-recorded";
 import type { LedgerStore } from "../../storage/types";
 import { countTexts, estimateTextTokens } from "../../tokens/count";
 import { ServerShutdown } from "../../upstream/errors";
-import type { Embeddings, Usage } from "../../upstream/types";
+import type { BackendRequest, Embeddings, Usage } from "../../upstream/types";
 import { AdmissionRejected, type AdmissionStore, type Lease } from "../admission/store";
 import type { Caller } from "../auth/service";
 import { Permit } from "../chat/permit";
 import { completedEnding, type Ending, outcomeOf } from "../chat/run";
 import type { ModelRegistry } from "../models/registry";
 import type { Metrics } from "../observability/metrics";
-import { noteBilled, type RequestRecord } from "../observability/request-record";
+import { noteBilled, noteServer, type RequestRecord } from "../observability/request-record";
 import type { Queue } from "../queue/model-queue";
 import { type EmbeddingsRequest, textsOf, tokenIdsIn } from "./model";
 
@@ -117,7 +117,12 @@ export class EmbeddingsService {
     if (request.user !== undefined) body.user = request.user;
     let embeddings: Embeddings;
     try {
-      embeddings = await embed({ model, body, signal: context.abort.signal });
+      const call: BackendRequest = { model, body, signal: context.abort.signal, server: undefined };
+      try {
+        embeddings = await embed(call);
+      } finally {
+        noteServer(context.record, call.server);
+      }
     } catch (error) {
       await this.fail(request, context, permit, model.id, startedAt, error);
       throw error;

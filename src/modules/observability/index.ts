@@ -64,6 +64,7 @@ export function finishRecord(record: RequestRecord, metrics: Metrics, logger: Lo
     key_id: record.keyId ?? null,
     model: record.model ?? null,
     fallback_from: record.fallbackFrom ?? null,
+    upstream_server: record.upstreamServer ?? null,
     outcome: record.outcome ?? null,
     rule_id: record.ruleId ?? null,
     prompt_tokens: record.promptTokens ?? null,

@@ -168,6 +168,20 @@ export class Metrics {
     );
     new Counter(
       this.registry,
+      "sluice_upstream_server_calls_total",
+      "Calls of this instance that ended on each upstream server: finished, failed (against the server), rejected (the request's own fault), stopped (by their caller)",
+      ["model", "server", "result"],
+      (counter) => {
+        counter.clear();
+        for (const { model, servers } of upstreams()) {
+          for (const server of servers) {
+            for (const [result, count] of Object.entries(server.calls)) counter.set({ model, server: server.url, result }, count);
+          }
+        }
+      },
+    );
+    new Counter(
+      this.registry,
       "sluice_upstream_affinity_calls_total",
       'Calls of a model routed by affinity, by the server their conversation prefers: sent there ("kept") or to a less busy server ("moved_away")',
       ["model", "server", "result"],

@@ -7,6 +7,8 @@ export interface RequestRecord {
   model?: string;
   /** The model the caller asked for, when a fallback answered instead (`model` is the fallback). */
   fallbackFrom?: string;
+  /** The upstream server its call went to last (the one that answered, or failed), as the console shows it. */
+  upstreamServer?: string;
   organizationId?: string;
   keyId?: string;
   status?: number;
@@ -39,6 +41,7 @@ export function startRecord(request: Request, requestId: string, route: string):
     startedAt: performance.now(),
     model: undefined,
     fallbackFrom: undefined,
+    upstreamServer: undefined,
     organizationId: undefined,
     keyId: undefined,
     status: undefined,
@@ -58,6 +61,11 @@ export function startRecord(request: Request, requestId: string, route: string):
 
 export function recordOf(request: Request): RequestRecord | undefined {
   return (request as Recorded)[recordKey];
+}
+
+/** The upstream server a call went to (the pool sets it on the call; the demo backend has none). */
+export function noteServer(record: RequestRecord | undefined, server: string | undefined): void {
+  if (record && server !== undefined) record.upstreamServer = server;
 }
 
 /** The answer goes on after the response started (a stream): its log line is written when it ends. */

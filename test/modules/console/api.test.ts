@@ -272,6 +272,7 @@ describe("usage and operator", () => {
         outFor: null,
         affinityCalls: 0,
         affinityMovedAway: 0,
+        calls: { finished: expect.any(Number), failed: 0, rejected: 0, stopped: 0 },
       },
     ];
     expect(await models()).toEqual([

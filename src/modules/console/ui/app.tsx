@@ -330,11 +330,15 @@ function serverStateText(server: ServerHealth): string {
   const recent = server.recentFailures > 0 ? `, ${server.recentFailures} of its last ${server.recentCalls} calls failed` : "";
   const busy = server.inFlight > 0 ? `, ${server.inFlight} in flight` : "";
   const cause = server.outFor === "failure_rate" ? " for its failure rate" : "";
+  const { finished, failed, rejected, stopped } = server.calls;
+  const ended = finished + failed + rejected + stopped;
+  const calls = ended > 0 ? `, ${ended} call${ended === 1 ? "" : "s"} (${failed} failed)` : "";
   const conversations = server.affinityCalls + server.affinityMovedAway;
   const affinity = conversations > 0 ? `, ${server.affinityCalls} of ${conversations} calls of its conversations here` : "";
-  if (server.state === "out") return `out${cause} until ${new Date(server.outUntil as number).toLocaleTimeString()}${failures}${recent}${busy}${affinity}`;
-  if (server.state === "probing") return `being tested${cause}${failures}${recent}${busy}${affinity}`;
-  return `up${busy}${failures}${recent}${affinity}`;
+  if (server.state === "out")
+    return `out${cause} until ${new Date(server.outUntil as number).toLocaleTimeString()}${failures}${recent}${busy}${calls}${affinity}`;
+  if (server.state === "probing") return `being tested${cause}${failures}${recent}${busy}${calls}${affinity}`;
+  return `up${busy}${failures}${recent}${calls}${affinity}`;
 }
 
 /** An operator adds a member account to an organization (the only way in where sign-up is closed). */
