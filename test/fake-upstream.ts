@@ -138,7 +138,9 @@ export function startFakeUpstream(options: { tls?: { cert: string; key: string }
       try {
         const response = url.pathname.endsWith("/embeddings")
           ? await embeddings(model, body, request.signal)
-          : await answer(model, stream, body, request.signal, onAbort);
+          : url.pathname.endsWith("/chat/completions")
+            ? await answer(model, stream, body, request.signal, onAbort)
+            : await textCompletion(model, stream, body, request.signal);
         if (!(response.body instanceof ReadableStream) || !stream) release();
         else {
           // Streams release when fully sent or cancelled.
@@ -184,6 +186,36 @@ export function startFakeUpstream(options: { tls?: { cert: string; key: string }
     const usage = reported ? { prompt_tokens: Number(reported[1]), total_tokens: Number(reported[1]) } : undefined;
     // Answered in reverse order: the index, not the position, says which input a vector is for.
     return Response.json({ object: "list", data: data.reverse(), model, ...(usage ? { usage } : {}) });
+  }
+
+  /**
+   * POST /completions (the legacy text completions, which IDEs' autocomplete speaks): the text is `P:` and the prompt,
+   * and `S:` and the suffix when one was sent, so that a test sees what reached the upstream. Models: `usage-P-C`
+   * reports P prompt and C completion tokens (streams: the text in two chunks, then a finish and the usage, as vLLM
+   * sends them), `fail-500` and `hang` as for chat.
+   */
+  async function textCompletion(model: string, stream: boolean, body: Record<string, unknown>, signal: AbortSignal): Promise<Response> {
+    if (model === "fail-500") return Response.json({ error: { message: "CUDA out of memory" } }, { status: 500 });
+    if (model === "hang") {
+      await new Promise((resolve) => signal.addEventListener("abort", resolve, { once: true }));
+      return new Response("gone", { status: 499 });
+    }
+    const fixed = /^usage-(\d+)-(\d+)$/.exec(model);
+    const usage = fixed
+      ? { prompt_tokens: Number(fixed[1]), completion_tokens: Number(fixed[2]), total_tokens: Number(fixed[1]) + Number(fixed[2]) }
+      : { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15 };
+    const text = `P:${String(body.prompt)}${body.suffix === undefined ? "" : ` S:${String(body.suffix)}`}`;
+    const head = { id: "cmpl-fake", object: "text_completion", created: 1763800000, model };
+    if (!stream) return Response.json({ ...head, choices: [{ index: 0, text, logprobs: null, finish_reason: "length" }], usage });
+    const frame = (choices: unknown[], withUsage?: unknown) => `data: ${JSON.stringify({ ...head, choices, ...(withUsage ? { usage: withUsage } : {}) })}\n\n`;
+    const half = Math.ceil(text.length / 2);
+    return sse(
+      frame([{ index: 0, text: text.slice(0, half), logprobs: null, finish_reason: null }]) +
+        frame([{ index: 0, text: text.slice(half), logprobs: null, finish_reason: null }]) +
+        frame([{ index: 0, text: "", logprobs: null, finish_reason: "length" }]) +
+        frame([], usage) +
+        "data: [DONE]\n\n",
+    );
   }
 
   async function answer(model: string, stream: boolean, body: Record<string, unknown>, signal: AbortSignal, onAbort: () => void): Promise<Response> {

@@ -9,6 +9,7 @@ import type { ChatService } from "../modules/chat/service";
 import { anthropicPaths, countTokensRoutes, messagesRoutes } from "../modules/messages/index";
 import { asksAnthropicShape, modelRoutes } from "../modules/models/index";
 import { responsesRoutes } from "../modules/responses/index";
+import { completionsRoutes } from "../modules/completions/index";
 import { embeddingsRoutes } from "../modules/embeddings/index";
 import type { EmbeddingsService } from "../modules/embeddings/service";
 import type { ModelRegistry } from "../modules/models/registry";
@@ -39,7 +40,7 @@ export interface AppDependencies {
 }
 
 /** The routes that run a model: each logs and counts its own requests (see below). */
-const answerRoutes = new Set(["/v1/chat/completions", "/v1/responses", "/v1/messages"]);
+const answerRoutes = new Set(["/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/completions"]);
 const knownRoutes = new Set([...answerRoutes, "/v1/embeddings", "/v1/messages/count_tokens", "/v1/models", "/openapi.json", "/healthz", "/readyz", "/metrics"]);
 
 /** Whether a route's errors take Anthropic's shape: its own routes, and the model routes when Anthropic's clients ask. */
@@ -103,6 +104,7 @@ export function createApp(deps: AppDependencies) {
     .use(chatRoutes(deps.chat, deps.auth, answerOptions))
     .use(responsesRoutes(deps.chat, deps.auth, answerOptions))
     .use(messagesRoutes(deps.chat, deps.auth, answerOptions))
+    .use(completionsRoutes(deps.chat, deps.auth, answerOptions))
     .onAfterResponse(({ request, set }) => {
       const record = recordOf(request);
       if (!record || record.deferred) return;

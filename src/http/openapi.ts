@@ -1,4 +1,5 @@
 import { ChatRequestSchema } from "../modules/chat/model";
+import { CompletionsRequestSchema } from "../modules/completions/model";
 import { EmbeddingsRequestSchema } from "../modules/embeddings/model";
 import { CountTokensRequestSchema, MessagesRequestSchema } from "../modules/messages/model";
 import { ResponsesRequestSchema } from "../modules/responses/model";
@@ -38,6 +39,7 @@ export const openApiDocument = {
       },
       ChatCompletionRequest: ChatRequestSchema,
       EmbeddingsRequest: EmbeddingsRequestSchema,
+      CompletionsRequest: CompletionsRequestSchema,
       ResponsesRequest: ResponsesRequestSchema,
       MessagesRequest: MessagesRequestSchema,
       CountTokensRequest: CountTokensRequestSchema,
@@ -124,6 +126,19 @@ export const openApiDocument = {
         requestBody: { required: true, content: { "application/json": { schema: { $ref: "#/components/schemas/EmbeddingsRequest" } } } },
         responses: {
           "200": { description: "A list of embedding objects, one an input, and usage", content: { "application/json": { schema: { type: "object" } } } },
+          ...answerErrors,
+        },
+      },
+    },
+    "/v1/completions": {
+      post: {
+        summary: "Create a text completion (OpenAI's legacy completions API, for autocomplete: `suffix` for fill-in-the-middle)",
+        requestBody: { required: true, content: { "application/json": { schema: { $ref: "#/components/schemas/CompletionsRequest" } } } },
+        responses: {
+          "200": {
+            description: "A text_completion object, or server-sent text_completion chunks ending with [DONE]",
+            content: { "application/json": { schema: { type: "object" } }, "text/event-stream": { schema: { type: "string" } } },
+          },
           ...answerErrors,
         },
       },

@@ -67,7 +67,9 @@ export class DemoBackend implements Backend {
   }
 
   private async script(request: BackendRequest): Promise<Script> {
-    const messages = (request.body.messages as { role: string; content?: unknown }[]).map((message) => ({
+    // A text completion's prompt is read as one user message.
+    const sent = request.textCompletion ? [{ role: "user", content: request.body.prompt }] : request.body.messages;
+    const messages = (sent as { role: string; content?: unknown }[]).map((message) => ({
       role: message.role,
       text: textOfContent(message.content),
     }));

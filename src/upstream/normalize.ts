@@ -205,7 +205,8 @@ export function eventsOfChunk(chunk: unknown, events: CompletionEvent[]): void {
   if (!isObject(chunk)) throw new TypeError("chunk is not a JSON object");
   const choice = Array.isArray(chunk.choices) && isObject(chunk.choices[0]) ? chunk.choices[0] : undefined;
   if (choice) {
-    const delta = isObject(choice.delta) ? choice.delta : {};
+    // A text completion's chunk (POST /completions) carries its text where a chat chunk carries its delta.
+    const delta = isObject(choice.delta) ? choice.delta : typeof choice.text === "string" ? { content: choice.text } : {};
     const content = contentOf(delta);
     const reasoning = reasoningOf(delta);
     const toolCalls = toolCallsOf(delta.tool_calls, false);

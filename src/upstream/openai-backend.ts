@@ -55,6 +55,7 @@ function inputCount(input: unknown): number {
 export class OpenAIBackend implements Backend {
   private readonly url: string;
   private readonly embeddingsUrl: string;
+  private readonly completionsUrl: string;
   private readonly headers: Record<string, string>;
   /**
    * Learned from the upstream's own refusal (see asksForCompletionTokens): it takes the output limit only as
@@ -71,6 +72,7 @@ export class OpenAIBackend implements Backend {
   ) {
     this.url = upstreamUrl(baseUrl, "/chat/completions");
     this.embeddingsUrl = upstreamUrl(baseUrl, "/embeddings");
+    this.completionsUrl = upstreamUrl(baseUrl, "/completions");
     // Uncompressed, and never decompressed here (see `send`): Bun's fetch asks for gzip, brotli and zstd by default
     // and inflates whatever comes, so 64 KB of an upstream's gzip became 64 MB in memory.
     this.headers = { ...access, "content-type": "application/json", accept: "application/json, text/event-stream", "accept-encoding": "identity" };
@@ -242,13 +244,15 @@ export class OpenAIBackend implements Backend {
   }
 
   /**
-   * Posts the request (to the chat route unless `url` names another); its caller checks the status (a layer of its own would cost every request an await). A
+   * Posts the request (to the chat route, or the text completions route for a text completion, unless `url` names
+   * another); its caller checks the status (a layer of its own would cost every request an await). A
    * redirect is not followed: the prompt goes to the address the operator configured and nowhere else (fetch would
    * post it again to whatever a 307 names, and answer a 302 with what another server says). Nor is a compressed
    * answer inflated (see the constructor).
    */
-  private send(request: BackendRequest, signal: AbortSignal, url = this.url): Promise<Response> {
-    if (this.completionTokensOnly && request.body.max_tokens !== undefined) {
+  private send(request: BackendRequest, signal: AbortSignal, url = request.textCompletion ? this.completionsUrl : this.url): Promise<Response> {
+    // The text completions route takes only max_tokens.
+    if (this.completionTokensOnly && request.body.max_tokens !== undefined && !request.textCompletion) {
       request.body.max_completion_tokens = request.body.max_tokens;
       delete request.body.max_tokens;
     }
@@ -271,7 +275,7 @@ export class OpenAIBackend implements Backend {
    */
   private async afterRefusal(response: Response, request: BackendRequest, signal: AbortSignal): Promise<Response> {
     const { error, body } = await this.refusalOf(response);
-    if (request.body.max_tokens === undefined || !asksForCompletionTokens(response.status, body)) throw error;
+    if (request.body.max_tokens === undefined || request.textCompletion || !asksForCompletionTokens(response.status, body)) throw error;
     this.completionTokensOnly = true;
     const retried = await this.send(request, signal);
     if (retried.status !== 200) throw (await this.refusalOf(retried)).error;
@@ -298,8 +302,10 @@ export class OpenAIBackend implements Backend {
 
   private completionOf(parsed: unknown): Completion {
     const choice = (parsed as { choices?: unknown[] })?.choices?.[0] as
-      | { message?: Record<string, unknown>; finish_reason?: unknown; stop_reason?: unknown }
+      | { message?: Record<string, unknown>; text?: unknown; finish_reason?: unknown; stop_reason?: unknown }
       | undefined;
+    // A text completion (POST /completions) carries its text where a chat answer carries its message.
+    if (choice && choice.message === undefined && typeof choice.text === "string") choice.message = { content: choice.text };
     if (!choice || typeof choice.message !== "object" || choice.message === null) {
       // Some servers report a failure in a 200's body: its reason is given on, as a stream's error event's is.
       const reported = (parsed as { error?: { message?: unknown } } | null)?.error?.message;

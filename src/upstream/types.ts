@@ -51,6 +51,8 @@ export interface BackendRequest {
   affinity?: number;
   /** The server the call went to last (shown without credentials), set by the pool: the request's log line names it. */
   server?: string;
+  /** A legacy text completion: `body` holds a `prompt`, and goes to the upstream's /completions route. */
+  textCompletion?: boolean;
 }
 
 /**

@@ -55,3 +55,20 @@ const nullableFields = ["stream", "stream_options", "max_tokens", "max_completio
 export function validateChatRequest(body: unknown): ChatRequest | SluiceError {
   return validateBody(ChatRequestSchema, body, nullableFields);
 }
+
+/**
+ * A legacy text completion's prompt and the fields of its API sent upstream as they came (`suffix`, `echo`,
+ * `logprobs`, `stop`, ...), carried on the chat request it was translated to (see modules/completions). Under a
+ * symbol, which no JSON body can set.
+ */
+export const textPromptKey = Symbol("sluice.textPrompt");
+
+export interface TextPrompt {
+  prompt: string;
+  fields: Record<string, unknown>;
+}
+
+/** The text completion a chat request stands for, if it does. */
+export function textPromptOf(request: ChatRequest): TextPrompt | undefined {
+  return (request as ChatRequest & { [textPromptKey]?: TextPrompt })[textPromptKey];
+}

@@ -4,7 +4,7 @@ import { chatTokensUpperBound, countChatTokens, type CountableMessage } from "..
 import { textOfContent } from "../../tokens/text";
 import { affinityOf } from "../../upstream/affinity";
 import type { ModelEntry } from "../models/registry";
-import { forwardedFields, type ChatRequest } from "./model";
+import { forwardedFields, textPromptOf, type ChatRequest } from "./model";
 
 /** The spec's default output limit (section 8). */
 export const defaultMaxTokens = 8192;
@@ -25,6 +25,8 @@ export interface PreparedRequest {
   upstreamBody: Record<string, unknown>;
   /** The conversation as a number, for a model that routes its calls by it (routing = "affinity"). */
   affinity: number | undefined;
+  /** A legacy text completion (POST /v1/completions): `upstreamBody` holds a prompt for the upstream's /completions. */
+  textCompletion: boolean;
 }
 
 /** 400 for a request that leaves no room in its model's context window: a context fallback may take it. */
@@ -82,15 +84,21 @@ function prepared(
 ): PreparedRequest {
   const model = entry.config;
   const stream = request.stream === true;
-  const upstreamBody: Record<string, unknown> = { model: model.upstreamModel, messages: request.messages, [model.maxTokensField ?? limitName]: maxTokens };
+  const text = textPromptOf(request);
+  // A text completion goes to the upstream's /completions, whose limit is always max_tokens.
+  const upstreamBody: Record<string, unknown> = text
+    ? { model: model.upstreamModel, prompt: text.prompt, max_tokens: maxTokens, ...text.fields }
+    : { model: model.upstreamModel, messages: request.messages, [model.maxTokensField ?? limitName]: maxTokens };
   if (stream) {
     upstreamBody.stream = true;
     upstreamBody.stream_options = { include_usage: true };
   }
   if (request.temperature !== undefined) upstreamBody.temperature = request.temperature;
   if (request.top_p !== undefined) upstreamBody.top_p = request.top_p;
-  const raw = request as Record<string, unknown>;
-  for (const field of forwardedFields) if (raw[field] !== undefined) upstreamBody[field] = raw[field];
+  if (text === undefined) {
+    const raw = request as Record<string, unknown>;
+    for (const field of forwardedFields) if (raw[field] !== undefined) upstreamBody[field] = raw[field];
+  }
   return {
     entry,
     modelId: model.id,
@@ -103,5 +111,6 @@ function prepared(
     maxTokens,
     upstreamBody,
     affinity: model.routing === "affinity" && model.baseUrls.length > 1 ? affinityOf(request.prompt_cache_key, messages) : undefined,
+    textCompletion: text !== undefined,
   };
 }

@@ -201,6 +201,7 @@ export class ChatService implements RunSettler {
           signal: context.abort.signal,
           affinity: prepared.affinity,
           server: undefined,
+          textCompletion: prepared.textCompletion,
         };
         try {
           completion = await prepared.entry.backend.complete(call);
@@ -239,6 +240,7 @@ export class ChatService implements RunSettler {
           signal: context.abort.signal,
           affinity: prepared.affinity,
           server: undefined,
+          textCompletion: prepared.textCompletion,
         };
         events = prepared.entry.backend.stream(call);
         try {

@@ -186,6 +186,7 @@ describe("routes", () => {
     expect(document.info.version).toBe("0.1.0");
     expect(Object.keys(document.paths).sort()).toEqual([
       "/v1/chat/completions",
+      "/v1/completions",
       "/v1/embeddings",
       "/v1/messages",
       "/v1/messages/count_tokens",
