@@ -97,6 +97,20 @@ export function rowInDatabaseFile(path: string, requestId: string): boolean {
   }
 }
 
+/** A logger whose lines a test reads back, each line parsed. */
+export function capturingLogger(): { logger: Logger; lines: Record<string, unknown>[] } {
+  const lines: Record<string, unknown>[] = [];
+  const logger = new Logger("info", (text) =>
+    lines.push(
+      ...text
+        .trim()
+        .split("\n")
+        .map((line) => JSON.parse(line) as Record<string, unknown>),
+    ),
+  );
+  return { logger, lines };
+}
+
 /** A temporary folder removed by the returned function. */
 export function temporaryDirectory(): { path: string; remove(): void } {
   const path = mkdtempSync(join(tmpdir(), "sluice-test-"));

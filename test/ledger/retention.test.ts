@@ -6,10 +6,9 @@ import { resolveConfig } from "../../src/config/load";
 import type { ConfigFile } from "../../src/config/schema";
 import { moveStagedRows } from "../../src/ledger/inbox";
 import { retentionBatchRows, retentionCutoff } from "../../src/ledger/retention";
-import { Logger } from "../../src/modules/observability/logger";
 import { usageReport } from "../../src/modules/usage/report";
 import { startOfMonth } from "../../src/usage-periods";
-import { fakeModel, ledgerRow, stageRows, startSluice, type TestSluice, useFakeUpstream } from "../helpers";
+import { capturingLogger, fakeModel, ledgerRow, stageRows, startSluice, type TestSluice, useFakeUpstream } from "../helpers";
 
 const upstream = useFakeUpstream();
 const dayMs = 86_400_000;
@@ -44,15 +43,7 @@ test("the cutoff: the retention's days, but never into the current UTC month or 
 });
 
 test("rows past the retention are deleted in batches; newer rows, the current month and the reports' totals stay", async () => {
-  const lines: Record<string, unknown>[] = [];
-  const logger = new Logger("info", (text) =>
-    lines.push(
-      ...text
-        .trim()
-        .split("\n")
-        .map((line) => JSON.parse(line) as Record<string, unknown>),
-    ),
-  );
+  const { logger, lines } = capturingLogger();
   const sluice = await startSluice(configuration(30), { clock: () => now, logger });
   try {
     const { organizationId } = await sluice.addOrganization("acme");

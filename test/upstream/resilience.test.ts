@@ -1,7 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import { startFakeUpstream } from "../fake-upstream";
-import { Logger } from "../../src/modules/observability/logger";
-import { eventually, readSse, startSluice, type TestSluice, useFakeUpstream, withSluice } from "../helpers";
+import { capturingLogger, eventually, readSse, startSluice, type TestSluice, useFakeUpstream, withSluice } from "../helpers";
 
 const upstream = useFakeUpstream({ resetBeforeEach: true });
 
@@ -184,15 +183,7 @@ describe("several upstreams per model", () => {
   });
 
   test("each server's calls by how they ended, in /metrics; each request's log line names the server that answered or failed", async () => {
-    const lines: Record<string, unknown>[] = [];
-    const logger = new Logger("info", (text) =>
-      lines.push(
-        ...text
-          .trim()
-          .split("\n")
-          .map((line) => JSON.parse(line) as Record<string, unknown>),
-      ),
-    );
+    const { logger, lines } = capturingLogger();
     const sluice = await startSluice(
       {
         models: [

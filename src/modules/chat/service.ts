@@ -68,6 +68,18 @@ function movesToFallback(error: unknown, signal: AbortSignal): boolean {
   return error instanceof SluiceError && (error.code === "model_unavailable" || error.code === "server_overloaded");
 }
 
+/** The upstream call of a prepared request; the pool writes on it the server it went to (see noteServer). */
+function backendCall(prepared: PreparedRequest, signal: AbortSignal): BackendRequest {
+  return {
+    model: prepared.entry.config,
+    body: prepared.upstreamBody,
+    signal,
+    affinity: prepared.affinity,
+    server: undefined,
+    textCompletion: prepared.textCompletion,
+  };
+}
+
 /**
  * Chat completions: prepare, admit (quotas and concurrency), wait for a model slot, call the backend, relay the
  * answer, and settle on every path: the permit is released and the ledger row written exactly once.
@@ -195,14 +207,7 @@ export class ChatService implements RunSettler {
       let completion: Completion;
       for (;;) {
         const prepared = run.prepared;
-        const call: BackendRequest = {
-          model: prepared.entry.config,
-          body: prepared.upstreamBody,
-          signal: context.abort.signal,
-          affinity: prepared.affinity,
-          server: undefined,
-          textCompletion: prepared.textCompletion,
-        };
+        const call = backendCall(prepared, context.abort.signal);
         try {
           completion = await prepared.entry.backend.complete(call);
           noteServer(context.record, call.server);
@@ -234,14 +239,7 @@ export class ChatService implements RunSettler {
     try {
       for (;;) {
         const prepared = run.prepared;
-        const call: BackendRequest = {
-          model: prepared.entry.config,
-          body: prepared.upstreamBody,
-          signal: context.abort.signal,
-          affinity: prepared.affinity,
-          server: undefined,
-          textCompletion: prepared.textCompletion,
-        };
+        const call = backendCall(prepared, context.abort.signal);
         events = prepared.entry.backend.stream(call);
         try {
           first = await events.next();

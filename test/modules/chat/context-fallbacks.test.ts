@@ -4,14 +4,13 @@ import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:tes
 import Anthropic from "@anthropic-ai/sdk";
 import type OpenAI from "openai";
 import type { APIError } from "openai";
-import { Logger } from "../../../src/modules/observability/logger";
 import { startFakeUpstream, type FakeUpstream } from "../../fake-upstream";
-import { eventually, fakeModel, schemaErrors, startSluice, type TestSluice } from "../../helpers";
+import { capturingLogger, eventually, fakeModel, schemaErrors, startSluice, type TestSluice } from "../../helpers";
 
 let upstream: FakeUpstream;
 let sluice: TestSluice;
 let openai: OpenAI;
-const logLines: Record<string, unknown>[] = [];
+const { logger, lines: logLines } = capturingLogger();
 
 const narrow = { context_window: 64, max_output_tokens: 16 };
 
@@ -55,14 +54,7 @@ beforeAll(async () => {
       ],
     },
     {
-      logger: new Logger("info", (text) =>
-        logLines.push(
-          ...text
-            .trim()
-            .split("\n")
-            .map((line) => JSON.parse(line) as Record<string, unknown>),
-        ),
-      ),
+      logger,
     },
   );
   openai = sluice.client();

@@ -3,14 +3,13 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:test";
 import Anthropic from "@anthropic-ai/sdk";
 import OpenAI, { type APIError } from "openai";
-import { Logger } from "../../../src/modules/observability/logger";
 import { startFakeUpstream, type FakeUpstream } from "../../fake-upstream";
-import { eventually, fakeModel, schemaErrors, startSluice, testActor, type TestSluice } from "../../helpers";
+import { capturingLogger, eventually, fakeModel, schemaErrors, startSluice, testActor, type TestSluice } from "../../helpers";
 
 let upstream: FakeUpstream;
 let sluice: TestSluice;
 let openai: OpenAI;
-const logLines: Record<string, unknown>[] = [];
+const { logger, lines: logLines } = capturingLogger();
 
 const backup = (id: string, extra: Record<string, unknown> = {}) => fakeModel(upstream.url, id, "usage-100-5", extra);
 
@@ -64,14 +63,7 @@ beforeAll(async () => {
       ],
     },
     {
-      logger: new Logger("info", (text) =>
-        logLines.push(
-          ...text
-            .trim()
-            .split("\n")
-            .map((line) => JSON.parse(line) as Record<string, unknown>),
-        ),
-      ),
+      logger,
     },
   );
   openai = sluice.client();

@@ -1,14 +1,13 @@
 // POST /v1/completions, the legacy text completions that IDEs' autocomplete speaks, through the OpenAI SDK.
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:test";
 import OpenAI, { type APIError } from "openai";
-import { Logger } from "../../../src/modules/observability/logger";
 import { startFakeUpstream, type FakeUpstream } from "../../fake-upstream";
-import { eventually, fakeModel, startSluice, testActor, type TestSluice } from "../../helpers";
+import { capturingLogger, eventually, fakeModel, startSluice, testActor, type TestSluice } from "../../helpers";
 
 let upstream: FakeUpstream;
 let sluice: TestSluice;
 let openai: OpenAI;
-const logLines: Record<string, unknown>[] = [];
+const { logger, lines: logLines } = capturingLogger();
 
 beforeAll(async () => {
   upstream = startFakeUpstream();
@@ -30,14 +29,7 @@ beforeAll(async () => {
       safety: { enabled: true, rules: [{ id: "R-SECRET", name: "secrets", patterns: ["\\bBEGIN PRIVATE KEY\\b"] }] },
     },
     {
-      logger: new Logger("info", (text) =>
-        logLines.push(
-          ...text
-            .trim()
-            .split("\n")
-            .map((line) => JSON.parse(line) as Record<string, unknown>),
-        ),
-      ),
+      logger,
     },
   );
   openai = sluice.client();
