@@ -8,7 +8,7 @@ import { join } from "node:path";
 import Ajv2020 from "ajv/dist/2020";
 import addFormats from "ajv-formats";
 import fc from "fast-check";
-import OpenAI from "openai";
+import OpenAI, { type APIError } from "openai";
 import { resolveConfig } from "../src/config/load";
 import type { ConfigFile } from "../src/config/schema";
 import { openDatabase, type DatabaseHandle } from "../src/db/client";
@@ -95,6 +95,14 @@ export function rowInDatabaseFile(path: string, requestId: string): boolean {
     snapshot.close();
     rmSync(copy, { force: true });
   }
+}
+
+/** The error an SDK call was refused with (the test expects it to be refused). */
+export async function failureOf(answer: Promise<unknown>): Promise<APIError> {
+  return (await answer.then(
+    () => undefined,
+    (caught: unknown) => caught,
+  )) as APIError;
 }
 
 /** A logger whose lines a test reads back, each line parsed. */

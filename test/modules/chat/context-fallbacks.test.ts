@@ -3,9 +3,8 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:test";
 import Anthropic from "@anthropic-ai/sdk";
 import type OpenAI from "openai";
-import type { APIError } from "openai";
 import { startFakeUpstream, type FakeUpstream } from "../../fake-upstream";
-import { capturingLogger, eventually, fakeModel, schemaErrors, startSluice, type TestSluice } from "../../helpers";
+import { capturingLogger, failureOf, eventually, fakeModel, schemaErrors, startSluice, type TestSluice } from "../../helpers";
 
 let upstream: FakeUpstream;
 let sluice: TestSluice;
@@ -80,13 +79,6 @@ function called(): string[] {
 
 function rowsOf(requestId: string) {
   return sluice.ledgerRows().filter((row) => row.request_id === requestId);
-}
-
-async function failureOf(answer: Promise<unknown>): Promise<APIError> {
-  return (await answer.then(
-    () => undefined,
-    (caught: unknown) => caught,
-  )) as APIError;
 }
 
 describe("a request too long for its model", () => {

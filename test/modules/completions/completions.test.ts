@@ -1,8 +1,8 @@
 // POST /v1/completions, the legacy text completions that IDEs' autocomplete speaks, through the OpenAI SDK.
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:test";
-import OpenAI, { type APIError } from "openai";
+import OpenAI from "openai";
 import { startFakeUpstream, type FakeUpstream } from "../../fake-upstream";
-import { capturingLogger, eventually, fakeModel, startSluice, testActor, type TestSluice } from "../../helpers";
+import { capturingLogger, failureOf, eventually, fakeModel, startSluice, testActor, type TestSluice } from "../../helpers";
 
 let upstream: FakeUpstream;
 let sluice: TestSluice;
@@ -45,13 +45,6 @@ beforeEach(() => {
 
 function rowsOf(requestId: string) {
   return sluice.ledgerRows().filter((row) => row.request_id === requestId);
-}
-
-async function failureOf(answer: Promise<unknown>): Promise<APIError> {
-  return (await answer.then(
-    () => undefined,
-    (caught: unknown) => caught,
-  )) as APIError;
 }
 
 describe("text completions", () => {
