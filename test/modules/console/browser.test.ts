@@ -170,6 +170,9 @@ test("sign up, waitlist, operator activates, sign in, create a key, use it, usag
   await showsText(trail, "status: waitlist → active");
   await showsText(trail, "key.created");
   await shot(operator, "03b-audit-trail");
+  // The model's server again, with the call it answered.
+  await operator.getByRole("button", { name: "Organizations and models" }).click();
+  await visible(operator.getByTestId("server-qwen3").getByText(`${upstream.url}: up, 1 call (0 failed)`));
 
   await member.getByRole("button", { name: "API keys" }).click();
   member.once("dialog", (dialog) => void dialog.accept());
