@@ -35,7 +35,8 @@ function chunk(model: string, delta: Record<string, unknown>, finishReason: stri
   return `data: ${JSON.stringify(body)}\n\n`;
 }
 
-function whole(model: string, content: string, reasoning: string | null, usage: unknown) {
+/** A whole chat answer as OpenAI-compatible servers send it (also for tests' own stand-in servers). */
+export function whole(model: string, content: string, reasoning: string | null, usage: unknown) {
   return {
     id: "chatcmpl-fake",
     object: "chat.completion",

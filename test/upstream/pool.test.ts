@@ -4,6 +4,7 @@ import { SluiceError } from "../../src/errors";
 import { affinityOf, affinityWeight } from "../../src/upstream/affinity";
 import { UpstreamPool } from "../../src/upstream/pool";
 import type { CompletionEvent } from "../../src/upstream/types";
+import { whole } from "../fake-upstream";
 import { useFakeUpstream } from "../helpers";
 
 const upstream = useFakeUpstream({ resetBeforeEach: true });
@@ -172,14 +173,7 @@ function steeredServer() {
           server.failures++;
           return Response.json({ error: { message: "CUDA error" } }, { status: 500 });
         }
-        return Response.json({
-          id: "x",
-          object: "chat.completion",
-          created: 1,
-          model: "usage-10-5",
-          choices: [{ index: 0, message: { role: "assistant", content: "ok" }, finish_reason: "stop" }],
-          usage: { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15 },
-        });
+        return Response.json(whole("usage-10-5", "ok", null, { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15 }));
       },
     }),
     get url() {

@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { startFakeUpstream } from "../fake-upstream";
+import { startFakeUpstream, whole } from "../fake-upstream";
 import { capturingLogger, eventually, readSse, startSluice, type TestSluice, useFakeUpstream, withSluice } from "../helpers";
 
 const upstream = useFakeUpstream({ resetBeforeEach: true });
@@ -49,14 +49,7 @@ describe("several upstreams per model", () => {
       async fetch() {
         held++;
         await released;
-        return Response.json({
-          id: "x",
-          object: "chat.completion",
-          created: 1,
-          model: "usage-10-5",
-          choices: [{ index: 0, message: { role: "assistant", content: "late" }, finish_reason: "stop" }],
-          usage: { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15 },
-        });
+        return Response.json(whole("usage-10-5", "late", null, { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15 }));
       },
     });
     const slowUrl = `http://127.0.0.1:${slow.port}/v1`;
