@@ -202,7 +202,7 @@ async function main(): Promise<void> {
     const admissionMicroseconds: number[] = [];
     for (let index = 0; index < settings.admissionCalls; index++) {
       const started = performance.now();
-      const [answer] = (await connection.script("admit", keysOf, ["admit", 15000, 1_000_000_000, -1, 100, 11, 30, `probe-${index}`])) as number[][];
+      const [answer] = (await connection.script("admit", keysOf, ["admit", 15000, 1_000_000_000, -1, 100, -1, 11, 30, `probe-${index}`])) as number[][];
       admissionMicroseconds.push((performance.now() - started) * 1000);
       if (answer?.[0] !== 0) throw new Error(`the probe was not admitted: ${JSON.stringify(answer)}`);
       await connection.script("settle", keysOf, ["probe", `probe-${index}`, 20]);

@@ -10,9 +10,15 @@ const limitOptions = {
   "max-concurrency": { type: "string" },
   "tokens-per-5h": { type: "string" },
   "tokens-per-month": { type: "string" },
+  "requests-per-minute": { type: "string" },
 } as const;
 
-const limitFields = { "max-concurrency": "maxConcurrency", "tokens-per-5h": "tokensPer5h", "tokens-per-month": "tokensPerMonth" } as const;
+const limitFields = {
+  "max-concurrency": "maxConcurrency",
+  "tokens-per-5h": "tokensPer5h",
+  "tokens-per-month": "tokensPerMonth",
+  "requests-per-minute": "requestsPerMinute",
+} as const;
 
 /** The caps given on the command line over `base`: a whole number from 1, or `none` to remove one. */
 function limitsOf(values: Partial<Record<keyof typeof limitFields, string>>, base: KeyLimits): KeyLimits {
@@ -51,7 +57,7 @@ function describeModels(key: ApiKeyInfo): string {
 
 function describeLimits(limits: KeyLimits): string {
   const show = (value: number | null) => (value === null ? "-" : String(value));
-  return [show(limits.maxConcurrency), show(limits.tokensPer5h), show(limits.tokensPerMonth)].join("\t");
+  return [show(limits.maxConcurrency), show(limits.tokensPer5h), show(limits.tokensPerMonth), show(limits.requestsPerMinute)].join("\t");
 }
 
 /** `sluice key create|update|list|revoke`. */
@@ -81,7 +87,7 @@ export async function runKey(args: string[]): Promise<number> {
     const { values, positionals } = parseCommand(rest, { ...limitOptions, models: { type: "string" } }, 1);
     const keyId = positionals[0] as string;
     if (Object.values(values).every((value) => value === undefined))
-      throw new UsageError("give at least one of --max-concurrency, --tokens-per-5h, --tokens-per-month, --models");
+      throw new UsageError("give at least one of --max-concurrency, --tokens-per-5h, --tokens-per-month, --requests-per-minute, --models");
     const { models: modelsValue, ...limitValues } = values;
     await withCliContext(async (context) => {
       const existing = await context.keys.find(keyId);

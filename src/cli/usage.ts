@@ -17,9 +17,10 @@ export const usageText = `Usage: sluice <command>
   org update NAME [--plan PLAN] [--status active|waitlist|suspended]
   org list
   key create --org NAME [--name LABEL] [--expires-in 90s|30m|12h|30d]
-             [--max-concurrency N] [--tokens-per-5h N] [--tokens-per-month N] [--models ID,ID]
+             [--max-concurrency N] [--tokens-per-5h N] [--tokens-per-month N] [--requests-per-minute N]
+             [--models ID,ID]
   key update KEY_ID [--max-concurrency N|none] [--tokens-per-5h N|none] [--tokens-per-month N|none]
-             [--models ID,ID|all]
+             [--requests-per-minute N|none] [--models ID,ID|all]
                                           the key's own caps and models, inside its organization's plan
   key list --org NAME
   key rotate KEY_ID [--grace 24h|now] [--expires-in 30d]

@@ -232,6 +232,7 @@ export function resolveConfig(file: unknown): Config {
       tokensPer5h: plan.tokens_per_5h,
       tokensPerMonth: plan.tokens_per_month,
       maxConcurrency: plan.max_concurrency,
+      requestsPerMinute: plan.requests_per_minute,
       queueWeight: plan.queue_weight,
     })),
   };

@@ -13,6 +13,9 @@ function milliseconds(minimum: number) {
 /** A token quota: counted exactly in a double, as the ledger's sums are. */
 const tokenQuota = Type.Integer({ minimum: 1, maximum: Number.MAX_SAFE_INTEGER });
 
+/** Requests a minute: a million is far beyond any one organization, and keeps each request's share of a minute above 0.05 ms. */
+export const requestRate = Type.Integer({ minimum: 1, maximum: 1_000_000 });
+
 export const ModelConfigSchema = Type.Object(
   {
     id: Type.String({ minLength: 1, description: "What clients send as `model`" }),
@@ -76,6 +79,8 @@ export const PlanConfigSchema = Type.Object(
     tokens_per_month: Type.Optional(tokenQuota),
     /** Requests in flight for one organization; omitted = unlimited. */
     max_concurrency: Type.Optional(Type.Integer({ minimum: 1 })),
+    /** Requests one organization may start a minute (a whole minute's worth at once, then at that pace); omitted = unlimited. */
+    requests_per_minute: Type.Optional(requestRate),
     /** Slots in a row an organization of this plan gets in its turn in a model's queue; default 1. */
     queue_weight: Type.Optional(Type.Integer({ minimum: 1, maximum: 100 })),
   },
@@ -189,6 +194,8 @@ export interface PlanConfig {
   tokensPer5h?: number;
   tokensPerMonth?: number;
   maxConcurrency?: number;
+  /** Requests started a minute (see src/modules/admission/request-rate.ts). */
+  requestsPerMinute?: number;
   /** Slots in a row an organization of this plan gets in its turn in a model's queue (1 unless set). */
   queueWeight?: number;
 }

@@ -30,13 +30,16 @@ export const apiKeys = sqliteTable(
     maxConcurrency: integer("max_concurrency"),
     tokensPer5h: integer("tokens_per_5h"),
     tokensPerMonth: integer("tokens_per_month"),
+    requestsPerMinute: integer("requests_per_minute"),
     /** The models the key may call, a JSON array of model ids within its plan's; null: every model of the plan. */
     models: text("models"),
   },
   (table) => [
     index("api_keys_organization_idx").on(table.organizationId),
     // Start-up reads the few keys with caps; this index holds only them, so a million keys without caps cost nothing.
-    index("api_keys_limited_idx").on(table.id).where(sql`max_concurrency IS NOT NULL OR tokens_per_5h IS NOT NULL OR tokens_per_month IS NOT NULL`),
+    index("api_keys_limited_idx")
+      .on(table.id)
+      .where(sql`max_concurrency IS NOT NULL OR tokens_per_5h IS NOT NULL OR tokens_per_month IS NOT NULL OR requests_per_minute IS NOT NULL`),
   ],
 );
 

@@ -92,8 +92,8 @@ function keyRepository(db: Database): KeyRepository {
     async setExpiry(keyId, expiresAt) {
       await timed(db.update(apiKeys).set({ expiresAt }).where(eq(apiKeys.id, keyId)));
     },
-    async setLimits(keyId, { maxConcurrency, tokensPer5h, tokensPerMonth }) {
-      await timed(db.update(apiKeys).set({ maxConcurrency, tokensPer5h, tokensPerMonth }).where(eq(apiKeys.id, keyId)));
+    async setLimits(keyId, { maxConcurrency, tokensPer5h, tokensPerMonth, requestsPerMinute }) {
+      await timed(db.update(apiKeys).set({ maxConcurrency, tokensPer5h, tokensPerMonth, requestsPerMinute }).where(eq(apiKeys.id, keyId)));
     },
     async setModels(keyId, models) {
       await timed(
@@ -115,9 +115,10 @@ function keyRepository(db: Database): KeyRepository {
             maxConcurrency: apiKeys.maxConcurrency,
             tokensPer5h: apiKeys.tokensPer5h,
             tokensPerMonth: apiKeys.tokensPerMonth,
+            requestsPerMinute: apiKeys.requestsPerMinute,
           })
           .from(apiKeys)
-          .where(sql`max_concurrency IS NOT NULL OR tokens_per_5h IS NOT NULL OR tokens_per_month IS NOT NULL`),
+          .where(sql`max_concurrency IS NOT NULL OR tokens_per_5h IS NOT NULL OR tokens_per_month IS NOT NULL OR requests_per_minute IS NOT NULL`),
       );
     },
     async credentials(hash) {
@@ -135,6 +136,7 @@ function keyRepository(db: Database): KeyRepository {
             maxConcurrency: apiKeys.maxConcurrency,
             tokensPer5h: apiKeys.tokensPer5h,
             tokensPerMonth: apiKeys.tokensPerMonth,
+            requestsPerMinute: apiKeys.requestsPerMinute,
             models: apiKeys.models,
           })
           .from(apiKeys)

@@ -35,7 +35,7 @@ import type {
 import { modelsText, withModelList } from "./key-models";
 
 /** The partial index of keys with caps answers only a query with its own condition. */
-const limitedCondition = "max_concurrency IS NOT NULL OR tokens_per_5h IS NOT NULL OR tokens_per_month IS NOT NULL";
+const limitedCondition = "max_concurrency IS NOT NULL OR tokens_per_5h IS NOT NULL OR tokens_per_month IS NOT NULL OR requests_per_minute IS NOT NULL";
 
 /** Every column of a key but its hash. */
 const { hash: _hash, ...shownKeyColumns } = getTableColumns(apiKeys);
@@ -66,7 +66,7 @@ function keyRepository({ db, sqlite }: DatabaseHandle): KeyRepository {
     `SELECT k.hash AS hash, k.id AS keyId, o.id AS organizationId, o.name AS organizationName,
             o.status AS organizationStatus, o.plan AS planId, k.expires_at AS expiresAt, k.revoked_at AS revokedAt,
             k.max_concurrency AS maxConcurrency, k.tokens_per_5h AS tokensPer5h, k.tokens_per_month AS tokensPerMonth,
-            k.models AS models
+            k.requests_per_minute AS requestsPerMinute, k.models AS models
        FROM api_keys k JOIN organizations o ON o.id = k.organization_id
       WHERE k.hash = ?`,
   );
@@ -95,8 +95,8 @@ function keyRepository({ db, sqlite }: DatabaseHandle): KeyRepository {
     async setExpiry(keyId, expiresAt) {
       db.update(apiKeys).set({ expiresAt }).where(eq(apiKeys.id, keyId)).run();
     },
-    async setLimits(keyId, { maxConcurrency, tokensPer5h, tokensPerMonth }) {
-      db.update(apiKeys).set({ maxConcurrency, tokensPer5h, tokensPerMonth }).where(eq(apiKeys.id, keyId)).run();
+    async setLimits(keyId, { maxConcurrency, tokensPer5h, tokensPerMonth, requestsPerMinute }) {
+      db.update(apiKeys).set({ maxConcurrency, tokensPer5h, tokensPerMonth, requestsPerMinute }).where(eq(apiKeys.id, keyId)).run();
     },
     async setModels(keyId, models) {
       db.update(apiKeys)
@@ -108,7 +108,7 @@ function keyRepository({ db, sqlite }: DatabaseHandle): KeyRepository {
       return sqlite
         .query<LimitedKey, []>(
           `SELECT id, organization_id AS organizationId, name, expires_at AS expiresAt, revoked_at AS revokedAt, max_concurrency AS maxConcurrency,
-                  tokens_per_5h AS tokensPer5h, tokens_per_month AS tokensPerMonth
+                  tokens_per_5h AS tokensPer5h, tokens_per_month AS tokensPerMonth, requests_per_minute AS requestsPerMinute
              FROM api_keys INDEXED BY api_keys_limited_idx WHERE ${limitedCondition}`,
         )
         .all();

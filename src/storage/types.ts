@@ -21,6 +21,7 @@ export interface KeyLimits {
   maxConcurrency: number | null;
   tokensPer5h: number | null;
   tokensPerMonth: number | null;
+  requestsPerMinute: number | null;
 }
 
 /** A key that has at least one cap of its own. */

@@ -131,6 +131,9 @@ test("refused with the key named: addresses fetch cannot call, durations past a 
     [{ plans: [{ id: "p", models: ["*"], tokens_per_5h: 1e300 }] }, "plans[0].tokens_per_5h"],
     [{ plans: [{ id: "p", models: ["*"], queue_weight: 0 }] }, "plans[0].queue_weight"],
     [{ plans: [{ id: "p", models: ["*"], queue_weight: 101 }] }, "plans[0].queue_weight"],
+    [{ plans: [{ id: "p", models: ["*"], requests_per_minute: 0 }] }, "plans[0].requests_per_minute"],
+    [{ plans: [{ id: "p", models: ["*"], requests_per_minute: 1_000_001 }] }, "plans[0].requests_per_minute"],
+    [{ plans: [{ id: "p", models: ["*"], requests_per_minute: 2.5 }] }, "plans[0].requests_per_minute"],
     [
       {
         plans: [
@@ -148,7 +151,7 @@ test("refused with the key named: addresses fetch cannot call, durations past a 
   // The largest of each is taken.
   const largest = resolveConfig({
     ...model({ base_url: ["https://a/v1", "http://[::1]:8000/v1"], timeout_ms: 2 ** 31 - 1, stream_delay_ms: 0 }),
-    plans: [{ id: "p", models: ["*"], tokens_per_month: Number.MAX_SAFE_INTEGER }],
+    plans: [{ id: "p", models: ["*"], tokens_per_month: Number.MAX_SAFE_INTEGER, requests_per_minute: 1_000_000 }],
   });
   expect(largest.models[0]?.timeoutMs).toBe(2 ** 31 - 1);
   // A failure rate of 0 turns the rate off; the defaults take a server out at half of its last 20 calls.
@@ -156,6 +159,7 @@ test("refused with the key named: addresses fetch cannot call, durations past a 
   expect(resolveConfig(model({})).models[0]).toMatchObject({ breakerFailureRate: 0.5, breakerWindow: 20, routing: "least_busy", affinitySlack: 4 });
   expect(resolveConfig(model({ routing: "affinity", affinity_slack: 0 })).models[0]).toMatchObject({ routing: "affinity", affinitySlack: 0 });
   expect(largest.plans[0]?.tokensPerMonth).toBe(Number.MAX_SAFE_INTEGER);
+  expect(largest.plans[0]?.requestsPerMinute).toBe(1_000_000);
 });
 
 test("a red-line pattern that repeats a group holding a repetition is refused, with the rule and the pattern named; the shipped rules and common shapes pass", () => {

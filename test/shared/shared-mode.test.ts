@@ -455,6 +455,35 @@ describe("a key's own caps, across instances", () => {
     });
   }, 60_000);
 
+  test("requests per minute over 3 instances: 300 requests against a plan's 60 and a key's 20 admit exactly those, with the headers of the tighter", async () => {
+    await withCluster(toml("requests_per_minute = 60\nmax_concurrency = 1000", { upstream: "usage-10-20" }), async (cluster) => {
+      const planKey = cluster.addOrganization("acme");
+      const created = cluster.cli("key", "create", "--org", "acme", "--requests-per-minute", "20");
+      expect(created.code).toBe(0);
+      const capped = created.stdout.trim();
+      upstream.reset();
+      // One request a second comes back to each bucket: a slow run may see a few more.
+      const started = Date.now();
+      const keyed = await Promise.all(Array.from({ length: 150 }, (_, index) => cluster.chat(index, capped, { model: "m", messages })));
+      const plain = await Promise.all(Array.from({ length: 150 }, (_, index) => cluster.chat(index, planKey, { model: "m", messages })));
+      const refills = Math.floor((Date.now() - started) / 1000);
+      const ok = (responses: Response[]) => responses.filter((response) => response.status === 200);
+      expect(ok(keyed).length).toBeGreaterThanOrEqual(20);
+      expect(ok(keyed).length).toBeLessThanOrEqual(20 + Math.ceil(refills / 3));
+      expect(ok(keyed).length + ok(plain).length).toBeGreaterThanOrEqual(60);
+      expect(ok(keyed).length + ok(plain).length).toBeLessThanOrEqual(60 + refills);
+      for (const response of ok(keyed)) expect(response.headers.get("x-ratelimit-limit-requests")).toBe("20");
+      for (const response of ok(plain)) expect(response.headers.get("x-ratelimit-limit-requests")).toBe("60");
+      for (const response of [...keyed, ...plain].filter((each) => each.status !== 200)) {
+        expect(response.status).toBe(429);
+        expect(await codeOf(response)).toBe("rate_limit_exceeded");
+      }
+      expect(upstream.bodies.length).toBe(ok(keyed).length + ok(plain).length);
+      for (const response of [...ok(keyed), ...ok(plain)]) await response.arrayBuffer();
+      expect(await leasesLeft()).toBe(0);
+    });
+  }, 60_000);
+
   test("sluice key update in shared mode puts the key's usage so far into Redis; a Redis that lost its data rebuilds it from the ledger", async () => {
     await withCluster(toml(""), async (cluster) => {
       cluster.addOrganization("acme");

@@ -45,6 +45,7 @@ function insertKey(id: string, organizationId: string, name: string, hash: strin
     maxConcurrency: null,
     tokensPer5h: null,
     tokensPerMonth,
+    requestsPerMinute: null,
     models: null,
   });
 }

@@ -30,12 +30,15 @@ export const apiKeys = pgTable(
     maxConcurrency: bigint("max_concurrency", { mode: "number" }),
     tokensPer5h: bigint("tokens_per_5h", { mode: "number" }),
     tokensPerMonth: bigint("tokens_per_month", { mode: "number" }),
+    requestsPerMinute: bigint("requests_per_minute", { mode: "number" }),
     /** The models the key may call, a JSON array of model ids within its plan's; null: every model of the plan. */
     models: text("models"),
   },
   (table) => [
     index("api_keys_organization_idx").on(table.organizationId),
-    index("api_keys_limited_idx").on(table.id).where(sql`max_concurrency IS NOT NULL OR tokens_per_5h IS NOT NULL OR tokens_per_month IS NOT NULL`),
+    index("api_keys_limited_idx")
+      .on(table.id)
+      .where(sql`max_concurrency IS NOT NULL OR tokens_per_5h IS NOT NULL OR tokens_per_month IS NOT NULL OR requests_per_minute IS NOT NULL`),
   ],
 );
 

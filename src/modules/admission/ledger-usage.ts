@@ -26,7 +26,7 @@ export async function restoreKeyFromLedger(
 
 /** A key's caps as one string, to tell whether they changed. */
 function signature(key: LimitedKey): string {
-  return `${key.maxConcurrency}/${key.tokensPer5h}/${key.tokensPerMonth}`;
+  return `${key.maxConcurrency}/${key.tokensPer5h}/${key.tokensPerMonth}/${key.requestsPerMinute}`;
 }
 
 /**

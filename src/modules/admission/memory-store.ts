@@ -14,6 +14,7 @@ import {
   type Subject,
   type UsageSnapshot,
 } from "./store";
+import { requestsHeld, requestWaitMs, type RequestBucket } from "./request-rate";
 import { RollingWindow } from "./window";
 
 /** The usage of one subject of admission: an organization, or a key with caps of its own. */
@@ -23,6 +24,8 @@ class SubjectState {
   monthUsed = 0;
   reserved = 0;
   inFlight = 0;
+  /** The requests-per-minute bucket: full until first used. */
+  readonly requests: RequestBucket = { held: 0, at: -1 };
 
   monthUsedAt(now: number): number {
     const month = monthOf(now);
@@ -44,6 +47,10 @@ class SubjectState {
       // Reservations in flight count as usage recorded now: they leave the window 5 hours from now.
       throw quotaRejection("five_hour", limits, { fiveHourWaitMs: this.window.timeUntilFreed(excess, now) ?? fiveHoursMs }, subject);
     }
+    if (limits.requestsPerMinute !== undefined) {
+      const wait = requestWaitMs(requestsHeld(this.requests, limits.requestsPerMinute, now), limits.requestsPerMinute);
+      if (wait > 0) throw quotaRejection("requests", limits, { requestWaitMs: wait }, subject);
+    }
     if (limits.maxConcurrency !== undefined && this.inFlight >= limits.maxConcurrency) throw quotaRejection("concurrency", limits, {}, subject);
     return windowUsed;
   }
@@ -56,10 +63,14 @@ class SubjectState {
     return room;
   }
 
-  /** Takes a place in flight and reserves tokens. */
-  take(reservation: number): void {
+  /** Takes a place in flight, reserves tokens and takes one request from the requests-per-minute bucket. */
+  take(reservation: number, limits: Limits, now: number): void {
     this.reserved += reservation;
     this.inFlight++;
+    if (limits.requestsPerMinute === undefined) return;
+    this.requests.held = requestsHeld(this.requests, limits.requestsPerMinute, now) - 1;
+    // A clock stepped back does not refill the bucket twice.
+    this.requests.at = Math.max(this.requests.at, now);
   }
 
   /** Gives the place and the reservation back, and records what was really spent. */
@@ -73,7 +84,15 @@ class SubjectState {
   }
 
   quotaState(now: number, windowUsed: number): QuotaState {
-    return { now, windowUsed, monthUsed: this.monthUsedAt(now), reserved: this.reserved, inFlight: this.inFlight, untilEmpty: this.window.timeUntilEmpty(now) };
+    return {
+      now,
+      windowUsed,
+      monthUsed: this.monthUsedAt(now),
+      reserved: this.reserved,
+      inFlight: this.inFlight,
+      untilEmpty: this.window.timeUntilEmpty(now),
+      requests: this.requests,
+    };
   }
 }
 
@@ -128,8 +147,8 @@ export class MemoryAdmissionStore implements AdmissionStore {
       organization.headroom(plan, organizationWindow, now),
       key && keyLimits ? key.headroom(keyLimits, keyWindow, now) : Number.POSITIVE_INFINITY,
     );
-    organization.take(reservation);
-    key?.take(reservation);
+    organization.take(reservation, plan, now);
+    if (key && keyLimits) key.take(reservation, keyLimits, now);
     this.reservedTotal += reservation;
     this.inFlightTotal++;
     const figures = rateLimitFigures(

@@ -1,7 +1,8 @@
 // What admission tells the caller, the same whichever store decided (in memory, or Redis for several instances):
 // the 429 of the limit that said no, the x-ratelimit headers of an admitted request, and a usage snapshot.
 import { fiveHoursMs, startOfNextMonth } from "../../usage-periods";
-import { AdmissionRejected, type Limits, type RejectionKind, type Subject, type UsageSnapshot } from "./store";
+import { requestsHeld, requestsRemaining, requestsResetMs, type RequestBucket } from "./request-rate";
+import { AdmissionRejected, type Limits, type RejectionKind, type RequestsUsage, type Subject, type UsageSnapshot } from "./store";
 
 // The last reset written: the requests of one second mostly share it.
 let lastResetSeconds = -1;
@@ -34,7 +35,7 @@ function secondsUntil(milliseconds: number): number {
 export function quotaRejection(
   kind: RejectionKind,
   limits: Limits,
-  wait: { fiveHourWaitMs?: number; monthResetMs?: number },
+  wait: { fiveHourWaitMs?: number; monthResetMs?: number; requestWaitMs?: number },
   subject: Subject = "organization",
 ): AdmissionRejected {
   const who = subject === "organization" ? "Your organization" : "This API key";
@@ -59,6 +60,14 @@ export function quotaRejection(
       },
     );
   }
+  if (kind === "requests") {
+    // Left to the SDKs to retry (no x-should-retry: false): the wait is seconds, as for the concurrency cap.
+    return new AdmissionRejected(
+      "requests",
+      `${who} has reached the limit of ${limits.requestsPerMinute} ${limits.requestsPerMinute === 1 ? "request" : "requests"} per minute that ${whose} allows. Retry after the time in Retry-After.`,
+      { retryAfterSeconds: secondsUntil(wait.requestWaitMs ?? 0) },
+    );
+  }
   return new AdmissionRejected("concurrency", `${who} already has ${limits.maxConcurrency} requests in flight, the most ${whose} allows. Retry shortly.`, {
     retryAfterSeconds: 1,
   });
@@ -74,6 +83,8 @@ export interface QuotaState {
   inFlight: number;
   /** Milliseconds until everything now in the 5-hour window has left it. */
   untilEmpty: number;
+  /** The requests-per-minute bucket (see request-rate.ts), this request taken once admitted. */
+  requests: RequestBucket;
 }
 
 function fiveHourRemaining(limits: Limits, state: QuotaState): number {
@@ -82,49 +93,83 @@ function fiveHourRemaining(limits: Limits, state: QuotaState): number {
 
 /**
  * An admitted request's `x-ratelimit-*` figures, kept as numbers until its headers are written: a lease lives as long
- * as its stream, and four header strings (the reset time a rope of four) would be cells every full collection marks.
+ * as its stream, and six header strings (the reset times ropes of four) would be cells every full collection marks.
+ * A limit of -1: that kind of limit does not apply.
  */
 export class RateLimitFigures {
   constructor(
-    readonly limit: number,
-    readonly remaining: number,
-    /** Milliseconds until the window has room again. */
-    readonly resetMs: number,
+    readonly tokenLimit: number,
+    readonly tokensRemaining: number,
+    /** Milliseconds until the 5-hour window has room again. */
+    readonly tokensResetMs: number,
+    readonly requestLimit: number,
+    /** What the requests-per-minute bucket held once this request was taken. */
+    readonly requestsHeld: number,
   ) {}
 
   headers(): Record<string, string> {
-    return {
-      "x-ratelimit-limit-tokens": String(this.limit),
-      "x-ratelimit-remaining-tokens": String(this.remaining),
-      "x-ratelimit-reset-tokens": formatReset(this.resetMs),
+    // Most plans have a token quota alone: one object literal, as before there were requests per minute.
+    if (this.requestLimit < 0) {
+      return {
+        "x-ratelimit-limit-tokens": String(this.tokenLimit),
+        "x-ratelimit-remaining-tokens": String(this.tokensRemaining),
+        "x-ratelimit-reset-tokens": formatReset(this.tokensResetMs),
+      };
+    }
+    const headers: Record<string, string> = {
+      "x-ratelimit-limit-requests": String(this.requestLimit),
+      "x-ratelimit-remaining-requests": String(requestsRemaining(this.requestsHeld)),
+      "x-ratelimit-reset-requests": formatReset(requestsResetMs(this.requestsHeld, this.requestLimit)),
     };
+    if (this.tokenLimit >= 0) {
+      headers["x-ratelimit-limit-tokens"] = String(this.tokenLimit);
+      headers["x-ratelimit-remaining-tokens"] = String(this.tokensRemaining);
+      headers["x-ratelimit-reset-tokens"] = formatReset(this.tokensResetMs);
+    }
+    return headers;
   }
 }
 
-/**
- * The figures after this request's reservation, for the 5-hour quota that has less left: the organization's or the
- * key's own; undefined when neither has one.
- */
-export function rateLimitFigures(
-  organization: { limits: Limits; state: QuotaState },
-  key?: { limits: Limits; state: QuotaState },
-): RateLimitFigures | undefined {
-  let tightest = organization.limits.tokensPer5h === undefined ? undefined : organization;
-  if (
-    key &&
-    key.limits.tokensPer5h !== undefined &&
-    (!tightest || fiveHourRemaining(key.limits, key.state) < fiveHourRemaining(tightest.limits, tightest.state))
-  )
-    tightest = key;
-  if (!tightest) return undefined;
-  const { limits, state } = tightest;
-  // Usage just reserved leaves the window 5 hours from now at the latest.
-  const resetMs = state.untilEmpty || (state.windowUsed + state.reserved > 0 ? fiveHoursMs : 0);
-  return new RateLimitFigures(limits.tokensPer5h as number, fiveHourRemaining(limits, state), resetMs);
+/** One subject's limits and state, as admission read them for a request. */
+interface SubjectFigures {
+  limits: Limits;
+  state: QuotaState;
 }
 
-/** `x-ratelimit-*` after this request's reservation (see rateLimitFigures); empty when no 5-hour quota applies. */
-export function rateLimitHeaders(organization: { limits: Limits; state: QuotaState }, key?: { limits: Limits; state: QuotaState }): Record<string, string> {
+/**
+ * The figures after this request's admission, each for the subject with less left: the organization or the key's own
+ * caps, for the 5-hour quota and for the requests a minute apart; undefined when neither kind applies.
+ */
+export function rateLimitFigures(organization: SubjectFigures, key?: SubjectFigures): RateLimitFigures | undefined {
+  let tokens = organization.limits.tokensPer5h === undefined ? undefined : organization;
+  if (key && key.limits.tokensPer5h !== undefined && (!tokens || fiveHourRemaining(key.limits, key.state) < fiveHourRemaining(tokens.limits, tokens.state)))
+    tokens = key;
+  const organizationRequests = requestsLeft(organization);
+  const keyRequests = key ? requestsLeft(key) : Number.POSITIVE_INFINITY;
+  const requests = keyRequests < organizationRequests ? key : organizationRequests < Number.POSITIVE_INFINITY ? organization : undefined;
+  if (!tokens && !requests) return undefined;
+  let tokenLimit = -1;
+  let tokensRemaining = 0;
+  let tokensResetMs = 0;
+  if (tokens) {
+    const { limits, state } = tokens;
+    tokenLimit = limits.tokensPer5h as number;
+    tokensRemaining = fiveHourRemaining(limits, state);
+    // Usage just reserved leaves the window 5 hours from now at the latest.
+    tokensResetMs = state.untilEmpty || (state.windowUsed + state.reserved > 0 ? fiveHoursMs : 0);
+  }
+  const requestLimit = requests?.limits.requestsPerMinute ?? -1;
+  return new RateLimitFigures(tokenLimit, tokensRemaining, tokensResetMs, requestLimit, Math.min(organizationRequests, keyRequests));
+}
+
+/** What a subject's requests-per-minute bucket holds; Infinity when it has no such limit. */
+function requestsLeft(subject: SubjectFigures): number {
+  const limit = subject.limits.requestsPerMinute;
+  return limit === undefined ? Number.POSITIVE_INFINITY : requestsHeld(subject.state.requests, limit, subject.state.now);
+}
+
+/** `x-ratelimit-*` after this request's admission (see rateLimitFigures); empty when no limit of either kind applies. */
+export function rateLimitHeaders(organization: SubjectFigures, key?: SubjectFigures): Record<string, string> {
   return rateLimitFigures(organization, key)?.headers() ?? {};
 }
 
@@ -146,5 +191,11 @@ export function usageSnapshot(limits: Limits, state: QuotaState): UsageSnapshot 
     },
     reserved: state.reserved,
     inFlight: state.inFlight,
+    ...(limits.requestsPerMinute === undefined ? {} : { requests: requestsSnapshot(limits.requestsPerMinute, state) }),
   };
+}
+
+function requestsSnapshot(limit: number, state: QuotaState): RequestsUsage {
+  const held = requestsHeld(state.requests, limit, state.now);
+  return { limit, remaining: requestsRemaining(held), fullAt: state.now + Math.ceil(requestsResetMs(held, limit)) };
 }

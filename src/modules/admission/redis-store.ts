@@ -17,6 +17,7 @@ import {
   type LedgerBucket,
   type Lease,
   type Limits,
+  type RejectionKind,
   type SpentTokens,
   type UsageSnapshot,
 } from "./store";
@@ -75,7 +76,7 @@ function leaseSetsOf(keys: string[]): string[] {
 }
 
 function limitArgs(limits: Limits): number[] {
-  return [limits.tokensPer5h ?? -1, limits.tokensPerMonth ?? -1, limits.maxConcurrency ?? -1];
+  return [limits.tokensPer5h ?? -1, limits.tokensPerMonth ?? -1, limits.maxConcurrency ?? -1, limits.requestsPerMinute ?? -1];
 }
 
 /** Admission can't be decided: Redis does not answer. Requests are refused, never admitted without limits. */
@@ -102,16 +103,24 @@ interface AdmitReply {
   subjects: SubjectReply[];
 }
 
+/** The values of one subject in admit.lua's answer. */
+const subjectWidth = 8;
+
 function readReply(reply: RedisReply): AdmitReply {
   const values = reply as (number | string)[];
   const [status = 9, refused = 0, now = 0] = values.slice(0, 3).map(Number);
   const subjects: SubjectReply[] = [];
-  for (let index = 5; index + 6 <= values.length; index += 6) {
-    const [windowUsed = 0, reserved = 0, untilEmpty = 0, wait = 0, monthUsed = 0, inFlight = 0] = values.slice(index, index + 6).map(Number);
-    subjects.push({ now, windowUsed, reserved, untilEmpty, wait, monthUsed, inFlight });
+  for (let index = 5; index + subjectWidth <= values.length; index += subjectWidth) {
+    const [windowUsed = 0, reserved = 0, untilEmpty = 0, wait = 0, monthUsed = 0, inFlight = 0, held = 0, at = -1] = values
+      .slice(index, index + subjectWidth)
+      .map(Number);
+    subjects.push({ now, windowUsed, reserved, untilEmpty, wait, monthUsed, inFlight, requests: { held, at } });
   }
   return { status, refused, now, generation: String(values[3] ?? ""), reservation: Number(values[4] ?? 0), subjects };
 }
+
+/** The limit that refused, by admit.lua's status. */
+const refusalKinds: Record<number, RejectionKind> = { 1: "month", 2: "five_hour", 3: "concurrency", 4: "requests" };
 
 interface PendingSettle {
   subjects: Subjects;
@@ -169,9 +178,9 @@ export class RedisAdmissionStore implements AdmissionStore {
       const byKey = reply.refused === 2 && key !== undefined;
       const refusing = reply.subjects[reply.refused - 1];
       throw quotaRejection(
-        reply.status === 1 ? "month" : reply.status === 2 ? "five_hour" : "concurrency",
+        refusalKinds[reply.status] ?? "concurrency",
         byKey ? key.limits : plan,
-        { fiveHourWaitMs: refusing?.wait, monthResetMs: startOfNextMonth(reply.now) - reply.now },
+        { fiveHourWaitMs: refusing?.wait, monthResetMs: startOfNextMonth(reply.now) - reply.now, requestWaitMs: refusing?.wait },
         byKey ? "key" : "organization",
       );
     }

@@ -2,7 +2,7 @@ import type { PlanConfig } from "../../config/schema";
 import { SluiceError, type SluiceErrorOptions } from "../../errors";
 import type { LedgerBucket } from "../../storage/types";
 
-export type RejectionKind = "five_hour" | "month" | "concurrency";
+export type RejectionKind = "five_hour" | "month" | "requests" | "concurrency";
 
 /** A 429 from admission, with which limit said no (for metrics). */
 export class AdmissionRejected extends SluiceError {
@@ -16,7 +16,7 @@ export class AdmissionRejected extends SluiceError {
 }
 
 /** The caps of one subject of admission: an organization (its plan's) or a key (its own). Undefined: none. */
-export type Limits = Pick<PlanConfig, "tokensPer5h" | "tokensPerMonth" | "maxConcurrency">;
+export type Limits = Pick<PlanConfig, "tokensPer5h" | "tokensPerMonth" | "maxConcurrency" | "requestsPerMinute">;
 
 /** Whether a subject has a token quota (and so needs a reservation). */
 export function hasQuota(limits: Limits): boolean {
@@ -74,11 +74,22 @@ export interface WindowUsage {
   resetsAt: number;
 }
 
+/** Where a subject stands against its requests per minute. */
+export interface RequestsUsage {
+  limit: number;
+  /** Whole requests it may start now. */
+  remaining: number;
+  /** When it may start a whole minute's worth again. */
+  fullAt: number;
+}
+
 export interface UsageSnapshot {
   fiveHours: WindowUsage;
   month: WindowUsage;
   reserved: number;
   inFlight: number;
+  /** Present when a requests-per-minute limit applies. */
+  requests?: RequestsUsage;
 }
 
 /**

@@ -24,6 +24,7 @@ export function keyLimitsOf(limits: KeyLimits): Limits | undefined {
     maxConcurrency: limits.maxConcurrency ?? undefined,
     tokensPer5h: limits.tokensPer5h ?? undefined,
     tokensPerMonth: limits.tokensPerMonth ?? undefined,
+    requestsPerMinute: limits.requestsPerMinute ?? undefined,
   };
 }
 

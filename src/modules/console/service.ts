@@ -58,7 +58,12 @@ export interface UsageSeries {
 }
 
 function limitsOf(input: KeyLimitsInput): KeyLimits {
-  return { maxConcurrency: input.max_concurrency ?? null, tokensPer5h: input.tokens_per_5h ?? null, tokensPerMonth: input.tokens_per_month ?? null };
+  return {
+    maxConcurrency: input.max_concurrency ?? null,
+    tokensPer5h: input.tokens_per_5h ?? null,
+    tokensPerMonth: input.tokens_per_month ?? null,
+    requestsPerMinute: input.requests_per_minute ?? null,
+  };
 }
 
 function pageSize(limit: string | undefined): number {

@@ -5,23 +5,37 @@ import { generateKeySecret, hashKeySecret, shownPrefix } from "./secret";
 
 export type { ApiKeyInfo, KeyLimits };
 
-export const noLimits: KeyLimits = { maxConcurrency: null, tokensPer5h: null, tokensPerMonth: null };
+export const noLimits: KeyLimits = { maxConcurrency: null, tokensPer5h: null, tokensPerMonth: null, requestsPerMinute: null };
 
-/** The three caps alone, from a key (or anything else that has them). */
+/** The caps a key may have, in the order they are shown. */
+export const capFields = ["maxConcurrency", "tokensPer5h", "tokensPerMonth", "requestsPerMinute"] as const;
+
+/** The most requests a minute a key's cap may allow, as a plan's (src/config/schema.ts). */
+const maxRequestsPerMinute = 1_000_000;
+
+/** The caps alone, from a key (or anything else that has them). */
 export function capsOf(limits: KeyLimits): KeyLimits {
-  return { maxConcurrency: limits.maxConcurrency, tokensPer5h: limits.tokensPer5h, tokensPerMonth: limits.tokensPerMonth };
+  return {
+    maxConcurrency: limits.maxConcurrency,
+    tokensPer5h: limits.tokensPer5h,
+    tokensPerMonth: limits.tokensPerMonth,
+    requestsPerMinute: limits.requestsPerMinute,
+  };
 }
 
 /** Whether a key has any cap of its own. */
 export function hasLimits(limits: KeyLimits): boolean {
-  return limits.maxConcurrency !== null || limits.tokensPer5h !== null || limits.tokensPerMonth !== null;
+  return limits.maxConcurrency !== null || limits.tokensPer5h !== null || limits.tokensPerMonth !== null || limits.requestsPerMinute !== null;
 }
 
 /** Checks caps: each a whole number from 1 up, or null for none; the name of the first wrong one otherwise. */
 function checkLimits(limits: KeyLimits): { field: keyof KeyLimits; message: string } | undefined {
-  for (const field of ["maxConcurrency", "tokensPer5h", "tokensPerMonth"] as const) {
+  for (const field of capFields) {
     const value = limits[field];
     if (value !== null && !(Number.isSafeInteger(value) && value >= 1)) return { field, message: `${field} must be a whole number of at least 1, or none` };
+  }
+  if (limits.requestsPerMinute !== null && limits.requestsPerMinute > maxRequestsPerMinute) {
+    return { field: "requestsPerMinute", message: `requestsPerMinute must be at most ${maxRequestsPerMinute.toLocaleString("en-US")}, or none` };
   }
   return undefined;
 }
@@ -97,9 +111,7 @@ export class KeyService {
         name: [null, key.name],
         prefix: [null, key.prefix],
         expiresAt: [null, key.expiresAt],
-        ...(hasLimits(limits)
-          ? { maxConcurrency: [null, limits.maxConcurrency], tokensPer5h: [null, limits.tokensPer5h], tokensPerMonth: [null, limits.tokensPerMonth] }
-          : {}),
+        ...(hasLimits(limits) ? Object.fromEntries(capFields.map((field) => [field, [null, limits[field]]])) : {}),
         ...(row.models === null ? {} : { models: [null, row.models] }),
         ...(input.rotatedFrom === undefined ? {} : { rotatedFrom: [null, input.rotatedFrom] }),
       },
@@ -164,7 +176,7 @@ export class KeyService {
     const wrong = checkLimits(limits);
     if (wrong) throw new KeyError(wrong.message);
     const updated = { ...existing, ...capsOf(limits) };
-    const changed = changedFields(existing, updated, ["maxConcurrency", "tokensPer5h", "tokensPerMonth"]);
+    const changed = changedFields(existing, updated, capFields);
     if (!changed) return updated;
     await this.repository.setLimits(keyId, limits);
     await this.changes?.announce();

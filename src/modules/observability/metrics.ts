@@ -45,7 +45,7 @@ export class Metrics {
   readonly quotaRejections = new Counter(
     this.registry,
     "sluice_quota_rejections_total",
-    "Requests refused by admission, by kind (five_hour, month, concurrency)",
+    "Requests refused by admission, by kind (five_hour, month, requests, concurrency)",
     ["kind"],
   );
   readonly upstreamErrors = new Counter(this.registry, "sluice_upstream_errors_total", "Upstream failures by model and error code", ["model", "code"]);

@@ -25,7 +25,7 @@ function config(plan: Record<string, unknown>, upstreamModel: string): ConfigFil
   return { models: [fakeModel(upstream.url, "m", upstreamModel)], plans: [{ id: "limited", models: ["*"], ...plan }] };
 }
 
-const none: KeyLimits = { maxConcurrency: null, tokensPer5h: null, tokensPerMonth: null };
+const none: KeyLimits = { maxConcurrency: null, tokensPer5h: null, tokensPerMonth: null, requestsPerMinute: null };
 
 /** A second key of the test organization, with caps of its own. */
 async function cappedKey(sluice: TestSluice, limits: Partial<KeyLimits>): Promise<{ id: string; secret: string }> {
@@ -188,7 +188,7 @@ describe("caps over time", () => {
         );
       const updated = cli("update", key.id, "--tokens-per-5h", "50", "--max-concurrency", "1");
       expect(updated.code).toBe(0);
-      expect(updated.stdout).toBe(`${key.id}\t1\t50\t-\tall\n`);
+      expect(updated.stdout).toBe(`${key.id}\t1\t50\t-\t-\tall\n`);
       // 60 tokens used before the cap existed: already over it.
       const refused = await post(sluice, secret);
       expect(refused.status).toBe(429);
@@ -204,12 +204,59 @@ describe("caps over time", () => {
         listed
           .split("\n")
           .find((line) => line.startsWith(key.id))
-          ?.endsWith("\t1\t-\t-\tall"),
+          ?.endsWith("\t1\t-\t-\t-\tall"),
       ).toBe(true);
       const audit = sluice.database.sqlite
         .query<{ changes: string }, [string]>("SELECT changes FROM audit_log WHERE action = 'key.updated' AND target = ? ORDER BY id")
         .all(key.id);
       expect(audit.map((row) => JSON.parse(row.changes))).toEqual([{ maxConcurrency: [null, 1], tokensPer5h: [null, 50] }, { tokensPer5h: [50, null] }]);
     });
+  }, 30_000);
+});
+
+describe("a key's requests per minute", () => {
+  test("set from another process inside a plan's rate: the tighter one's headers, the key's 429, the plan's still counted, cleared again", async () => {
+    const now = Date.UTC(2026, 10, 29, 12, 0, 0);
+    await withSluice(
+      config({ requests_per_minute: 10 }, "usage-10-5"),
+      async (sluice) => {
+        const organization = (await sluice.organizations.findByName("acme"))!;
+        const { key, secret } = await sluice.keys.create({ organizationId: organization.id, name: "ci" }, testActor);
+        const first = await post(sluice, secret);
+        expect(first.headers.get("x-ratelimit-limit-requests")).toBe("10");
+        expect(first.headers.get("x-ratelimit-remaining-requests")).toBe("9");
+        const cli = (...args: string[]) =>
+          sluiceCommand(
+            { ...process.env, SLUICE_DB: sluice.database.sqlite.filename, SLUICE_CONFIG: join(repositoryRoot, "test/fixtures/demo.toml") },
+            "key",
+            ...args,
+          );
+        const updated = cli("update", key.id, "--requests-per-minute", "2");
+        expect(updated.stdout).toBe(`${key.id}\t-\t-\t-\t2\tall\n`);
+        // The key's bucket starts full when its cap is set; the plan's already holds one request fewer.
+        const second = await post(sluice, secret);
+        expect([second.headers.get("x-ratelimit-limit-requests"), second.headers.get("x-ratelimit-remaining-requests")]).toEqual(["2", "1"]);
+        expect((await post(sluice, secret)).status).toBe(200);
+        const refused = await post(sluice, secret);
+        expect(refused.status).toBe(429);
+        expect(refused.headers.get("retry-after")).toBe("30");
+        expect((await errorOf(refused)).message).toBe(
+          "This API key has reached the limit of 2 requests per minute that the cap set on this key allows. Retry after the time in Retry-After.",
+        );
+        // The organization's other key still has the plan's rate: 3 of its 10 taken.
+        const other = await sluice.post("/v1/chat/completions", { model: "m", messages });
+        expect(other.headers.get("x-ratelimit-remaining-requests")).toBe("6");
+        expect(cli("update", key.id, "--requests-per-minute", "1000001").stderr).toContain("requestsPerMinute must be at most 1,000,000");
+        expect(cli("update", key.id, "--requests-per-minute", "none").code).toBe(0);
+        const cleared = await post(sluice, secret);
+        expect(cleared.status).toBe(200);
+        expect(cleared.headers.get("x-ratelimit-limit-requests")).toBe("10");
+        const audit = sluice.database.sqlite
+          .query<{ changes: string }, [string]>("SELECT changes FROM audit_log WHERE action = 'key.updated' AND target = ? ORDER BY id")
+          .all(key.id);
+        expect(audit.map((row) => JSON.parse(row.changes))).toEqual([{ requestsPerMinute: [null, 2] }, { requestsPerMinute: [2, null] }]);
+      },
+      { clock: () => now },
+    );
   }, 30_000);
 });

@@ -114,8 +114,8 @@ test("a settle sent twice counts once; a lease that expired before its settle ar
   await withStore(async (store, connection) => {
     const generation = String(await connection.call("GET", ["sluice:ready"]));
     const keys = ["sluice:ready", ...subjectKeys("org_settles")];
-    // A lease of 100 ms, a 5-hour limit of 100,000 and a concurrency cap of 10; need 11, reserve 30.
-    const admit = async (leaseId: string) => ((await connection.script("admit", keys, ["admit", 100, 100_000, -1, 10, 11, 30, leaseId])) as number[][])[0];
+    // A lease of 100 ms, a 5-hour limit of 100,000, a concurrency cap of 10 and no requests per minute; need 11, reserve 30.
+    const admit = async (leaseId: string) => ((await connection.script("admit", keys, ["admit", 100, 100_000, -1, 10, -1, 11, 30, leaseId])) as number[][])[0];
     const settle = (leaseId: string, tokens: number) => connection.script("settle", keys, [generation, leaseId, tokens]);
     const quotaPlan: PlanConfig = { id: "default", models: ["*"], tokensPer5h: 100_000, maxConcurrency: 10 };
     const state = () => store.snapshot("org_settles", quotaPlan, Date.now());
@@ -184,3 +184,43 @@ test("the script keys kept per organization stay bounded: past the bound the old
     expect(kept()).toBe(cachedSubjects);
   });
 }, 30_000);
+
+test("requests per minute across two instances: 200 concurrent admits against 50 a minute admit 50, each with its own remaining count", async () => {
+  await withStore(async (store) => {
+    const connection = new RedisConnection(services.redis.url);
+    const other = new RedisAdmissionStore(connection, services.storage.usage, services.storage.keys);
+    try {
+      while (!connection.connected) await Bun.sleep(10);
+      const ratePlan: PlanConfig = { id: "default", models: ["*"], requestsPerMinute: 50, maxConcurrency: 1000 };
+      const paced = { ...request, organizationId: "org_paced", plan: ratePlan };
+      const started = Date.now();
+      const outcomes = await Promise.all(
+        Array.from({ length: 200 }, (_, index) =>
+          (index % 2 === 0 ? store : other).admit(paced, Date.now()).then(
+            (lease) => lease,
+            (error: unknown) => error,
+          ),
+        ),
+      );
+      // The bucket refills one request each 1.2 s: a slow run may see one or two more.
+      const refills = Math.floor(((Date.now() - started) * 50) / 60_000);
+      const leases = outcomes.filter((outcome): outcome is Lease => !(outcome instanceof Error));
+      expect(leases.length).toBeGreaterThanOrEqual(50);
+      expect(leases.length).toBeLessThanOrEqual(50 + refills);
+      for (const refusal of outcomes.filter((outcome) => outcome instanceof Error)) {
+        expect(refusal).toBeInstanceOf(AdmissionRejected);
+        expect((refusal as AdmissionRejected).kind).toBe("requests");
+        expect((refusal as AdmissionRejected).headers()["retry-after"]).toBe("2");
+      }
+      const remaining = leases.map((lease) => Number(lease.headers["x-ratelimit-remaining-requests"])).sort((a, b) => a - b);
+      if (refills === 0) expect(remaining).toEqual(Array.from({ length: 50 }, (_, index) => index));
+      for (const lease of leases) lease.settle(null, Date.now());
+      const snapshot = await settledSnapshot(store, "org_paced", ratePlan);
+      expect(snapshot.inFlight).toBe(0);
+      expect(snapshot.requests).toMatchObject({ limit: 50, remaining: 0 });
+    } finally {
+      other.close();
+      connection.close();
+    }
+  });
+});

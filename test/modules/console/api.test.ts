@@ -165,7 +165,7 @@ describe("keys", () => {
       tokens_per_5h: 35,
     });
     expect(created.status).toBe(201);
-    expect(created.body.key).toMatchObject({ maxConcurrency: 2, tokensPer5h: 35, tokensPerMonth: null });
+    expect(created.body.key).toMatchObject({ maxConcurrency: 2, tokensPer5h: 35, tokensPerMonth: null, requestsPerMinute: null });
     const call = () =>
       sluice.post("/v1/chat/completions", { model: "m", messages: [{ role: "user", content: "hi" }] }, { authorization: `Bearer ${created.body.secret}` });
     for (let index = 0; index < 2; index++) expect((await call()).status).toBe(200);
@@ -180,13 +180,20 @@ describe("keys", () => {
       {
         id: created.body.key.id,
         name: "ci",
-        limits: { maxConcurrency: 2, tokensPer5h: 35, tokensPerMonth: null },
+        limits: { maxConcurrency: 2, tokensPer5h: 35, tokensPerMonth: null, requestsPerMinute: null },
         snapshot: expect.objectContaining({ inFlight: 0, fiveHours: expect.objectContaining({ used: 30, limit: 35 }) }),
       },
     ]);
     const raised = await client.json<{ tokensPer5h: number }>("POST", `/keys/${created.body.key.id}/limits`, { max_concurrency: 2, tokens_per_5h: 1000 });
     expect(raised.body.tokensPer5h).toBe(1000);
     expect((await call()).status).toBe(200);
+    const paced = await client.json<{ requestsPerMinute: number }>("POST", `/keys/${created.body.key.id}/limits`, { requests_per_minute: 1 });
+    expect(paced.body.requestsPerMinute).toBe(1);
+    const [one, two] = [await call(), await call()];
+    expect([one.status, two.status]).toEqual([200, 429]);
+    expect(((await two.json()) as { error: { message: string } }).error.message).toContain("limit of 1 request per minute that the cap set on this key");
+    const pacedUsage = (await client.json<{ keys: { snapshot: { requests: unknown } }[] }>("GET", "/usage")).body;
+    expect(pacedUsage.keys[0]?.snapshot.requests).toMatchObject({ limit: 1, remaining: 0 });
     const cleared = await client.json<{ maxConcurrency: number | null }>("POST", `/keys/${created.body.key.id}/limits`, {});
     expect(cleared.body.maxConcurrency).toBeNull();
     expect((await client.json<{ keys: unknown[] }>("GET", "/usage")).body.keys).toEqual([]);
@@ -194,6 +201,7 @@ describe("keys", () => {
       [{ max_concurrency: 0 }, "max_concurrency"],
       [{ tokens_per_5h: "lots" }, "tokens_per_5h"],
       [{ tokens_per_month: 1.5 }, "tokens_per_month"],
+      [{ requests_per_minute: 1_000_001 }, "requests_per_minute"],
     ] as [Record<string, unknown>, string][]) {
       const refused = await client.json<{ error: { param: string } }>("POST", `/keys/${created.body.key.id}/limits`, body);
       expect({ status: refused.status, param: refused.body.error.param }).toEqual({ status: 400, param });

@@ -17,7 +17,7 @@ const configFile = (signUp: boolean): ConfigFile => ({
     fakeModel(upstream.url, "qwen3-mini", "usage-12-30"),
     fakeModel(upstream.url, "qwen3-long", "usage-12-30", { context_window: 131_072 }),
   ],
-  plans: [{ id: "default", models: ["*"], tokens_per_5h: 200_000, tokens_per_month: 5_000_000 }],
+  plans: [{ id: "default", models: ["*"], tokens_per_5h: 200_000, tokens_per_month: 5_000_000, requests_per_minute: 1000 }],
   console: { sign_up: signUp },
 });
 let upstream: FakeUpstream;
@@ -125,8 +125,9 @@ test("sign up, waitlist, operator activates, sign in, create a key, use it, usag
   await member.getByRole("button", { name: "Change caps of notebook" }).click();
   const caps = member.getByRole("form", { name: "Caps of notebook" });
   await caps.getByLabel("Tokens per 5 hours").fill("100000");
+  await caps.getByLabel("Requests per minute").fill("600");
   await caps.getByRole("button", { name: "Save caps" }).click();
-  await showsText(member.getByTestId("caps-notebook"), "100,000 / 5 h");
+  await showsText(member.getByTestId("caps-notebook"), "100,000 / 5 h · 600 requests / min");
 
   const client = new OpenAI({ baseURL: sluice.baseURL, apiKey: secret, maxRetries: 0 });
   const { data: completion, response } = await client.chat.completions
@@ -143,6 +144,8 @@ test("sign up, waitlist, operator activates, sign in, create a key, use it, usag
   expect([tokens, cached, Number(prompt) + Number(completed)]).toEqual(["42", "0", 42]);
   await visible(member.locator(".uplot").first());
   await showsText(member.getByTestId("key-usage"), "42 of 100,000 tokens");
+  await showsText(member.getByTestId("key-usage"), "599 of 600 left");
+  await showsText(member.getByTestId("usage-requests"), "of 1,000 left");
   await shot(member, "05-usage");
 
   await member.getByRole("button", { name: "Requests" }).click();

@@ -174,7 +174,7 @@ describe("metrics", () => {
     });
     try {
       const acme = (await sluice.organizations.findByName("acme"))?.id as string;
-      const noCaps = { maxConcurrency: null, tokensPerMonth: null };
+      const noCaps = { maxConcurrency: null, tokensPerMonth: null, requestsPerMinute: null };
       const ci = await sluice.keys.create({ organizationId: acme, name: "ci", limits: { ...noCaps, tokensPer5h: 500 } }, testActor);
       const gone = await sluice.keys.create({ organizationId: acme, name: "gone", limits: { ...noCaps, tokensPer5h: 500 } }, testActor);
       await sluice.keys.revoke(gone.key.id, testActor);

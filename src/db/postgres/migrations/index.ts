@@ -11,6 +11,7 @@ import consoleTokens from "./0005_console_tokens.sql" with { type: "text" };
 import usageKeyMonths from "./0006_usage_key_months.sql" with { type: "text" };
 import tokenKinds from "./0007_token_kinds.sql" with { type: "text" };
 import consoleTokenLastUsed from "./0008_console_token_last_used.sql" with { type: "text" };
+import keyRequestsPerMinute from "./0009_key_requests_per_minute.sql" with { type: "text" };
 import type { EmbeddedMigration } from "../../migrations/index";
 
 const sqlByTag: Record<string, string> = {
@@ -23,6 +24,7 @@ const sqlByTag: Record<string, string> = {
   "0006_usage_key_months": usageKeyMonths,
   "0007_token_kinds": tokenKinds,
   "0008_console_token_last_used": consoleTokenLastUsed,
+  "0009_key_requests_per_minute": keyRequestsPerMinute,
 };
 
 export const postgresJournalTags: string[] = journal.entries.map((entry) => entry.tag);

@@ -35,10 +35,15 @@ interface Window {
   remaining?: number;
   resetsAt: number;
 }
+interface Requests {
+  limit: number;
+  remaining: number;
+  fullAt: number;
+}
 interface Usage {
   plan: string;
-  snapshot?: { fiveHours: Window; month: Window };
-  keys: { id: string; name: string; limits: Caps; snapshot: { fiveHours: Window; month: Window; inFlight: number } }[];
+  snapshot?: { fiveHours: Window; month: Window; requests?: Requests };
+  keys: { id: string; name: string; limits: Caps; snapshot: { fiveHours: Window; month: Window; inFlight: number; requests?: Requests } }[];
   series: { hours: number[]; byModel: Record<string, number[]>; byKey: Record<string, number[]> };
 }
 
@@ -278,6 +283,15 @@ function UsagePage() {
       <div class="figures">
         {figure("5 hours", usage.snapshot?.fiveHours)}
         {figure("month", usage.snapshot?.month)}
+        {usage.snapshot?.requests && (
+          <div class="figure" data-testid="usage-requests">
+            <span>requests per minute</span>
+            <strong>
+              {usage.snapshot.requests.remaining.toLocaleString()} of {usage.snapshot.requests.limit.toLocaleString()} left
+            </strong>
+            <span>all back {new Date(usage.snapshot.requests.fullAt).toLocaleString()}</span>
+          </div>
+        )}
       </div>
       {usage.keys.length > 0 && (
         <div class="table-wrap">
@@ -289,6 +303,7 @@ function UsagePage() {
                 <th scope="col">In flight</th>
                 <th scope="col">5 hours</th>
                 <th scope="col">Month</th>
+                <th scope="col">Requests per minute</th>
               </tr>
             </thead>
             <tbody>
@@ -305,6 +320,11 @@ function UsagePage() {
                     {key.limits.tokensPerMonth === null
                       ? `${key.snapshot.month.used.toLocaleString()} tokens`
                       : `${key.snapshot.month.used.toLocaleString()} of ${key.limits.tokensPerMonth.toLocaleString()} tokens`}
+                  </td>
+                  <td>
+                    {key.snapshot.requests
+                      ? `${key.snapshot.requests.remaining.toLocaleString()} of ${key.snapshot.requests.limit.toLocaleString()} left`
+                      : "no cap"}
                   </td>
                 </tr>
               ))}

@@ -8,6 +8,7 @@ export interface Caps {
   maxConcurrency: number | null;
   tokensPer5h: number | null;
   tokensPerMonth: number | null;
+  requestsPerMinute: number | null;
   /** Null: every model of the plan. */
   models: string[] | null;
 }
@@ -16,6 +17,7 @@ const fields = [
   ["max_concurrency", "Max concurrent requests", "maxConcurrency"],
   ["tokens_per_5h", "Tokens per 5 hours", "tokensPer5h"],
   ["tokens_per_month", "Tokens per month", "tokensPerMonth"],
+  ["requests_per_minute", "Requests per minute", "requestsPerMinute"],
 ] as const;
 
 /** The caps a form holds, as the console API takes them: empty fields are no cap, no models every model of the plan. */
@@ -34,7 +36,7 @@ export function capsBody(form: FormData): Record<string, number | string[] | nul
 }
 
 /**
- * The three optional inputs, filled with the key's caps when it has some. Their first value is a default, not a bound
+ * The optional inputs, filled with the key's caps when it has some. Their first value is a default, not a bound
  * value: the page renders again when the key list arrives, and a bound value would wipe what was typed before it did.
  */
 export function CapsFields({ caps, label, planModels }: { caps?: Caps; label?: string; planModels: string[] }) {
@@ -59,6 +61,7 @@ export function capsSummary(caps: Caps): string {
   if (caps.maxConcurrency !== null) parts.push(`${caps.maxConcurrency} at once`);
   if (caps.tokensPer5h !== null) parts.push(`${caps.tokensPer5h.toLocaleString()} / 5 h`);
   if (caps.tokensPerMonth !== null) parts.push(`${caps.tokensPerMonth.toLocaleString()} / month`);
+  if (caps.requestsPerMinute !== null) parts.push(`${caps.requestsPerMinute.toLocaleString()} requests / min`);
   if (caps.models !== null) parts.push(`only ${caps.models.join(", ")}`);
   return parts.length > 0 ? parts.join(" · ") : "plan only";
 }
