@@ -7,7 +7,8 @@
 //   - admission: the plan's 5-hour and monthly token quotas and its concurrency cap, in memory, reserved before the
 //     call and settled with the real usage after it; the x-ratelimit-* headers of the 5-hour quota
 //   - the red-line rules (Sluice's defaults) on the prompt's text and on the answer's
-//   - the upstream call: its own abort controller, aborted when the client leaves or the model's time limit passes
+//   - the upstream call: its own abort controller, aborted when the client leaves or the model's time limit passes;
+//     the request id in `x-request-id`, and the caller's `traceparent` when it sent one
 //   - the ledger row, in Sluice's own database and write set (usage_ledger with every index, the per-minute and
 //     per-month aggregates): group-committed on this thread once per turn, the answer sent after its commit (see
 //     below). Keys' last-used times once a second.
@@ -309,12 +310,20 @@ interface StreamChunk {
  * leaves is not billed here, where Sluice bills what was produced. Its log line and metrics come when its headers
  * are sent, Sluice's when it ends: the same work at another moment.)
  */
-async function streamAnswer(body: ChatBody, key: Key, requestId: string, controller: AbortController, startedAt: number, admitted: Admission | undefined) {
+async function streamAnswer(
+  body: ChatBody,
+  key: Key,
+  requestId: string,
+  traceparent: string | null,
+  controller: AbortController,
+  startedAt: number,
+  admitted: Admission | undefined,
+) {
   let upstreamResponse: Response;
   try {
     upstreamResponse = await fetch(upstreamChat, {
       method: "POST",
-      headers: { "content-type": "application/json" },
+      headers: upstreamHeaders(requestId, traceparent),
       body: JSON.stringify({ model: "bench-upstream", messages: body.messages, max_tokens: maxTokens, stream: true, stream_options: { include_usage: true } }),
       signal: skipped.has("signal") ? undefined : controller.signal,
     });
@@ -431,6 +440,13 @@ interface Facts {
   completionTokens?: number;
 }
 
+/** The upstream call's headers: its request id, and the caller's trace context when it sent one, as Sluice sends them. */
+function upstreamHeaders(requestId: string, traceparent: string | null): Record<string, string> {
+  const headers: Record<string, string> = { "content-type": "application/json", "x-request-id": requestId };
+  if (traceparent !== null) headers.traceparent = traceparent;
+  return headers;
+}
+
 async function answer(request: Request, requestId: string, facts: Facts): Promise<Response> {
   const key = skipped.has("auth") ? anonymousKey : authenticate(request);
   facts.organizationId = key.organizationId;
@@ -451,8 +467,9 @@ async function answer(request: Request, requestId: string, facts: Facts): Promis
     }
     if (!skipped.has("deadline")) deadlines.set(controller, performance.now() + timeoutMs);
     const startedAt = Date.now();
+    const traceparent = request.headers.get("traceparent");
     if (body.stream) {
-      const response = await streamAnswer(body, key, requestId, controller, startedAt, admitted);
+      const response = await streamAnswer(body, key, requestId, traceparent, controller, startedAt, admitted);
       streaming = true;
       return response;
     }
@@ -469,12 +486,13 @@ async function answer(request: Request, requestId: string, facts: Facts): Promis
     try {
       const upstreamBody = { model: "bench-upstream", messages: body.messages, max_tokens: maxTokens };
       if (sluiceBackend) {
-        const completion = await sluiceBackend.complete({ model: sluiceModel, body: upstreamBody, signal: controller.signal });
+        const trace = traceparent === null ? undefined : { traceparent, tracestate: undefined };
+        const completion = await sluiceBackend.complete({ model: sluiceModel, body: upstreamBody, signal: controller.signal, requestId, sent: 0, trace });
         sluiceAnswer = { completion, usage: completion.usage ?? { promptTokens: 0, completionTokens: 0, reasoningTokens: 0, cachedTokens: 0 } };
       } else {
         const upstreamResponse = await fetch(upstreamChat, {
           method: "POST",
-          headers: { "content-type": "application/json" },
+          headers: upstreamHeaders(requestId, traceparent),
           body: JSON.stringify(upstreamBody),
           signal: skipped.has("signal") ? undefined : controller.signal,
         });

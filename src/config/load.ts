@@ -53,7 +53,20 @@ function checkHttpUrl(value: string, where: string): void {
 }
 
 /** Headers Sluice writes itself on every upstream call: a model's `headers` may not replace them. */
-const reservedHeaders = new Set(["content-type", "content-length", "accept", "accept-encoding", "host", "connection", "transfer-encoding", "te", "upgrade"]);
+const reservedHeaders = new Set([
+  "content-type",
+  "content-length",
+  "accept",
+  "accept-encoding",
+  "host",
+  "connection",
+  "transfer-encoding",
+  "te",
+  "upgrade",
+  "x-request-id",
+  "traceparent",
+  "tracestate",
+]);
 /** RFC 9110's token: what a header name may be made of. */
 const headerName = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 

@@ -5,6 +5,7 @@ import { asksForCompletionTokens, errorFromFailure, errorFromStatus } from "./er
 import { contentOf, embeddingsOf, eventsOfChunk, finishReasonOf, reasoningOf, refusalOf, ToolCallNumbering, toolCallsOf, usageOf } from "./normalize";
 import { maxEventLength, ServerSentEventDecoder } from "./sse";
 import { readTextWithin } from "../http/read-body";
+import type { TraceContext } from "./trace-context";
 import type { Backend, BackendRequest, Completion, CompletionEvent, Embeddings, StreamEnding } from "./types";
 
 /** How much of an upstream's error body is read for its reason; the rest is not waited for. */
@@ -44,6 +45,10 @@ class TimedSignal {
 function timedSignal(request: BackendRequest): TimedSignal | undefined {
   const model = request.model;
   return model.firstByteTimeoutMs === undefined && model.idleTimeoutMs === undefined ? undefined : new TimedSignal(request);
+}
+
+function traceHeaders(trace: TraceContext): Record<string, string> {
+  return trace.tracestate === undefined ? { traceparent: trace.traceparent } : { traceparent: trace.traceparent, tracestate: trace.tracestate };
 }
 
 /** How many inputs an embeddings request's `input` holds: a text or a list of token ids is one. */
@@ -256,9 +261,12 @@ export class OpenAIBackend implements Backend {
       request.body.max_completion_tokens = request.body.max_tokens;
       delete request.body.max_tokens;
     }
+    const trace = request.trace;
+    const sent = ++request.sent;
+    const id = sent === 1 ? request.requestId : `${request.requestId}-${sent}`;
     return fetch(url, {
       method: "POST",
-      headers: this.headers,
+      headers: trace === undefined ? { ...this.headers, "x-request-id": id } : { ...this.headers, "x-request-id": id, ...traceHeaders(trace) },
       body: JSON.stringify(request.body),
       signal,
       redirect: "manual",

@@ -1,5 +1,6 @@
 import type { ModelConfig } from "../config/schema";
 import type { ServerHealth } from "./server-health";
+import type { TraceContext } from "./trace-context";
 
 /** Token usage as OpenAI reports it, reasoning included in completion tokens and cached tokens in prompt tokens. */
 export interface Usage {
@@ -47,6 +48,16 @@ export interface BackendRequest {
   model: ModelConfig;
   body: Record<string, unknown>;
   signal: AbortSignal;
+  /**
+   * Sent as `X-Request-Id`: vLLM and SGLang take it as their own request's id, so their logs name Sluice's. A request
+   * sent again (another server, a fallback) is sent as `ID-2`, `ID-3`, …: vLLM refuses an id still running, and an
+   * aborted call may still be running there for a moment.
+   */
+  requestId: string;
+  /** How many times the request was sent upstream before this call (over its fallbacks too); each send adds one. */
+  sent: number;
+  /** The caller's trace context, passed on (see trace-context.ts). */
+  trace: TraceContext | undefined;
   /** The request's conversation as a number, when its model routes by affinity (see affinityOf). */
   affinity?: number;
   /** The server the call went to last (shown without credentials), set by the pool: the request's log line names it. */

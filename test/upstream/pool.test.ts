@@ -44,7 +44,7 @@ function model(baseUrls: string[]): ModelConfig {
 
 function request(config: ModelConfig) {
   const body = { model: config.upstreamModel, messages: [{ role: "user", content: "hi" }], stream: true };
-  return { model: config, body, signal: new AbortController().signal };
+  return { model: config, body, signal: new AbortController().signal, requestId: "req_test", sent: 0, trace: undefined };
 }
 
 test("a pooled stream stopped before its first read opens no connection and leaves no probe held", async () => {

@@ -1,3 +1,4 @@
+import { traceContextOf } from "../../upstream/trace-context";
 import { Elysia } from "elysia";
 import { SluiceError, invalidRequest } from "../../errors";
 import { readBodyText } from "../../http/read-body";
@@ -112,6 +113,7 @@ export function answerHandler(chat: ChatService, auth: AuthService, options: Cha
       if (translation instanceof SluiceError) throw translation;
       const body = translation.request;
       record.model = options.models.idOf(body.model) ?? "unknown";
+      record.trace = traceContextOf(request.headers);
       options.waitWithoutTimeout(request);
       const requestId = record.requestId;
       const upstreamAbort = new UpstreamAbort();

@@ -69,11 +69,14 @@ function movesToFallback(error: unknown, signal: AbortSignal): boolean {
 }
 
 /** The upstream call of a prepared request; the pool writes on it the server it went to (see noteServer). */
-function backendCall(prepared: PreparedRequest, signal: AbortSignal): BackendRequest {
+function backendCall(prepared: PreparedRequest, context: RequestContext, sent: number): BackendRequest {
   return {
     model: prepared.entry.config,
     body: prepared.upstreamBody,
-    signal,
+    signal: context.abort.signal,
+    requestId: context.requestId,
+    sent,
+    trace: context.record?.trace,
     affinity: prepared.affinity,
     server: undefined,
     textCompletion: prepared.textCompletion,
@@ -205,15 +208,17 @@ export class ChatService implements RunSettler {
     let settling = false;
     try {
       let completion: Completion;
+      let sent = 0;
       for (;;) {
         const prepared = run.prepared;
-        const call = backendCall(prepared, context.abort.signal);
+        const call = backendCall(prepared, context, sent);
         try {
           completion = await prepared.entry.backend.complete(call);
           noteServer(context.record, call.server);
           break;
         } catch (error) {
           noteServer(context.record, call.server);
+          sent = call.sent;
           await this.fallBack(run, error);
         }
       }
@@ -237,9 +242,10 @@ export class ChatService implements RunSettler {
     let events: EventStream;
     let first: IteratorResult<CompletionEvent[]>;
     try {
+      let sent = 0;
       for (;;) {
         const prepared = run.prepared;
-        const call = backendCall(prepared, context.abort.signal);
+        const call = backendCall(prepared, context, sent);
         events = prepared.entry.backend.stream(call);
         try {
           first = await events.next();
@@ -247,6 +253,7 @@ export class ChatService implements RunSettler {
           break;
         } catch (error) {
           noteServer(context.record, call.server);
+          sent = call.sent;
           await this.fallBack(run, error);
         }
       }

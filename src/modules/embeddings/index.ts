@@ -1,3 +1,4 @@
+import { traceContextOf } from "../../upstream/trace-context";
 import { Elysia } from "elysia";
 import { SluiceError } from "../../errors";
 import { authPlugin } from "../auth/index";
@@ -25,7 +26,10 @@ export const embeddingsRoutes = (
       const body = validateEmbeddingsRequest(await readJson(request, options.maxBodyBytes));
       if (body instanceof SluiceError) throw body;
       const record = recordOf(request);
-      if (record) record.model = options.models.idOf(body.model) ?? "unknown";
+      if (record) {
+        record.model = options.models.idOf(body.model) ?? "unknown";
+        record.trace = traceContextOf(request.headers);
+      }
       const abort = new AbortController();
       request.signal.addEventListener("abort", () => abort.abort(), { once: true });
       // A stop waits for it, as for answers.

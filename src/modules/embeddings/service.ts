@@ -117,7 +117,15 @@ export class EmbeddingsService {
     if (request.user !== undefined) body.user = request.user;
     let embeddings: Embeddings;
     try {
-      const call: BackendRequest = { model, body, signal: context.abort.signal, server: undefined };
+      const call: BackendRequest = {
+        model,
+        body,
+        signal: context.abort.signal,
+        requestId: context.requestId,
+        sent: 0,
+        trace: context.record?.trace,
+        server: undefined,
+      };
       try {
         embeddings = await embed(call);
       } finally {

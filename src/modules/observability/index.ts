@@ -1,3 +1,4 @@
+import { traceIdOf } from "../../upstream/trace-context";
 import { Elysia } from "elysia";
 import { SluiceError } from "../../errors";
 import { secretsEqual } from "../keys/secret";
@@ -65,6 +66,7 @@ export function finishRecord(record: RequestRecord, metrics: Metrics, logger: Lo
     model: record.model ?? null,
     fallback_from: record.fallbackFrom ?? null,
     upstream_server: record.upstreamServer ?? null,
+    trace_id: record.trace === undefined ? null : traceIdOf(record.trace),
     outcome: record.outcome ?? null,
     rule_id: record.ruleId ?? null,
     prompt_tokens: record.promptTokens ?? null,

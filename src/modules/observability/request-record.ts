@@ -1,3 +1,4 @@
+import type { TraceContext } from "../../upstream/trace-context";
 /** What is known about one request by the time it ends: for its log line and its metrics. */
 export interface RequestRecord {
   requestId: string;
@@ -22,6 +23,8 @@ export interface RequestRecord {
   firstTokenAt?: number;
   /** Set for streams: the record is finished when the stream ends, not when the response starts. */
   deferred?: boolean;
+  /** The caller's W3C trace context, passed on to the upstream; the log line names its trace. */
+  trace?: TraceContext;
 }
 
 // Kept on the request itself rather than in a WeakMap keyed by it: a WeakMap gains an entry per request that only a
@@ -54,6 +57,7 @@ export function startRecord(request: Request, requestId: string, route: string):
     cachedTokens: undefined,
     firstTokenAt: undefined,
     deferred: undefined,
+    trace: undefined,
   };
   (request as Recorded)[recordKey] = record;
   return record;
