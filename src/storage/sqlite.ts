@@ -13,6 +13,7 @@ import { oldestNeededMinute, usageByOrganization, usageWindowStart } from "./usa
 import type {
   AccountRepository,
   ApiKeyInfo,
+  RequestStart,
   AuditEntry,
   AuditRepository,
   ChangeFeed,
@@ -262,6 +263,14 @@ function usageRepository({ sqlite }: DatabaseHandle): UsageRepository {
         .query<{ organizationId: string; resetAt: number }, []>("SELECT organization_id AS organizationId, reset_at AS resetAt FROM usage_resets")
         .all();
       return new Map(rows.map((row) => [row.organizationId, row.resetAt]));
+    },
+    async startsSince(since) {
+      return sqlite
+        .query<RequestStart, [number]>(
+          `SELECT organization_id AS organizationId, key_id AS keyId, started_at AS startedAt FROM ${committedLedger}
+            WHERE ended_at >= ?1 AND started_at >= ?1 ORDER BY started_at`,
+        )
+        .all(since);
     },
     async keyUsage(keyId, now) {
       const resetAt =

@@ -254,6 +254,18 @@ export interface UsageRepository {
   report(filter: UsageReportFilter): Promise<UsageReportRow[]>;
   refusalsByRule(since: number): Promise<RefusalCount[]>;
   recentRefusals(since: number, limit: number): Promise<RecentRefusal[]>;
+  /**
+   * The requests that started at or after `since`, oldest first, from the ledger (one process's requests per minute are
+   * read back at start: see MemoryAdmissionStore's restoreRequests). SQLite only: in shared mode Redis keeps them.
+   */
+  startsSince?(since: number): Promise<RequestStart[]>;
+}
+
+/** When a recorded request started, and whose it was. */
+export interface RequestStart {
+  organizationId: string;
+  keyId: string;
+  startedAt: number;
 }
 
 export interface AuditFilter {

@@ -16,6 +16,7 @@ import {
 } from "./store";
 import { requestsHeld, requestWaitMs, type RequestBucket } from "./request-rate";
 import { RollingWindow } from "./window";
+import type { RequestStart } from "../../storage/types";
 
 /** The usage of one subject of admission: an organization, or a key with caps of its own. */
 class SubjectState {
@@ -26,6 +27,32 @@ class SubjectState {
   inFlight = 0;
   /** The requests-per-minute bucket: full until first used. */
   readonly requests: RequestBucket = { held: 0, at: -1 };
+  /** Start times read back from the ledger (restoreRequests), taken from the bucket once its rate is known. */
+  private recordedStarts: number[] | undefined;
+  private recordedSince = 0;
+
+  /** Keeps recorded start times, from `since`, for the bucket to take once a rate applies. */
+  recordStarts(starts: number[], since: number): void {
+    this.recordedStarts = starts;
+    this.recordedSince = since;
+  }
+
+  /** The requests-per-minute bucket, with the recorded starts taken from it first, at `perMinute`. */
+  bucket(perMinute: number): RequestBucket {
+    const starts = this.recordedStarts;
+    if (starts === undefined) return this.requests;
+    this.recordedStarts = undefined;
+    // Full at `since` (a full minute before the restart, so it holds at most what it held then), then each start
+    // takes one, as admission did.
+    const bucket = this.requests;
+    bucket.held = perMinute;
+    bucket.at = this.recordedSince;
+    for (const at of starts) {
+      bucket.held = Math.max(0, requestsHeld(bucket, perMinute, at) - 1);
+      bucket.at = Math.max(bucket.at, at);
+    }
+    return bucket;
+  }
 
   monthUsedAt(now: number): number {
     const month = monthOf(now);
@@ -48,7 +75,7 @@ class SubjectState {
       throw quotaRejection("five_hour", limits, { fiveHourWaitMs: this.window.timeUntilFreed(excess, now) ?? fiveHoursMs }, subject);
     }
     if (limits.requestsPerMinute !== undefined) {
-      const wait = requestWaitMs(requestsHeld(this.requests, limits.requestsPerMinute, now), limits.requestsPerMinute);
+      const wait = requestWaitMs(requestsHeld(this.bucket(limits.requestsPerMinute), limits.requestsPerMinute, now), limits.requestsPerMinute);
       if (wait > 0) throw quotaRejection("requests", limits, { requestWaitMs: wait }, subject);
     }
     if (limits.maxConcurrency !== undefined && this.inFlight >= limits.maxConcurrency) throw quotaRejection("concurrency", limits, {}, subject);
@@ -168,17 +195,38 @@ export class MemoryAdmissionStore implements AdmissionStore {
   }
 
   snapshot(organizationId: string, plan: PlanConfig, now: number): UsageSnapshot {
-    return usageSnapshot(plan, this.peek(organizationId, now));
+    return usageSnapshot(plan, this.peek(organizationId, plan, now));
   }
 
   keySnapshot(organizationId: string, key: KeyAdmission, now: number): UsageSnapshot {
-    return usageSnapshot(key.limits, this.peek(keySubject(organizationId, key.id), now));
+    return usageSnapshot(key.limits, this.peek(keySubject(organizationId, key.id), key.limits, now));
   }
 
   /** A subject's state as a snapshot reads it; one never admitted is read as empty and not kept (scrapes read them all). */
-  private peek(id: string, now: number): QuotaState {
+  private peek(id: string, limits: Limits, now: number): QuotaState {
     const state = this.subjects.get(id) ?? new SubjectState();
+    if (limits.requestsPerMinute !== undefined) state.bucket(limits.requestsPerMinute);
     return state.quotaState(now, state.window.used(now));
+  }
+
+  /**
+   * Takes the requests recorded since `since` (a minute before now) from the requests-per-minute buckets: a restart
+   * then does not hand every organization a fresh minute's worth. Each organization's bucket, and those of the keys in
+   * `pacedKeys` (the keys with a rate of their own), take their recorded requests once their rate is known. A request
+   * admitted but not recorded (its caller left while it waited) is not taken: at most that much more may pass.
+   */
+  restoreRequests(starts: RequestStart[], since: number, pacedKeys: ReadonlySet<string>): void {
+    const bySubject = new Map<string, number[]>();
+    const add = (id: string, at: number) => {
+      const list = bySubject.get(id);
+      if (list) list.push(at);
+      else bySubject.set(id, [at]);
+    };
+    for (const start of starts) {
+      add(start.organizationId, start.startedAt);
+      if (pacedKeys.has(start.keyId)) add(keySubject(start.organizationId, start.keyId), start.startedAt);
+    }
+    for (const [id, times] of bySubject) this.state(id).recordStarts(times, since);
   }
 
   restore(organizationId: string, buckets: LedgerBucket[], monthTokens: number, monthStart: number, keyId?: string): void {

@@ -1,6 +1,8 @@
 import type { LedgerStore, Storage } from "../../storage/types";
 import type { AuditActor, AuditLog } from "../audit/service";
 import { restoreFromLedger, restoreKeyFromLedger, restoreLimitedKeys } from "./ledger-usage";
+import { MemoryAdmissionStore } from "./memory-store";
+import { minuteMs } from "./request-rate";
 import type { AdmissionStore } from "./store";
 
 const pruneEveryMs = 3_600_000;
@@ -15,6 +17,7 @@ export async function syncAdmissionWithLedger(store: AdmissionStore, storage: St
   setInterval(() => void storage.usage.prune(clock()).catch(() => {}), pruneEveryMs).unref();
   if (storage.kind !== "sqlite") return;
   await restoreFromLedger(store, storage.usage, clock());
+  if (store instanceof MemoryAdmissionStore) await restoreRequestRates(store, storage, clock());
   let limitedKeys = await restoreLimitedKeys(store, storage.keys, storage.usage, clock());
   let resets = await storage.usage.resets();
   storage.changes.onChange(async () => {
@@ -32,6 +35,14 @@ export async function syncAdmissionWithLedger(store: AdmissionStore, storage: St
     await ledger.flush();
     limitedKeys = await restoreLimitedKeys(store, storage.keys, storage.usage, clock(), limitedKeys, resetNow);
   });
+}
+
+/** The last minute's recorded requests, taken from the requests-per-minute buckets of a store started afresh. */
+async function restoreRequestRates(store: MemoryAdmissionStore, storage: Storage, now: number): Promise<void> {
+  if (!storage.usage.startsSince) return;
+  const since = now - minuteMs;
+  const pacedKeys = new Set((await storage.keys.limited()).filter((key) => key.requestsPerMinute !== null).map((key) => key.id));
+  store.restoreRequests(await storage.usage.startsSince(since), since, pacedKeys);
 }
 
 /**

@@ -4,7 +4,8 @@ import type { ConfigFile } from "../../../src/config/schema";
 import { MemoryAdmissionStore } from "../../../src/modules/admission/memory-store";
 import { requestsHeld, requestsRemaining, requestWaitMs } from "../../../src/modules/admission/request-rate";
 import { AdmissionRejected } from "../../../src/modules/admission/store";
-import { codeOf, eventually, fakeModel, useFakeUpstream, withSluice } from "../../helpers";
+import { join } from "node:path";
+import { codeOf, eventually, fakeModel, temporaryDirectory, testActor, useFakeUpstream, withSluice } from "../../helpers";
 
 const upstream = useFakeUpstream({ resetBeforeEach: true });
 const messages = [{ role: "user", content: "hi" }];
@@ -164,4 +165,56 @@ describe("requests per minute through the server", () => {
       expect(Date.now() - started).toBeGreaterThanOrEqual(500);
     });
   }, 20_000);
+
+  test("a restart reads the last minute's requests back from the ledger: the organization's bucket and a paced key's stay spent", async () => {
+    const directory = temporaryDirectory();
+    const databasePath = join(directory.path, "restart.db");
+    let now = Date.UTC(2026, 10, 29, 13, 0, 0);
+    const file = config({ requests_per_minute: 4 });
+    let paced = "";
+    await withSluice(
+      file,
+      async (sluice) => {
+        const organization = (await sluice.organizations.findByName("acme"))!;
+        const limits = { maxConcurrency: null, tokensPer5h: null, tokensPerMonth: null, requestsPerMinute: 2 };
+        paced = (await sluice.keys.create({ organizationId: organization.id, name: "paced", limits }, testActor)).secret;
+        // Two on the paced key, one on the other: the key's bucket is spent, the organization's holds one.
+        for (const key of [paced, paced, sluice.key]) {
+          expect((await sluice.post("/v1/chat/completions", { model: "m", messages }, { authorization: `Bearer ${key}` })).status).toBe(200);
+        }
+      },
+      { databasePath, clock: () => now },
+    );
+    now += 15_000;
+    await withSluice(
+      file,
+      async (sluice) => {
+        const refused = await sluice.post("/v1/chat/completions", { model: "m", messages }, { authorization: `Bearer ${paced}` });
+        expect(refused.status).toBe(429);
+        // The key's two requests 15 s ago: half a request back, the other half in 15 s.
+        expect(refused.headers.get("retry-after")).toBe("15");
+        const snapshot = await sluice.server.admission.snapshot(
+          (await sluice.organizations.findByName("acme"))!.id,
+          { id: "limited", models: ["*"], requestsPerMinute: 4 },
+          now,
+        );
+        // The organization's four: three taken 15 s ago, one back since.
+        expect(snapshot.requests).toMatchObject({ limit: 4, remaining: 2 });
+        const other = await sluice.post("/v1/chat/completions", { model: "m", messages });
+        expect([other.status, other.headers.get("x-ratelimit-remaining-requests")]).toEqual([200, "1"]);
+      },
+      { databasePath, clock: () => now },
+    );
+    now += 60_000;
+    await withSluice(
+      file,
+      async (sluice) => {
+        // A minute later, nothing recorded is left in any bucket.
+        const response = await sluice.post("/v1/chat/completions", { model: "m", messages }, { authorization: `Bearer ${paced}` });
+        expect([response.status, response.headers.get("x-ratelimit-remaining-requests")]).toEqual([200, "1"]);
+      },
+      { databasePath, clock: () => now },
+    );
+    directory.remove();
+  });
 });
