@@ -212,9 +212,17 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     acceptQueue,
     retention,
     async reconfigure(next, actor) {
-      const { changes, audited } = configChanges(config, next);
+      const { changes, audited: fields } = configChanges(config, next);
+      let audited = fields;
+      // First: it reads the models' key files, and one that became unreadable since the file was checked refuses the
+      // reload before anything else changed.
+      for (const id of models.reconfigure(next)) {
+        // A key rotated in its file: the trail says so, never what it was or is.
+        changes.models.changed.push(id);
+        audited = { ...audited, [`model ${id} api key`]: ["(hidden)", "(hidden, changed)"] };
+      }
+      safety.reconfigure(next.safety);
       config = next;
-      models.reconfigure(next);
       for (const model of next.models) {
         const queue = queues.get(model.id);
         if (queue) queue.reconfigure(model);
@@ -224,7 +232,6 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       for (const plan of next.plans) plans.set(plan.id, plan);
       // Cached callers hold their plan.
       auth.invalidate();
-      safety.reconfigure(next.safety);
       if (audited) {
         // The new configuration is in force either way: a trail that cannot be written is the operator's to hear of.
         await audit.record(actor, "config.reloaded", "configuration", { changes: audited }).catch((error: unknown) => {

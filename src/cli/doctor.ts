@@ -1,3 +1,4 @@
+import { readSecret } from "../config/secrets";
 import { serveSettings } from "../config/environment";
 import { type ConfigError, loadConfig } from "../config/load";
 import type { Config, ModelConfig } from "../config/schema";
@@ -17,12 +18,20 @@ interface Finding {
 
 async function checkUpstream(model: ModelConfig, baseUrl: string): Promise<Finding> {
   const id = model.id;
-  const apiKey = model.apiKeyEnv ? process.env[model.apiKeyEnv] : undefined;
+  let apiKey: string | undefined;
+  try {
+    apiKey = readSecret({ env: model.apiKeyEnv, file: model.apiKeyFile }, `model ${id}: api_key_file`);
+  } catch (error) {
+    return { ok: false, text: (error as Error).message };
+  }
   try {
     const response = await fetch(upstreamUrl(baseUrl, "/models"), { headers: accessHeaders(model, apiKey), signal: AbortSignal.timeout(3000) });
     await response.arrayBuffer();
     if (response.status === 401 || response.status === 403)
-      return { ok: false, text: `model ${id}: ${baseUrl} answers but refuses the key (HTTP ${response.status}); check its api_key_env` };
+      return {
+        ok: false,
+        text: `model ${id}: ${baseUrl} answers but refuses the key (HTTP ${response.status}); check its ${model.apiKeyFile ? "api_key_file" : "api_key_env"}`,
+      };
     if (response.status >= 500) return { ok: false, text: `model ${id}: ${baseUrl} answers with HTTP ${response.status}` };
     return { ok: true, text: `model ${id}: ${baseUrl} reachable (HTTP ${response.status})` };
   } catch (error) {

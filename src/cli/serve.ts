@@ -1,6 +1,7 @@
 import { serveSettings } from "../config/environment";
 import { anyChange, type ConfigChanges } from "../config/changes";
 import { loadConfig } from "../config/load";
+import { checkKeyFiles } from "../config/secrets";
 import type { Config } from "../config/schema";
 import { Logger } from "../modules/observability/logger";
 import { startServer } from "../server";
@@ -17,6 +18,7 @@ export async function runServe(args: string[]): Promise<number> {
   parseCommand(args, {}, 0);
   const settings = serveSettings();
   const config = loadConfig();
+  checkKeyFiles(config);
   const { storage, redis } = await openBackends();
   const server = await startServer({
     config,
@@ -59,6 +61,7 @@ export async function runServe(args: string[]): Promise<number> {
     let next: Config;
     try {
       next = loadConfig();
+      checkKeyFiles(next);
     } catch (error) {
       server.metrics.configReloads.inc({ result: "refused" });
       console.error(JSON.stringify({ level: "error", message: "configuration not reloaded; the one in force stays", error: (error as Error).message }));

@@ -70,13 +70,20 @@ const reservedHeaders = new Set([
 /** RFC 9110's token: what a header name may be made of. */
 const headerName = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 
+/** Where a key comes from: a variable or a file (read by the server only: see checkKeyFiles), not both. */
+function keySource(env: string | undefined, file: string | undefined, where: string): { apiKeyEnv: string | undefined; apiKeyFile: string | undefined } {
+  if (env !== undefined && file !== undefined) throw new ConfigError(`invalid configuration key ${where}_file: give ${where}_env or ${where}_file, not both`);
+  return { apiKeyEnv: env, apiKeyFile: file };
+}
+
 /** A model's `api_key_header` and `headers`, checked: names that fetch would refuse, or that Sluice sets, are refused here. */
 function upstreamHeadersOf(model: ModelConfigFile, where: string): Pick<ModelConfig, "apiKeyHeader" | "headers"> {
   const apiKeyHeader = model.api_key_header?.toLowerCase();
   if (apiKeyHeader !== undefined) {
     if (!headerName.test(apiKeyHeader) || reservedHeaders.has(apiKeyHeader))
       throw new ConfigError(`invalid configuration key ${where}.api_key_header: "${model.api_key_header}" is not a header the key can go in`);
-    if (!model.api_key_env) throw new ConfigError(`invalid configuration key ${where}.api_key_header: it needs api_key_env, the variable that holds the key`);
+    if (!model.api_key_env && !model.api_key_file)
+      throw new ConfigError(`invalid configuration key ${where}.api_key_header: it needs api_key_env or api_key_file, where the key is`);
   }
   const headers: Record<string, string> = {};
   for (const [name, value] of Object.entries(model.headers ?? {})) {
@@ -85,7 +92,7 @@ function upstreamHeadersOf(model: ModelConfigFile, where: string): Pick<ModelCon
     if (!headerName.test(name)) throw new ConfigError(`invalid configuration key ${key}: not a valid header name`);
     if (reservedHeaders.has(lower)) throw new ConfigError(`invalid configuration key ${key}: Sluice sets this header itself`);
     if (lower === "authorization" || lower === apiKeyHeader)
-      throw new ConfigError(`invalid configuration key ${key}: the key goes through api_key_env (and api_key_header), never in the file`);
+      throw new ConfigError(`invalid configuration key ${key}: the key goes through api_key_env or api_key_file (and api_key_header), never in the file`);
     if (/[\r\n\0]/.test(value)) throw new ConfigError(`invalid configuration key ${key}: a header value cannot hold a line break`);
     if (lower in headers) throw new ConfigError(`invalid configuration key ${key}: the header is given twice`);
     headers[lower] = value;
@@ -124,7 +131,7 @@ function resolveSafety(safety: ConfigFile["safety"]): SafetyConfig {
       ? {
           url: safety.moderation_url,
           model: safety.moderation_model,
-          apiKeyEnv: safety.moderation_api_key_env,
+          ...keySource(safety.moderation_api_key_env, safety.moderation_api_key_file, "safety.moderation_api_key"),
           moderateOutput: safety.moderate_output ?? false,
         }
       : undefined,
@@ -187,7 +194,7 @@ export function resolveConfig(file: unknown): Config {
       backend: model.backend,
       baseUrls: (typeof model.base_url === "string" ? [model.base_url] : (model.base_url ?? [])).map((url) => url.replace(/\/+$/, "")),
       upstreamModel: model.upstream_model ?? model.id,
-      apiKeyEnv: model.api_key_env,
+      ...keySource(model.api_key_env, model.api_key_file, `models[${index}].api_key`),
       ...upstreamHeadersOf(model, `models[${index}]`),
       ownedBy: model.owned_by ?? "sluice",
       contextWindow,

@@ -30,6 +30,8 @@ export const ModelConfigSchema = Type.Object(
     base_url: Type.Optional(Type.Union([Type.String({ minLength: 1 }), Type.Array(Type.String({ minLength: 1 }), { minItems: 1 })])),
     upstream_model: Type.Optional(Type.String({ minLength: 1 })),
     api_key_env: Type.Optional(Type.String({ minLength: 1 })),
+    /** A file holding the key (a Docker or Kubernetes secret), read at start and at every reload; instead of api_key_env. */
+    api_key_file: Type.Optional(Type.String({ minLength: 1 })),
     /** The header the key goes in, as its bare value (Azure OpenAI's `api-key`); omitted = `Authorization: Bearer`. */
     api_key_header: Type.Optional(Type.String({ minLength: 1 })),
     /** Headers sent with every call to the model's servers (OpenRouter's `HTTP-Referer`, a proxy's routing header). */
@@ -107,6 +109,7 @@ export const SafetyConfigSchema = Type.Object(
     moderation_url: Type.Optional(Type.String({ minLength: 1 })),
     moderation_model: Type.Optional(Type.String({ minLength: 1 })),
     moderation_api_key_env: Type.Optional(Type.String({ minLength: 1 })),
+    moderation_api_key_file: Type.Optional(Type.String({ minLength: 1 })),
     /** Also ask the external checker about whole (non-streamed) answers. */
     moderate_output: Type.Optional(Type.Boolean()),
     rules: Type.Optional(Type.Array(SafetyRuleSchema)),
@@ -159,6 +162,8 @@ export interface ModelConfig {
   baseUrls: string[];
   upstreamModel: string;
   apiKeyEnv: string | undefined;
+  /** A file holding the key, read at start and at every reload (see src/config/secrets.ts). */
+  apiKeyFile: string | undefined;
   /** Undefined: the key goes as `Authorization: Bearer`. Lower case. */
   apiKeyHeader: string | undefined;
   /** Sent with every upstream call; names in lower case. */
@@ -211,7 +216,7 @@ export interface SafetyRuleConfig {
 export interface SafetyConfig {
   enabled: boolean;
   timeoutMs: number;
-  moderation: { url: string; model: string | undefined; apiKeyEnv: string | undefined; moderateOutput: boolean } | undefined;
+  moderation: { url: string; model: string | undefined; apiKeyEnv: string | undefined; apiKeyFile: string | undefined; moderateOutput: boolean } | undefined;
   rules: SafetyRuleConfig[];
 }
 

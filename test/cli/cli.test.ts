@@ -209,7 +209,9 @@ describe("sluice backup and doctor", () => {
     const config = join(directory.path, "doctor.toml");
     await Bun.write(
       config,
-      '[[models]]\nid = "far"\nbackend = "openai"\nbase_url = "http://127.0.0.1:1/v1"\napi_key_env = "SLUICE_TEST_MISSING_KEY"\n\n[[plans]]\nid = "other"\nmodels = ["*"]\n',
+      '[[models]]\nid = "far"\nbackend = "openai"\nbase_url = "http://127.0.0.1:1/v1"\napi_key_env = "SLUICE_TEST_MISSING_KEY"\n\n' +
+        `[[models]]\nid = "filed"\nbackend = "openai"\nbase_url = "http://127.0.0.1:1/v1"\napi_key_file = "${join(directory.path, "no-such-key")}"\n\n` +
+        '[[plans]]\nid = "other"\nmodels = ["*"]\n',
     );
     const result = Bun.spawnSync([process.execPath, join(repositoryRoot, "src/main.ts"), "doctor"], {
       env: { ...environment, SLUICE_CONFIG: config },
@@ -219,6 +221,7 @@ describe("sluice backup and doctor", () => {
     expect(result.exitCode).toBe(1);
     expect(output).toContain("model far: cannot reach http://127.0.0.1:1/v1");
     expect(output).toContain("SLUICE_TEST_MISSING_KEY is not set");
+    expect(output).toContain(`model filed: api_key_file: cannot read ${join(directory.path, "no-such-key")} (ENOENT)`);
     expect(output).toContain('organization acme: its plan "default" is not in the configuration');
   });
 

@@ -62,3 +62,50 @@ test("SIGHUP: a model added to the file is served at once; an invalid file is re
   }
   expect(server.child.exitCode).toBe(0);
 });
+
+test("api_key_file: the key is read from its file, and a key rotated in it applies on SIGHUP without a restart; the file's key never shows", async () => {
+  const configPath = join(directory.path, "keyfile.toml");
+  const keyPath = join(directory.path, "upstream-key");
+  await Bun.write(keyPath, "sk-upstream-first\n");
+  const model = `[[models]]\nid = "m"\nbackend = "openai"\nbase_url = "${upstream.url}"\nupstream_model = "usage-10-5"\napi_key_file = "${keyPath}"\n`;
+  await Bun.write(configPath, `${model}\n[[plans]]\nid = "default"\nmodels = ["*"]\n`);
+  const environment = sluiceEnvironment(join(directory.path, "keyfile.db"), configPath);
+  expect(sluiceCommand(environment, "org", "create", "acme").code).toBe(0);
+  const key = sluiceCommand(environment, "key", "create", "--org", "acme").stdout.trim().split("\n").at(-1) as string;
+  const server = await startSluiceProcess(environment);
+  const ask = async () => {
+    const response = await httpPost(`${server.url}/v1/chat/completions`, JSON.stringify({ model: "m", messages: [{ role: "user", content: "hi" }] }), {
+      authorization: `Bearer ${key}`,
+      "content-type": "application/json",
+    });
+    await response.arrayBuffer();
+    return [response.status, upstream.authorizations.at(-1)];
+  };
+  try {
+    expect(await ask()).toEqual([200, "Bearer sk-upstream-first"]);
+    await Bun.write(keyPath, "sk-upstream-second");
+    const reloaded = await reloadConfiguration(server);
+    expect(reloaded).toMatchObject({ message: "configuration reloaded", changes: { models: { changed: ["m"] } } });
+    expect(JSON.stringify(reloaded)).not.toContain("sk-upstream");
+    expect(await ask()).toEqual([200, "Bearer sk-upstream-second"]);
+    // Unchanged: nothing to reload. Gone: the reload is refused with the file named, and the key in force stays.
+    expect(await reloadConfiguration(server)).toMatchObject({ message: "configuration reloaded: nothing changed" });
+    await Bun.write(keyPath, "");
+    const refused = await reloadConfiguration(server);
+    expect(refused).toMatchObject({ level: "error", message: "configuration not reloaded; the one in force stays" });
+    expect(refused.error).toBe(`invalid configuration key models[0].api_key_file: ${keyPath} is empty`);
+    expect(await ask()).toEqual([200, "Bearer sk-upstream-second"]);
+    // Other commands never read the key: they work with the file empty.
+    const audit = sluiceCommand(environment, "audit", "--action", "config.reloaded").stdout;
+    expect(audit).toContain("model m api key");
+    expect(audit).not.toContain("sk-upstream");
+  } finally {
+    server.child.kill("SIGTERM");
+    await server.child.exited;
+  }
+  // At start, a file that cannot be read stops the server with its key named.
+  await Bun.write(configPath, `${model.replace(keyPath, join(directory.path, "missing"))}\n[[plans]]\nid = "default"\nmodels = ["*"]\n`);
+  const failed = sluiceCommand(environment, "serve");
+  expect(failed.code).toBe(1);
+  expect(failed.stderr).toContain(`invalid configuration key models[0].api_key_file: cannot read ${join(directory.path, "missing")} (ENOENT)`);
+});

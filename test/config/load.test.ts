@@ -1,3 +1,4 @@
+import { checkKeyFiles } from "../../src/config/secrets";
 import { expect, test } from "bun:test";
 import { defaultSafetyRules } from "../../src/config/default-rules";
 import { ConfigError, resolveConfig } from "../../src/config/load";
@@ -198,7 +199,22 @@ test("a model's upstream headers: names in lower case; the key's own header need
     [model({ headers: { "x-title": "a\r\nx-injected: 1" } }), "models[0].headers.x-title: a header value cannot hold a line break"],
     [model({ headers: { "X-Title": "a", "x-title": "b" } }), "the header is given twice"],
     [model({ headers: { "x-count": 3 } }), "models[0].headers.x-count"],
+    [model({ api_key_env: "K", api_key_file: "/run/secrets/k" }), "models[0].api_key_file: give models[0].api_key_env or models[0].api_key_file, not both"],
+    [
+      { safety: { moderation_url: "http://127.0.0.1:9/v1/moderations", moderation_api_key_env: "K", moderation_api_key_file: "/run/secrets/k" } },
+      "safety.moderation_api_key_file: give",
+    ],
   ];
+  // A file where the key is: the header may carry it too. The file is the server's to read (checkKeyFiles), not the
+  // configuration's, so a command run by a user who cannot read it still works.
+  expect(resolveConfig(model({ api_key_file: "/nowhere/key", api_key_header: "api-key" })).models[0]).toMatchObject({
+    apiKeyFile: "/nowhere/key",
+    apiKeyEnv: undefined,
+    apiKeyHeader: "api-key",
+  });
+  expect(() => checkKeyFiles(resolveConfig(model({ api_key_file: "/nowhere/key" })))).toThrow(
+    "invalid configuration key models[0].api_key_file: cannot read /nowhere/key (ENOENT)",
+  );
   for (const [file, named] of cases) {
     expect(() => resolveConfig(file)).toThrow(ConfigError);
     expect(() => resolveConfig(file)).toThrow(named);

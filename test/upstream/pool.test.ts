@@ -19,6 +19,7 @@ function model(baseUrls: string[]): ModelConfig {
     baseUrls,
     upstreamModel: "usage-10-5",
     apiKeyEnv: undefined,
+    apiKeyFile: undefined,
     apiKeyHeader: undefined,
     headers: {},
     ownedBy: "test",

@@ -1,4 +1,5 @@
 import type { Config, ModelConfig, PlanConfig } from "../../config/schema";
+import { readSecret } from "../../config/secrets";
 import { SluiceError } from "../../errors";
 import { DemoBackend } from "../../upstream/demo-backend";
 import { UpstreamPool } from "../../upstream/pool";
@@ -7,6 +8,8 @@ import type { Backend, ServerHealth } from "../../upstream/types";
 export interface ModelEntry {
   config: ModelConfig;
   backend: Backend;
+  /** The upstream's key as read when the entry was made (see src/config/secrets.ts). */
+  apiKey: string | undefined;
 }
 
 /** Who asks for a model: a key's plan, and the models the key itself is limited to, if it is. */
@@ -33,24 +36,30 @@ export class ModelRegistry {
 
   /**
    * Serves a new configuration's models from now on. A model whose settings did not change keeps its backend (its
-   * servers' circuit breakers, what it learned of their parameters); requests already under way keep the entry they
-   * were given.
+   * servers' circuit breakers, what it learned of their parameters) unless its key file now holds another key;
+   * requests already under way keep the entry they were given. Returns the ids of the models whose key alone changed.
    */
-  reconfigure(config: Config): void {
+  reconfigure(config: Config): string[] {
+    const rotated: string[] = [];
     const entries = new Map<string, ModelEntry>();
     const byName = new Map<string, ModelEntry>();
-    for (const model of config.models) {
+    for (const [index, model] of config.models.entries()) {
       const before = this.entries.get(model.id);
-      const entry = before && Bun.deepEquals(before.config, model) ? before : { config: model, backend: this.backendOf(model) };
+      // A key file is read again at each reload: a rotated key makes a new backend, as a changed setting does.
+      const apiKey = readSecret({ env: model.apiKeyEnv, file: model.apiKeyFile }, `models[${index}].api_key_file`, this.environment);
+      const same = before !== undefined && Bun.deepEquals(before.config, model);
+      if (same && before.apiKey !== apiKey) rotated.push(model.id);
+      const entry = same && before.apiKey === apiKey ? before : { config: model, backend: this.backendOf(model, apiKey), apiKey };
       entries.set(model.id, entry);
       for (const name of [model.id, ...model.aliases]) byName.set(name, entry);
     }
     this.entries = entries;
     this.byName = byName;
+    return rotated;
   }
 
-  private backendOf(model: ModelConfig): Backend {
-    return model.backend === "demo" ? this.demo : new UpstreamPool(model, model.apiKeyEnv ? this.environment[model.apiKeyEnv] : undefined);
+  private backendOf(model: ModelConfig, apiKey: string | undefined): Backend {
+    return model.backend === "demo" ? this.demo : new UpstreamPool(model, apiKey);
   }
 
   /** The enabled models a key may use, in configuration order. */

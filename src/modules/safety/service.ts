@@ -1,3 +1,4 @@
+import { readSecret } from "../../config/secrets";
 import type { SafetyConfig, SafetyRuleConfig } from "../../config/schema";
 import type { CountableMessage } from "../../tokens/count";
 import { ModerationClient } from "./moderation";
@@ -26,7 +27,9 @@ export class SafetyService {
   /** Checks the requests that come after it with a new configuration's rules; streams under way keep their monitor's. */
   reconfigure(config: SafetyConfig): void {
     const moderation = config.moderation;
-    const apiKey = moderation?.apiKeyEnv ? this.environment[moderation.apiKeyEnv] : undefined;
+    const apiKey = moderation
+      ? readSecret({ env: moderation.apiKeyEnv, file: moderation.apiKeyFile }, "safety.moderation_api_key_file", this.environment)
+      : undefined;
     this.inputRules = new RuleMatcher(config.rules, "input");
     this.outputRules = new RuleMatcher(config.rules, "output");
     this.moderation = moderation ? new ModerationClient(moderation.url, moderation.model, apiKey, config.timeoutMs) : undefined;
