@@ -119,6 +119,24 @@ export function capturingLogger(): { logger: Logger; lines: Record<string, unkno
   return { logger, lines };
 }
 
+/**
+ * An official OpenAI client of `sluice`'s test key (the SDK's own default of 2 retries unless given) that counts the
+ * HTTP requests it sends: how a test tells whether the SDK retried.
+ */
+export function countingClient(sluice: { baseURL: string; key: string }, maxRetries?: number): { client: OpenAI; calls: () => number } {
+  let calls = 0;
+  const client = new OpenAI({
+    baseURL: sluice.baseURL,
+    apiKey: sluice.key,
+    ...(maxRetries === undefined ? {} : { maxRetries }),
+    fetch: (input, init) => {
+      calls++;
+      return fetch(input, init);
+    },
+  });
+  return { client, calls: () => calls };
+}
+
 /** A temporary folder removed by the returned function. */
 export function temporaryDirectory(): { path: string; remove(): void } {
   const path = mkdtempSync(join(tmpdir(), "sluice-test-"));

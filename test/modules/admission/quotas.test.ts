@@ -6,6 +6,7 @@ import type { ConfigFile } from "../../../src/config/schema";
 import { countChatTokens } from "../../../src/tokens/count";
 import {
   codeOf,
+  countingClient,
   eventually,
   expectFiveHourQuotaAnswers,
   fakeModel,
@@ -107,18 +108,10 @@ describe("monthly quota", () => {
         expect(response.headers.get("x-should-retry")).toBe("false");
         expect(response.headers.get("retry-after")).toBe(String(2 * 3600));
         expect(await codeOf(response)).toBe("insufficient_quota");
-        let calls = 0;
-        const client = new OpenAI({
-          baseURL: sluice.baseURL,
-          apiKey: sluice.key,
-          fetch: (input, init) => {
-            calls++;
-            return fetch(input, init);
-          },
-        });
+        const { client, calls } = countingClient(sluice);
         const error = await client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "hi" }] }).catch((caught: unknown) => caught);
         expect(error).toBeInstanceOf(OpenAI.RateLimitError);
-        expect(calls).toBe(1);
+        expect(calls()).toBe(1);
         now = Date.UTC(2026, 11, 1);
         expect((await sluice.post("/v1/chat/completions", { model: "m", messages })).status).toBe(200);
       },
@@ -135,29 +128,19 @@ describe("the OpenAI SDK's retries", () => {
         plans: [{ id: "limited", models: ["*"], tokens_per_5h: 100, max_concurrency: 1 }],
       },
       async (sluice) => {
-        let calls = 0;
-        const client = new OpenAI({
-          baseURL: sluice.baseURL,
-          apiKey: sluice.key,
-          maxRetries: 2,
-          fetch: (input, init) => {
-            calls++;
-            return fetch(input, init);
-          },
-        });
+        const { client, calls } = countingClient(sluice, 2);
         // Concurrency: one slow request holds the only slot; the SDK retries (after Retry-After: 1 s) and gets through.
         const holding = sluice.post("/v1/chat/completions", { model: "slow", messages, max_tokens: 1 });
         await eventually(() => upstream.inFlight === 1);
         const retried = await client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "hi" }], max_tokens: 5 });
         expect(retried.choices[0]?.message.content).toBe("fixed");
-        expect(calls).toBe(2);
+        expect(calls()).toBe(2);
         await (await holding).arrayBuffer();
         // Quota: used up now (the slow request and this one); the SDK must not retry.
-        calls = 0;
         const error = await client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "hi" }] }).catch((caught: unknown) => caught);
         expect(error).toBeInstanceOf(OpenAI.RateLimitError);
         expect((error as InstanceType<typeof OpenAI.RateLimitError>).code).toBe("rate_limit_exceeded");
-        expect(calls).toBe(1);
+        expect(calls()).toBe(3);
       },
     );
   }, 20_000);

@@ -1,11 +1,10 @@
 import { describe, expect, test } from "bun:test";
-import OpenAI from "openai";
 import type { ConfigFile } from "../../../src/config/schema";
 import { MemoryAdmissionStore } from "../../../src/modules/admission/memory-store";
 import { requestsHeld, requestsRemaining, requestWaitMs } from "../../../src/modules/admission/request-rate";
 import { AdmissionRejected } from "../../../src/modules/admission/store";
 import { join } from "node:path";
-import { codeOf, eventually, fakeModel, temporaryDirectory, testActor, useFakeUpstream, withSluice } from "../../helpers";
+import { codeOf, countingClient, eventually, fakeModel, temporaryDirectory, testActor, useFakeUpstream, withSluice } from "../../helpers";
 
 const upstream = useFakeUpstream({ resetBeforeEach: true });
 const messages = [{ role: "user", content: "hi" }];
@@ -147,21 +146,12 @@ describe("requests per minute through the server", () => {
 
   test("the OpenAI SDK waits out Retry-After and gets through", async () => {
     await withSluice(config({ requests_per_minute: 60 }), async (sluice) => {
-      let calls = 0;
-      const client = new OpenAI({
-        baseURL: sluice.baseURL,
-        apiKey: sluice.key,
-        maxRetries: 2,
-        fetch: (input, init) => {
-          calls++;
-          return fetch(input, init);
-        },
-      });
+      const { client, calls } = countingClient(sluice, 2);
       await Promise.all(Array.from({ length: 60 }, () => sluice.post("/v1/chat/completions", { model: "m", messages }).then((response) => response.text())));
       const started = Date.now();
       const completion = await client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "hi" }] });
       expect(completion.choices[0]?.message.content).toBe("fixed");
-      expect(calls).toBeGreaterThanOrEqual(2);
+      expect(calls()).toBeGreaterThanOrEqual(2);
       expect(Date.now() - started).toBeGreaterThanOrEqual(500);
     });
   }, 20_000);
