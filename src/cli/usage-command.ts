@@ -1,7 +1,7 @@
 import { restoreFromLedger } from "../modules/admission/ledger-usage";
 import { MemoryAdmissionStore } from "../modules/admission/memory-store";
 import { RedisAdmissionStore } from "../modules/admission/redis-store";
-import { resetUsage } from "../modules/admission/service";
+import { resetUsage, restoreRequestRates } from "../modules/admission/service";
 import type { UsageSnapshot } from "../modules/admission/store";
 import { type ReportTotal, ReportRequestError, reportCsv, usageReport, type UsageReport } from "../modules/usage/report";
 import { formatTime, withCliContext } from "./context";
@@ -72,6 +72,7 @@ export async function runUsage(args: string[]): Promise<number> {
         // The same rules as the server: the ledger replayed into an admission store (without the requests in flight).
         const store = new MemoryAdmissionStore();
         await restoreFromLedger(store, context.storage.usage, now, organization.id);
+        await restoreRequestRates(store, context.storage, now);
         snapshot = store.snapshot(organization.id, plan, now);
       }
       const show = (value: number | undefined) => (value === undefined ? "unlimited" : String(value));
@@ -82,6 +83,10 @@ export async function runUsage(args: string[]): Promise<number> {
       ] as const) {
         console.log([name, window.used, show(window.limit), show(window.remaining), formatTime(window.resetsAt)].join("\t"));
       }
+      // Requests started in the bucket's reckoning (see request-rate.ts), and when it is full again.
+      const requests = snapshot.requests;
+      if (requests)
+        console.log(["requests/min", requests.limit - requests.remaining, requests.limit, requests.remaining, formatTime(requests.fullAt)].join("\t"));
     } finally {
       shared?.close();
     }

@@ -376,40 +376,45 @@ describe("durability and operations", () => {
   });
 
   test("`sluice usage` shows the figures; `sluice usage reset` is honoured by the running server from its next request", async () => {
-    await withSluice(config({ tokens_per_5h: 300, tokens_per_month: 10_000 }, [fakeModel(upstream.url, "m", "usage-100-200")]), async (sluice) => {
-      await (await sluice.post("/v1/chat/completions", { model: "m", messages })).arrayBuffer();
-      const full = await sluice.post("/v1/chat/completions", { model: "m", messages });
-      expect(full.status).toBe(429);
-      await full.arrayBuffer();
-      const configDirectory = temporaryDirectory();
-      const configPath = join(configDirectory.path, "sluice.toml");
-      await Bun.write(
-        configPath,
-        `[[models]]\nid = "m"\nbackend = "demo"\n\n[[plans]]\nid = "limited"\nmodels = ["*"]\ntokens_per_5h = 300\ntokens_per_month = 10000\n`,
-      );
-      const environment = { ...process.env, SLUICE_DB: sluice.database.sqlite.filename, SLUICE_CONFIG: configPath };
-      const cli = (...args: string[]) =>
-        Bun.spawnSync([process.execPath, join(repositoryRoot, "src/main.ts"), ...args], { env: environment, stdout: "pipe", stderr: "pipe" });
-      const shown = cli("usage", "--org", "acme")
-        .stdout.toString()
-        .trim()
-        .split("\n")
-        .map((line) => line.split("\t"));
-      expect(shown[1]!.slice(0, 4)).toEqual(["5h", "300", "300", "0"]);
-      expect(shown[2]!.slice(0, 4)).toEqual(["month", "300", "10000", "9700"]);
-      expect(cli("usage", "reset", "--org", "acme").exitCode).toBe(0);
-      const after = await sluice.post("/v1/chat/completions", { model: "m", messages });
-      expect(after.status).toBe(200);
-      await after.arrayBuffer();
-      const again = cli("usage", "--org", "acme")
-        .stdout.toString()
-        .trim()
-        .split("\n")
-        .map((line) => line.split("\t"));
-      expect(again[1]!.slice(0, 2)).toEqual(["5h", "300"]);
-      expect(cli("usage", "--org", "ghost").exitCode).toBe(2);
-      configDirectory.remove();
-    });
+    await withSluice(
+      config({ tokens_per_5h: 300, tokens_per_month: 10_000, requests_per_minute: 6 }, [fakeModel(upstream.url, "m", "usage-100-200")]),
+      async (sluice) => {
+        await (await sluice.post("/v1/chat/completions", { model: "m", messages })).arrayBuffer();
+        const full = await sluice.post("/v1/chat/completions", { model: "m", messages });
+        expect(full.status).toBe(429);
+        await full.arrayBuffer();
+        const configDirectory = temporaryDirectory();
+        const configPath = join(configDirectory.path, "sluice.toml");
+        await Bun.write(
+          configPath,
+          `[[models]]\nid = "m"\nbackend = "demo"\n\n[[plans]]\nid = "limited"\nmodels = ["*"]\ntokens_per_5h = 300\ntokens_per_month = 10000\nrequests_per_minute = 6\n`,
+        );
+        const environment = { ...process.env, SLUICE_DB: sluice.database.sqlite.filename, SLUICE_CONFIG: configPath };
+        const cli = (...args: string[]) =>
+          Bun.spawnSync([process.execPath, join(repositoryRoot, "src/main.ts"), ...args], { env: environment, stdout: "pipe", stderr: "pipe" });
+        const shown = cli("usage", "--org", "acme")
+          .stdout.toString()
+          .trim()
+          .split("\n")
+          .map((line) => line.split("\t"));
+        expect(shown[1]!.slice(0, 4)).toEqual(["5h", "300", "300", "0"]);
+        expect(shown[2]!.slice(0, 4)).toEqual(["month", "300", "10000", "9700"]);
+        // One request recorded (the refused one took none), read back from the ledger as the server would at start.
+        expect(shown[3]!.slice(0, 4)).toEqual(["requests/min", "1", "6", "5"]);
+        expect(cli("usage", "reset", "--org", "acme").exitCode).toBe(0);
+        const after = await sluice.post("/v1/chat/completions", { model: "m", messages });
+        expect(after.status).toBe(200);
+        await after.arrayBuffer();
+        const again = cli("usage", "--org", "acme")
+          .stdout.toString()
+          .trim()
+          .split("\n")
+          .map((line) => line.split("\t"));
+        expect(again[1]!.slice(0, 2)).toEqual(["5h", "300"]);
+        expect(cli("usage", "--org", "ghost").exitCode).toBe(2);
+        configDirectory.remove();
+      },
+    );
   });
 });
 
