@@ -22,6 +22,7 @@ import { LedgerRetention } from "./ledger/retention";
 import { EmbeddingsService } from "./modules/embeddings/service";
 import { Metrics } from "./modules/observability/metrics";
 import { registerQuotaGauges } from "./modules/observability/quota-gauges";
+import type { QueueObserver } from "./modules/queue/fair-line";
 import { ModelQueue, type Queue } from "./modules/queue/model-queue";
 import { SharedModelQueue } from "./modules/queue/shared-model-queue";
 import { SafetyService } from "./modules/safety/service";
@@ -105,7 +106,13 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const models = new ModelRegistry(config, options.environment);
   // One keeper renews every lease this instance holds: organizations' concurrency leases and model slots.
   const keeper = redis ? new LeaseKeeper(redis) : undefined;
-  const newQueue = (model: ModelConfig): Queue => (redis && keeper ? new SharedModelQueue(model, redis, keeper) : new ModelQueue(model));
+  // Told only of requests that had to wait: a request that finds a slot free costs nothing here.
+  const observeWait: QueueObserver = (model, result, seconds) => {
+    metrics.queueWaits.inc({ model, result });
+    if (result === "granted") metrics.queueWait.observe({ model }, seconds);
+  };
+  const newQueue = (model: ModelConfig): Queue =>
+    redis && keeper ? new SharedModelQueue(model, redis, keeper, observeWait) : new ModelQueue(model, observeWait);
   // A model removed by a reload keeps its queue: requests under way release their slots to it.
   const queues = new Map<string, Queue>(config.models.map((model) => [model.id, newQueue(model)]));
   const metrics = new Metrics(queues, () => models.servers());

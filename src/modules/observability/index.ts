@@ -52,7 +52,11 @@ export function finishRecord(record: RequestRecord, metrics: Metrics, logger: Lo
   const seconds = (performance.now() - record.startedAt) / 1000;
   metrics.requests.inc({ route: record.route, model, status: String(status), code: record.code ?? "" });
   metrics.duration.observe({ route: record.route, model }, seconds);
-  if (record.firstTokenAt !== undefined) metrics.timeToFirstToken.observe({ model }, (record.firstTokenAt - record.startedAt) / 1000);
+  if (record.firstTokenAt !== undefined) {
+    metrics.timeToFirstToken.observe({ model }, (record.firstTokenAt - record.startedAt) / 1000);
+    const after = (record.completionTokens ?? 0) - 1;
+    if (after > 0) metrics.timePerOutputToken.observe({ model }, (performance.now() - record.firstTokenAt) / 1000 / after);
+  }
   if (!logger.enabled(status >= 500 ? "warn" : "info")) return;
   logger.log(status >= 500 ? "warn" : "info", {
     message: "request",

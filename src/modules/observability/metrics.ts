@@ -36,6 +36,26 @@ export class Metrics {
     ["model"],
     latencyBuckets,
   );
+  readonly timePerOutputToken = new Histogram(
+    this.registry,
+    "sluice_time_per_output_token_seconds",
+    "A streamed answer's time from its first token to its end, per completion token after the first: the model's decoding speed as callers see it",
+    ["model"],
+    [0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1],
+  );
+  readonly queueWait = new Histogram(
+    this.registry,
+    "sluice_queue_wait_seconds",
+    "Time a request waited in a model's queue for a slot, of those that waited and got one",
+    ["model"],
+    [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120],
+  );
+  readonly queueWaits = new Counter(
+    this.registry,
+    "sluice_queue_waits_total",
+    "Requests that had to wait for a model's slot, by how the wait ended (granted, timed_out, left, full: the queue was full on arrival)",
+    ["model", "result"],
+  );
   readonly tokens = new Counter(
     this.registry,
     "sluice_tokens_total",

@@ -7,6 +7,12 @@ interface Waiter {
   grant(slot: Slot): void;
 }
 
+/** How a wait in a model's queue ended: given a slot, out of time, its caller gone, or the queue full on arrival. */
+export type WaitResult = "granted" | "timed_out" | "left" | "full";
+
+/** Told of every wait in a model's queue as it ends, with its length in seconds (0 for a full queue): the metrics. */
+export type QueueObserver = (modelId: string, result: WaitResult, seconds: number) => void;
+
 /** An organization's waiters, and how many slots it has been given in its current turn. */
 interface Turn {
   waiters: Waiter[];
@@ -31,12 +37,15 @@ export class FairLine {
     private readonly modelId: string,
     /** How long a request may wait; a new configuration's applies to the requests that come after it. */
     public timeoutMs: number,
+    private readonly observer?: QueueObserver,
   ) {}
 
   /** Waits for a slot; `weight`, the plan's `queue_weight`, applies to the organization's turns from now on. */
   wait(organizationId: string, signal: AbortSignal, weight = 1): Promise<Slot> {
     return new Promise<Slot>((resolve, reject) => {
       if (signal.aborted) return reject(new ClientGoneError("client disconnected while queued", false));
+      const since = performance.now();
+      const ended = (result: WaitResult) => this.observer?.(this.modelId, result, (performance.now() - since) / 1000);
       const leave = () => {
         clearTimeout(timer);
         signal.removeEventListener("abort", onAbort);
@@ -44,10 +53,12 @@ export class FairLine {
       };
       const onAbort = () => {
         leave();
+        ended("left");
         reject(new ClientGoneError("client disconnected while queued", false));
       };
       const timer = setTimeout(() => {
         leave();
+        ended("timed_out");
         reject(
           new SluiceError("server_overloaded", `Model ${this.modelId} is at capacity; the request waited ${this.timeoutMs} ms in its queue. Retry shortly.`, {
             retryAfterSeconds: 1,
@@ -59,6 +70,7 @@ export class FairLine {
         grant: (slot) => {
           clearTimeout(timer);
           signal.removeEventListener("abort", onAbort);
+          ended("granted");
           resolve(slot);
         },
       };

@@ -1,5 +1,5 @@
 import type { ModelConfig } from "../../config/schema";
-import { FairLine, queueFull } from "./fair-line";
+import { FairLine, type QueueObserver, queueFull } from "./fair-line";
 
 /** One upstream slot of a model; released exactly once. */
 export interface Slot {
@@ -48,8 +48,11 @@ export class ModelQueue implements Queue {
   private active = 0;
   private readonly line: FairLine;
 
-  constructor(private model: ModelConfig) {
-    this.line = new FairLine(model.id, model.queueTimeoutMs);
+  constructor(
+    private model: ModelConfig,
+    private readonly observer?: QueueObserver,
+  ) {
+    this.line = new FairLine(model.id, model.queueTimeoutMs, observer);
   }
 
   reconfigure(model: ModelConfig): void {
@@ -61,7 +64,10 @@ export class ModelQueue implements Queue {
   acquire(organizationId: string, signal: AbortSignal, weight = 1): Slot | Promise<Slot> {
     const limit = this.model.maxConcurrency;
     if (limit === undefined || (this.active < limit && this.line.waiting === 0)) return this.take();
-    if (this.line.waiting >= this.model.queueSize) throw queueFull(this.model.id);
+    if (this.line.waiting >= this.model.queueSize) {
+      this.observer?.(this.model.id, "full", 0);
+      throw queueFull(this.model.id);
+    }
     return this.line.wait(organizationId, signal, weight);
   }
 

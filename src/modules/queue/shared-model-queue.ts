@@ -2,7 +2,7 @@ import type { ModelConfig } from "../../config/schema";
 import { keyPrefix, type RedisConnection } from "../../storage/redis";
 import { admissionUnavailable } from "../admission/redis-store";
 import { leaseMs, type LeaseKeeper } from "../admission/lease-keeper";
-import { FairLine, queueFull } from "./fair-line";
+import { FairLine, type QueueObserver, queueFull } from "./fair-line";
 import type { Queue, Slot } from "./model-queue";
 
 /**
@@ -59,8 +59,9 @@ export class SharedModelQueue implements Queue {
     private model: ModelConfig,
     private readonly redis: RedisConnection,
     private readonly keeper: LeaseKeeper,
+    private readonly observer?: QueueObserver,
   ) {
-    this.line = new FairLine(model.id, model.queueTimeoutMs);
+    this.line = new FairLine(model.id, model.queueTimeoutMs, observer);
     this.key = `${keyPrefix}model:{${model.id}}:slots`;
     this.leaseSets = [this.key, this.key, this.key, this.key];
     this.channel = `${keyPrefix}model:{${model.id}}:freed`;
@@ -124,7 +125,10 @@ export class SharedModelQueue implements Queue {
       }
       if (slot) return slot;
     }
-    if (this.line.waiting >= this.model.queueSize) throw queueFull(this.model.id);
+    if (this.line.waiting >= this.model.queueSize) {
+      this.observer?.(this.model.id, "full", 0);
+      throw queueFull(this.model.id);
+    }
     const waiting = this.line.wait(organizationId, signal, weight);
     this.poller ??= setInterval(() => void this.dispatch(), pollMs);
     return waiting;

@@ -164,6 +164,37 @@ describe("metrics", () => {
     }
   });
 
+  test("a model's queue: how long waiters waited and how each wait ended; a stream's time per output token", async () => {
+    const sluice = await startSluice({
+      models: [fakeModel(upstream.url, "one", "slow-5-20", { max_concurrency: 1, queue_size: 2, queue_timeout_ms: 30_000 })],
+      plans: [{ id: "default", models: ["*"] }],
+    });
+    try {
+      const first = sluice.post("/v1/chat/completions", { model: "one", messages, stream: true });
+      await eventually(() => upstream.inFlight === 1);
+      // Two wait behind it; a fourth finds the queue full.
+      const waiting = [sluice.post("/v1/chat/completions", { model: "one", messages }), sluice.post("/v1/chat/completions", { model: "one", messages })];
+      await eventually(() => sluice.server.queues.get("one")?.stats().queued === 2);
+      const full = await sluice.post("/v1/chat/completions", { model: "one", messages });
+      expect(full.status).toBe(503);
+      await readSse(await first);
+      for (const response of await Promise.all(waiting)) expect(response.status).toBe(200);
+      const text = await (await fetch(`${sluice.url}/metrics`)).text();
+      expect(text).toContain('sluice_queue_waits_total{model="one",result="granted"} 2');
+      expect(text).toContain('sluice_queue_waits_total{model="one",result="full"} 1');
+      expect(text).toContain('sluice_queue_wait_seconds_count{model="one"} 2');
+      // The waits were a stream's length at least (5 words 20 ms apart).
+      expect(Number(/sluice_queue_wait_seconds_sum\{model="one"\} ([0-9.e-]+)/.exec(text)?.[1])).toBeGreaterThan(0.1);
+      // One stream: its words after the first came 20 ms apart.
+      expect(text).toContain('sluice_time_per_output_token_seconds_count{model="one"} 1');
+      const perToken = Number(/sluice_time_per_output_token_seconds_sum\{model="one"\} ([0-9.e-]+)/.exec(text)?.[1]);
+      expect(perToken).toBeGreaterThan(0.005);
+      expect(perToken).toBeLessThan(0.2);
+    } finally {
+      await sluice.stop();
+    }
+  });
+
   test("each organization's use of its plan's token quotas, and each capped key's of its own caps, by window, for alerts before members hit a 429", async () => {
     const sluice = await startSluice({
       ...config(),

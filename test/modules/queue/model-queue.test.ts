@@ -1,14 +1,15 @@
 import { expect, test } from "bun:test";
 import { resolveConfig } from "../../../src/config/load";
 import { SluiceError } from "../../../src/errors";
+import type { QueueObserver, WaitResult } from "../../../src/modules/queue/fair-line";
 import { ModelQueue, type Slot } from "../../../src/modules/queue/model-queue";
 import { ClientGoneError } from "../../../src/errors";
 
-function queue(maxConcurrency: number, queueSize = 100, queueTimeoutMs = 10_000) {
+function queue(maxConcurrency: number, queueSize = 100, queueTimeoutMs = 10_000, observer?: QueueObserver) {
   const [model] = resolveConfig({
     models: [{ id: "m", backend: "demo", max_concurrency: maxConcurrency, queue_size: queueSize, queue_timeout_ms: queueTimeoutMs }],
   }).models;
-  return new ModelQueue(model!);
+  return new ModelQueue(model!, observer);
 }
 
 const never = new AbortController().signal;
@@ -101,5 +102,36 @@ test("a full queue and a long wait are 503 server_overloaded; a caller who leave
   expect(models.stats().queued).toBe(0);
   expect(await leaving).toBeInstanceOf(ClientGoneError);
   held.release();
+  expect(models.stats()).toEqual({ active: 0, queued: 0 });
+});
+
+test("the observer hears of every wait as it ends, and of nothing for a request that finds a slot free", async () => {
+  const heard: [WaitResult, number][] = [];
+  const models = queue(1, 2, 150, (model, result, seconds) => {
+    expect(model).toBe("m");
+    heard.push([result, seconds]);
+  });
+  const first = models.acquire("a", never) as Slot;
+  expect(heard).toEqual([]);
+  const granted = Promise.resolve(models.acquire("a", never));
+  const leaving = new AbortController();
+  const left = Promise.resolve(models.acquire("b", leaving.signal)).catch((error: unknown) => error);
+  // The queue holds two: a third is turned away at once.
+  expect(() => models.acquire("c", never)).toThrow(SluiceError);
+  await Bun.sleep(30);
+  leaving.abort();
+  expect(await left).toBeInstanceOf(ClientGoneError);
+  first.release();
+  (await granted).release();
+  // Alone in the queue behind a held slot, one waits out its 150 ms.
+  const holder = models.acquire("a", never) as Slot;
+  const timedOut = await Promise.resolve(models.acquire("d", never)).catch((error: unknown) => error);
+  expect(timedOut).toBeInstanceOf(SluiceError);
+  holder.release();
+  expect(heard.map(([result]) => result)).toEqual(["full", "left", "granted", "timed_out"]);
+  expect(heard[0]![1]).toBe(0);
+  expect(heard[1]![1]).toBeGreaterThanOrEqual(0.025);
+  expect(heard[2]![1]).toBeGreaterThanOrEqual(0.025);
+  expect(heard[3]![1]).toBeGreaterThanOrEqual(0.14);
   expect(models.stats()).toEqual({ active: 0, queued: 0 });
 });

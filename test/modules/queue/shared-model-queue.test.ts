@@ -18,8 +18,9 @@ afterAll(async () => {
 test("the line in front of shared slots serves a plan's queue_weight in a row in its organization's turn, and gives every slot back", async () => {
   const connection = new RedisConnection(redis.url);
   const keeper = new LeaseKeeper(connection);
-  const model = { id: "weighted", maxConcurrency: 1, queueSize: 100, queueTimeoutMs: 10_000 } as ModelConfig;
-  const queue = new SharedModelQueue(model, connection, keeper);
+  const model = { id: "weighted", maxConcurrency: 1, queueSize: 8, queueTimeoutMs: 10_000 } as ModelConfig;
+  const heard: string[] = [];
+  const queue = new SharedModelQueue(model, connection, keeper, (modelId, result) => heard.push(`${modelId} ${result}`));
   try {
     while (!connection.connected) await Bun.sleep(10);
     const never = new AbortController().signal;
@@ -41,9 +42,12 @@ test("the line in front of shared slots serves a plan's queue_weight in a row in
     }
     await Bun.sleep(50);
     expect(queue.stats().queued).toBe(8);
+    // A ninth finds the line full; the observer hears of it, and of each of the eight waits as it ends.
+    await expect(queue.acquire("c", never)).rejects.toThrow("queue is full");
     first.release();
     await Promise.all(pending);
     expect(started).toEqual(["a0", "a1", "b0", "a2", "a3", "b1", "a4", "b2"]);
+    expect(heard).toEqual(["weighted full", ...Array.from({ length: 8 }, () => "weighted granted")]);
     await queue.close();
     expect(await leasesHeld(redis.url)).toBe(0);
   } finally {
