@@ -23,6 +23,7 @@ export const modelDefaults = {
   queueTimeoutMs: 30_000,
   breakerFailures: 5,
   breakerCooldownMs: 30_000,
+  healthCheckMs: 5_000,
   breakerFailureRate: 0.5,
   breakerWindow: 20,
   routing: "least_busy",

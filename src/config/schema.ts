@@ -59,6 +59,8 @@ export const ModelConfigSchema = Type.Object(
     breaker_failures: Type.Optional(Type.Integer({ minimum: 1 })),
     /** How long an open breaker keeps an upstream out before one probe request is let through. */
     breaker_cooldown_ms: Type.Optional(milliseconds(1)),
+    /** How often a server out for failures in a row is asked whether it answers again (GET …/models); 0 = never. */
+    health_check_ms: Type.Optional(milliseconds(0)),
     /** The share of a server's last `breaker_window` calls that, failed, takes it out while another server is up; 0 = never. */
     breaker_failure_rate: Type.Optional(Type.Number({ minimum: 0, maximum: 1 })),
     /** How many of a server's last calls `breaker_failure_rate` is judged over. */
@@ -184,6 +186,8 @@ export interface ModelConfig {
   idleTimeoutMs: number | undefined;
   breakerFailures: number;
   breakerCooldownMs: number;
+  /** How often a server out for failures in a row is asked whether it answers again; 0: never (see Endpoint). */
+  healthCheckMs: number;
   /** 0: no server is taken out for its failure rate. */
   breakerFailureRate: number;
   breakerWindow: number;

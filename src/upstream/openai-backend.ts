@@ -61,6 +61,7 @@ export class OpenAIBackend implements Backend {
   private readonly url: string;
   private readonly embeddingsUrl: string;
   private readonly completionsUrl: string;
+  private readonly modelsUrl: string;
   private readonly headers: Record<string, string>;
   /**
    * Learned from the upstream's own refusal (see asksForCompletionTokens): it takes the output limit only as
@@ -78,9 +79,21 @@ export class OpenAIBackend implements Backend {
     this.url = upstreamUrl(baseUrl, "/chat/completions");
     this.embeddingsUrl = upstreamUrl(baseUrl, "/embeddings");
     this.completionsUrl = upstreamUrl(baseUrl, "/completions");
+    this.modelsUrl = upstreamUrl(baseUrl, "/models");
     // Uncompressed, and never decompressed here (see `send`): Bun's fetch asks for gzip, brotli and zstd by default
     // and inflates whatever comes, so 64 KB of an upstream's gzip became 64 MB in memory.
     this.headers = { ...access, "content-type": "application/json", accept: "application/json, text/event-stream", "accept-encoding": "identity" };
+  }
+
+  /** Whether the server answers `GET …/models` with a 200 within `timeoutMs`: a health check, not a call. */
+  async answers(timeoutMs: number): Promise<boolean> {
+    try {
+      const response = await fetch(this.modelsUrl, { headers: this.headers, signal: AbortSignal.timeout(timeoutMs), redirect: "manual", decompress: false });
+      await response.body?.cancel().catch(() => undefined);
+      return response.status === 200;
+    } catch {
+      return false;
+    }
   }
 
   /** A whole answer. `onEnd`, when given, learns once how the call ended: the pool's circuit breaker passes one. */

@@ -6,6 +6,9 @@ import { ServerShutdown } from "./errors";
 import type { OpenAIBackend } from "./openai-backend";
 import type { StreamEnding } from "./types";
 
+/** The longest a health check waits for its answer. */
+const healthCheckTimeoutMs = 3000;
+
 /** Longest time out, as multiples of `breaker_cooldown_ms`, for a server taken out for its failure rate again and again. */
 const longestOutlierCooldowns = 10;
 
@@ -65,6 +68,8 @@ export class Endpoint {
   readonly calls = { finished: 0, failed: 0, rejected: 0, stopped: 0 };
   /** Its base URL as operators may see it (see shownUrl), and as a request's log line names it. */
   readonly url: string;
+  /** Whether a health check is scheduled (see checkHealth). */
+  private checking = false;
 
   constructor(
     readonly backend: OpenAIBackend,
@@ -113,10 +118,39 @@ export class Endpoint {
     if (this.outlier) {
       // Its probe failed: out again, for longer. A call sent before it was taken out changes nothing.
       if (probe) this.takeOutForRate();
-    } else if (this.failures >= this.model.breakerFailures) this.openUntil = this.clock() + this.model.breakerCooldownMs;
-    else if (this.model.breakerFailureRate > 0 && this.recent.failingAt(this.model.breakerFailureRate) && this.anotherUp(this)) {
+    } else if (this.failures >= this.model.breakerFailures) {
+      this.openUntil = this.clock() + this.model.breakerCooldownMs;
+      this.checkHealth();
+    } else if (this.model.breakerFailureRate > 0 && this.recent.failingAt(this.model.breakerFailureRate) && this.anotherUp(this)) {
       this.takeOutForRate();
     }
+  }
+
+  /**
+   * While it is out for failures in a row, asks it every `health_check_ms` whether it answers again (`GET …/models`,
+   * which every OpenAI-compatible server answers once its model is loaded); the first 200 ends the cooldown, so the
+   * next call probes it at once. A model server restarted in seconds is then back in seconds, not after the whole
+   * cooldown, and no caller's request is spent finding out that it is still down. A server out for its failure rate
+   * answers such a question too while it fails calls, so it waits out its cooldown. The checks stop once the
+   * cooldown is over by either way (a model a reload removed stops being checked then).
+   */
+  private checkHealth(): void {
+    const interval = this.model.healthCheckMs;
+    if (interval === 0 || this.checking) return;
+    this.checking = true;
+    const check = async () => {
+      if (this.outlier || !this.tripped || this.openUntil <= this.clock()) {
+        this.checking = false;
+        return;
+      }
+      if (await this.backend.answers(Math.min(interval, healthCheckTimeoutMs))) {
+        this.checking = false;
+        if (!this.outlier && this.tripped) this.openUntil = Math.min(this.openUntil, this.clock());
+        return;
+      }
+      setTimeout(check, interval).unref();
+    };
+    setTimeout(check, interval).unref();
   }
 
   /** Out for one cooldown more each time in a row (up to `longestOutlierCooldowns`): a flaky server's probe succeeds often. */

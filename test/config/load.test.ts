@@ -118,13 +118,14 @@ test("refused with the key named: addresses fetch cannot call, durations past a 
     [model({ base_url: ["http://a:8000/v1", "not a url"] }), 'models[0].base_url[1]: expected an http:// or https:// URL, got "not a url"'],
     [{ safety: { moderation_url: "javascript:alert(1)" } }, "safety.moderation_url: expected an http:// or https:// URL"],
     // 2^31 ms: Bun would fire such a timer at once, and every request would time out.
-    ...["timeout_ms", "queue_timeout_ms", "first_byte_timeout_ms", "idle_timeout_ms", "breaker_cooldown_ms", "stream_delay_ms"].map(
+    ...["timeout_ms", "queue_timeout_ms", "first_byte_timeout_ms", "idle_timeout_ms", "breaker_cooldown_ms", "health_check_ms", "stream_delay_ms"].map(
       (key): [unknown, string] => [model({ [key]: 2 ** 31 }), `models[0].${key}`],
     ),
     [{ safety: { timeout_ms: 2 ** 31 } }, "safety.timeout_ms"],
     [model({ breaker_failure_rate: 1.5 }), "models[0].breaker_failure_rate"],
     [model({ breaker_failure_rate: -0.1 }), "models[0].breaker_failure_rate"],
     [model({ breaker_window: 1 }), "models[0].breaker_window"],
+    [model({ health_check_ms: -1 }), "models[0].health_check_ms"],
     [model({ breaker_window: 10.5 }), "models[0].breaker_window"],
     [model({ routing: "random" }), "models[0].routing"],
     [model({ affinity_slack: -1 }), "models[0].affinity_slack"],
@@ -157,7 +158,14 @@ test("refused with the key named: addresses fetch cannot call, durations past a 
   expect(largest.models[0]?.timeoutMs).toBe(2 ** 31 - 1);
   // A failure rate of 0 turns the rate off; the defaults take a server out at half of its last 20 calls.
   expect(resolveConfig(model({ breaker_failure_rate: 0, breaker_window: 1000 })).models[0]).toMatchObject({ breakerFailureRate: 0, breakerWindow: 1000 });
-  expect(resolveConfig(model({})).models[0]).toMatchObject({ breakerFailureRate: 0.5, breakerWindow: 20, routing: "least_busy", affinitySlack: 4 });
+  expect(resolveConfig(model({})).models[0]).toMatchObject({
+    breakerFailureRate: 0.5,
+    breakerWindow: 20,
+    routing: "least_busy",
+    affinitySlack: 4,
+    healthCheckMs: 5000,
+  });
+  expect(resolveConfig(model({ health_check_ms: 0 })).models[0]?.healthCheckMs).toBe(0);
   expect(resolveConfig(model({ routing: "affinity", affinity_slack: 0 })).models[0]).toMatchObject({ routing: "affinity", affinitySlack: 0 });
   expect(largest.plans[0]?.tokensPerMonth).toBe(Number.MAX_SAFE_INTEGER);
   expect(largest.plans[0]?.requestsPerMinute).toBe(1_000_000);

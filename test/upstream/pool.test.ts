@@ -36,6 +36,8 @@ function model(baseUrls: string[]): ModelConfig {
     idleTimeoutMs: undefined,
     breakerFailures: 1,
     breakerCooldownMs: 60_000,
+    // The pool's tests run on an injected clock: no health checks on the real one.
+    healthCheckMs: 0,
     breakerFailureRate: 0.5,
     breakerWindow: 20,
     routing: "least_busy",

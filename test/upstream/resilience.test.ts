@@ -342,6 +342,70 @@ describe("several upstreams per model", () => {
     );
   });
 
+  test("health checks: a server out for failures in a row is asked every health_check_ms, and is back at its first 200, long before its cooldown", async () => {
+    let down = true;
+    const healthChecks: number[] = [];
+    const restarting = Bun.serve({
+      port: 0,
+      async fetch(request) {
+        if (request.method === "GET") {
+          healthChecks.push(Date.now());
+          expect(new URL(request.url).pathname).toBe("/v1/models");
+          expect(request.headers.get("authorization")).toBe("Bearer upstream-secret");
+          return down ? new Response("loading", { status: 503 }) : Response.json({ object: "list", data: [] });
+        }
+        await request.arrayBuffer();
+        if (down) return Response.json({ error: { message: "CUDA out of memory" } }, { status: 500 });
+        return Response.json(whole("usage-10-5", "back", null, { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15 }));
+      },
+    });
+    const url = `http://127.0.0.1:${restarting.port}/v1`;
+    const restartingModel = (healthCheckMs: number) => ({
+      id: "m",
+      backend: "openai",
+      base_url: url,
+      upstream_model: "usage-10-5",
+      api_key_env: "SLUICE_TEST_HEALTH_KEY",
+      breaker_failures: 2,
+      breaker_cooldown_ms: 60_000,
+      health_check_ms: healthCheckMs,
+    });
+    process.env.SLUICE_TEST_HEALTH_KEY = "upstream-secret";
+    try {
+      await withModels([restartingModel(50)], async (sluice) => {
+        for (let index = 0; index < 2; index++) expect((await sluice.post("/v1/chat/completions", { model: "m", messages })).status).toBe(502);
+        expect(await codeOf(await sluice.post("/v1/chat/completions", { model: "m", messages }))).toEqual({ status: 503, code: "model_unavailable" });
+        // Still down: asked again and again, and still out.
+        await eventually(() => healthChecks.length >= 3);
+        expect(await codeOf(await sluice.post("/v1/chat/completions", { model: "m", messages }))).toEqual({ status: 503, code: "model_unavailable" });
+        down = false;
+        // Up again: within a check or two the next request probes it and gets through, 60 s of cooldown or not.
+        await eventually(() => sluice.server.models.servers()[0]?.servers[0]?.state === "probing", 2000);
+        const back = await sluice.post("/v1/chat/completions", { model: "m", messages });
+        expect(back.status).toBe(200);
+        await back.arrayBuffer();
+        expect(sluice.server.models.servers()[0]?.servers[0]?.state).toBe("up");
+        // Up, it is no longer asked.
+        const asked = healthChecks.length;
+        await Bun.sleep(200);
+        expect(healthChecks.length).toBe(asked);
+      });
+      // With health checks off, it waits out its cooldown.
+      down = true;
+      healthChecks.length = 0;
+      await withModels([restartingModel(0)], async (sluice) => {
+        for (let index = 0; index < 2; index++) expect((await sluice.post("/v1/chat/completions", { model: "m", messages })).status).toBe(502);
+        down = false;
+        await Bun.sleep(200);
+        expect(await codeOf(await sluice.post("/v1/chat/completions", { model: "m", messages }))).toEqual({ status: 503, code: "model_unavailable" });
+        expect(healthChecks).toEqual([]);
+      });
+    } finally {
+      delete process.env.SLUICE_TEST_HEALTH_KEY;
+      restarting.stop(true);
+    }
+  });
+
   // A probe that succeeds and closes the breaker again: test/upstream/pool.test.ts, on an injected clock.
   test("a refused connection and an upstream time-out each count against the server: the next request finds the breaker open", async () => {
     await withModels(
