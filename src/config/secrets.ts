@@ -2,9 +2,11 @@
 // Kubernetes secret, systemd's LoadCredential=). A file is read again on every reload, so a key rotated in it applies
 // with `systemctl reload sluice`, without a restart; an environment cannot change under a running process. The key
 // itself never enters the configuration object, whose changes are logged and audited.
-import { readFileSync } from "node:fs";
+import { readFileSync, statSync } from "node:fs";
 import { ConfigError } from "./load";
 import type { Config } from "./schema";
+
+const maxKeyFileBytes = 16 * 1024;
 
 /** Where a key is read from; neither: no key. */
 export interface SecretSource {
@@ -21,8 +23,12 @@ export function readSecret(source: SecretSource, where: string, environment: Rec
   if (source.file === undefined) return undefined;
   let text: string;
   try {
+    // A key is a few hundred bytes at most: a larger file is the wrong one, and is not read whole into memory.
+    if (statSync(source.file).size > maxKeyFileBytes)
+      throw new ConfigError(`${where}: ${source.file} is larger than ${maxKeyFileBytes} bytes; it must hold the key alone`);
     text = readFileSync(source.file, "utf8");
   } catch (error) {
+    if (error instanceof ConfigError) throw error;
     throw new ConfigError(`${where}: cannot read ${source.file} (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})`);
   }
   const key = text.trim();

@@ -1,5 +1,8 @@
-import { checkKeyFiles } from "../../src/config/secrets";
 import { expect, test } from "bun:test";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { checkKeyFiles } from "../../src/config/secrets";
+import { temporaryDirectory } from "../helpers";
 import { defaultSafetyRules } from "../../src/config/default-rules";
 import { ConfigError, resolveConfig } from "../../src/config/load";
 
@@ -223,6 +226,23 @@ test("a model's upstream headers: names in lower case; the key's own header need
   expect(() => checkKeyFiles(resolveConfig(model({ api_key_file: "/nowhere/key" })))).toThrow(
     "invalid configuration key models[0].api_key_file: cannot read /nowhere/key (ENOENT)",
   );
+  // A directory, a file far larger than a key, or two lines: each named.
+  const directory = temporaryDirectory();
+  try {
+    const large = join(directory.path, "large");
+    writeFileSync(large, "x".repeat(20_000));
+    const twoLines = join(directory.path, "two-lines");
+    writeFileSync(twoLines, "sk-one\nsk-two\n");
+    for (const [file, message] of [
+      [directory.path, "(EISDIR)"],
+      [large, "is larger than 16384 bytes"],
+      [twoLines, "holds more than one line"],
+    ] as const) {
+      expect(() => checkKeyFiles(resolveConfig(model({ api_key_file: file })))).toThrow(message);
+    }
+  } finally {
+    directory.remove();
+  }
   for (const [file, named] of cases) {
     expect(() => resolveConfig(file)).toThrow(ConfigError);
     expect(() => resolveConfig(file)).toThrow(named);
