@@ -133,7 +133,11 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   });
   retention.start();
   const auth = new AuthService(storage.keys, storage.changes, plans, (entries) => ledger.touchKeys(entries));
-  const admission: AdmissionStore = redis ? new RedisAdmissionStore(redis, storage.usage, storage.keys, keeper) : new MemoryAdmissionStore();
+  const organizationRate = async (organizationId: string) => {
+    const organization = await storage.organizations.findById(organizationId);
+    return organization ? plans.get(organization.plan)?.requestsPerMinute : undefined;
+  };
+  const admission: AdmissionStore = redis ? new RedisAdmissionStore(redis, storage.usage, storage.keys, keeper, organizationRate) : new MemoryAdmissionStore();
   await syncAdmissionWithLedger(admission, storage, ledger, clock);
   const safety = new SafetyService(config.safety, options.environment);
   const lifecycle: Lifecycle = { draining: false, openAnswers: 0 };

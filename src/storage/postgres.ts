@@ -312,6 +312,15 @@ function usageRepository(db: Database): UsageRepository {
       const rows = await timed(db.select().from(usageResets));
       return new Map(rows.map((row) => [row.organizationId, row.resetAt]));
     },
+    async startsSince(since) {
+      return await timed(
+        db
+          .select({ organizationId: usageLedger.organizationId, keyId: usageLedger.keyId, startedAt: usageLedger.startedAt })
+          .from(usageLedger)
+          .where(and(gte(usageLedger.endedAt, since), gte(usageLedger.startedAt, since)))
+          .orderBy(asc(usageLedger.startedAt)),
+      );
+    },
     async keyUsage(keyId, now) {
       const [reset] = await timed(
         db

@@ -255,10 +255,11 @@ export interface UsageRepository {
   refusalsByRule(since: number): Promise<RefusalCount[]>;
   recentRefusals(since: number, limit: number): Promise<RecentRefusal[]>;
   /**
-   * The requests that started at or after `since`, oldest first, from the ledger (one process's requests per minute are
-   * read back at start: see MemoryAdmissionStore's restoreRequests). SQLite only: in shared mode Redis keeps them.
+   * The requests that started at or after `since`, oldest first, from the ledger: the requests-per-minute buckets are
+   * read back from them when a single instance starts (MemoryAdmissionStore's restoreRequests) and when Redis lost its
+   * data (RedisAdmissionStore's rebuild).
    */
-  startsSince?(since: number): Promise<RequestStart[]>;
+  startsSince(since: number): Promise<RequestStart[]>;
 }
 
 /** When a recorded request started, and whose it was. */

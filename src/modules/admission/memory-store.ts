@@ -14,7 +14,7 @@ import {
   type Subject,
   type UsageSnapshot,
 } from "./store";
-import { requestsHeld, requestWaitMs, type RequestBucket } from "./request-rate";
+import { replayStarts, requestsHeld, requestWaitMs, type RequestBucket } from "./request-rate";
 import { RollingWindow } from "./window";
 import type { RequestStart } from "../../storage/types";
 
@@ -42,16 +42,10 @@ class SubjectState {
     const starts = this.recordedStarts;
     if (starts === undefined) return this.requests;
     this.recordedStarts = undefined;
-    // Full at `since` (a full minute before the restart, so it holds at most what it held then), then each start
-    // takes one, as admission did.
-    const bucket = this.requests;
-    bucket.held = perMinute;
-    bucket.at = this.recordedSince;
-    for (const at of starts) {
-      bucket.held = Math.max(0, requestsHeld(bucket, perMinute, at) - 1);
-      bucket.at = Math.max(bucket.at, at);
-    }
-    return bucket;
+    const replayed = replayStarts(perMinute, this.recordedSince, starts);
+    this.requests.held = replayed.held;
+    this.requests.at = replayed.at;
+    return this.requests;
   }
 
   monthUsedAt(now: number): number {

@@ -6,6 +6,7 @@ import type { KeyRepository, UsageRepository } from "../../storage/types";
 import { restoreLimitedKeys } from "./ledger-usage";
 import { withTimeout } from "../../storage/with-timeout";
 import { OutputEstimate } from "./estimate";
+import { minuteMs, replayStarts } from "./request-rate";
 import { leaseMs, type LeaseKeeper, type LeaseSets, rebuiltChannel } from "./lease-keeper";
 import { bucketMs, monthOf, startOfNextMonth } from "../../usage-periods";
 import { quotaRejection, rateLimitHeaders, usageSnapshot, type QuotaState } from "./quota-answers";
@@ -78,6 +79,9 @@ function leaseSetsOf(keys: string[]): string[] {
 function limitArgs(limits: Limits): number[] {
   return [limits.tokensPer5h ?? -1, limits.tokensPerMonth ?? -1, limits.maxConcurrency ?? -1, limits.requestsPerMinute ?? -1];
 }
+
+/** An organization's requests per minute now, by its plan; undefined when it has none (or is gone). */
+export type OrganizationRate = (organizationId: string) => Promise<number | undefined>;
 
 /** Admission can't be decided: Redis does not answer. Requests are refused, never admitted without limits. */
 export function admissionUnavailable(cause: unknown): SluiceError {
@@ -155,6 +159,8 @@ export class RedisAdmissionStore implements AdmissionStore {
     private readonly keys: KeyRepository,
     /** Renews this instance's leases; the CLI, which holds none, passes none. */
     private readonly keeper?: LeaseKeeper,
+    /** An organization's requests per minute now (its plan's): a rebuild replays the last minute's requests at it. */
+    private readonly organizationRate?: OrganizationRate,
   ) {
     this.settles = new ScriptBatches(redis, "settle", "whole");
     // A request that ended and the next one from the same client: its place must be free when that one is admitted.
@@ -312,6 +318,42 @@ export class RedisAdmissionStore implements AdmissionStore {
     for (const settle of pending) if (Date.now() - settle.since <= settleGiveUpMs) this.settleInRedis(settle);
   }
 
+  /**
+   * The requests-per-minute buckets of the organizations and paced keys that made requests in the last minute, replayed
+   * from the ledger (see replayStarts) into their state, as a single instance does at start: a Redis that lost its data
+   * does not hand every organization a fresh minute's worth.
+   */
+  private async restoreRequestRates(now: number, organizationRate: OrganizationRate): Promise<void> {
+    const since = now - minuteMs;
+    const starts = await this.usage.startsSince(since);
+    if (starts.length === 0) return;
+    const pacedKeys = new Map<string, number>();
+    for (const key of await this.keys.limited()) if (key.requestsPerMinute !== null) pacedKeys.set(key.id, key.requestsPerMinute);
+    const bySubject = new Map<string, { stateKey: string; rate: number | undefined; times: number[]; organizationId?: string }>();
+    for (const start of starts) {
+      const organization = bySubject.get(start.organizationId) ?? {
+        stateKey: subjectKeys(start.organizationId)[stateIndex] as string,
+        rate: undefined,
+        times: [],
+        organizationId: start.organizationId,
+      };
+      organization.times.push(start.startedAt);
+      bySubject.set(start.organizationId, organization);
+      const keyRate = pacedKeys.get(start.keyId);
+      if (keyRate === undefined) continue;
+      const id = `${start.organizationId}\n${start.keyId}`;
+      const key = bySubject.get(id) ?? { stateKey: subjectKeys(start.organizationId, start.keyId)[stateIndex] as string, rate: keyRate, times: [] };
+      key.times.push(start.startedAt);
+      bySubject.set(id, key);
+    }
+    for (const subject of bySubject.values()) {
+      const rate = subject.organizationId === undefined ? subject.rate : await organizationRate(subject.organizationId);
+      if (rate === undefined) continue;
+      const bucket = replayStarts(rate, since, subject.times);
+      await this.redis.call("HSET", [subject.stateKey, "requests_held", String(bucket.held), "requests_at", String(bucket.at)]);
+    }
+  }
+
   /** One rebuild at a time in this instance; across instances, a lock in Redis lets one do it while others wait. */
   private rebuildOnce(): Promise<void> {
     this.rebuilding ??= withTimeout(this.rebuildFromLedger(), rebuildWaitMs, "the admission rebuild")
@@ -343,6 +385,7 @@ export class RedisAdmissionStore implements AdmissionStore {
       const usage = await this.usage.read(now);
       await Promise.all([...usage].map(([organizationId, entry]) => this.restore(organizationId, entry.buckets, entry.monthTokens, now)));
       await restoreLimitedKeys(this, this.keys, this.usage, now);
+      if (this.organizationRate) await this.restoreRequestRates(now, this.organizationRate);
       // A new generation: leases of the lost one settle without recording anything (see settle.lua), unless a
       // renewal moved them into this one first (see LeaseKeeper).
       await this.redis.call("SET", [generationKey, `${now}-${owner}`]);

@@ -37,3 +37,17 @@ export function requestsRemaining(held: number): number {
 export function requestsResetMs(held: number, perMinute: number): number {
   return Math.max(0, ((perMinute - held) * minuteMs) / perMinute);
 }
+
+/**
+ * The bucket after `starts` (start times, oldest first) replayed into it from full at `since`: what a restart reads
+ * back from the ledger. Started full a minute before now, it holds at most what it held then, so the replay is never
+ * stricter than the bucket was.
+ */
+export function replayStarts(perMinute: number, since: number, starts: readonly number[]): RequestBucket {
+  const bucket: RequestBucket = { held: perMinute, at: since };
+  for (const at of starts) {
+    bucket.held = Math.max(0, requestsHeld(bucket, perMinute, at) - 1);
+    bucket.at = Math.max(bucket.at, at);
+  }
+  return bucket;
+}

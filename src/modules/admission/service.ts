@@ -39,7 +39,6 @@ export async function syncAdmissionWithLedger(store: AdmissionStore, storage: St
 
 /** The last minute's recorded requests, taken from the requests-per-minute buckets of a store started afresh. */
 export async function restoreRequestRates(store: MemoryAdmissionStore, storage: Storage, now: number): Promise<void> {
-  if (!storage.usage.startsSince) return;
   const since = now - minuteMs;
   const pacedKeys = new Set((await storage.keys.limited()).filter((key) => key.requestsPerMinute !== null).map((key) => key.id));
   store.restoreRequests(await storage.usage.startsSince(since), since, pacedKeys);

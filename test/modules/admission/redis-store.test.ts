@@ -224,3 +224,56 @@ test("requests per minute across two instances: 200 concurrent admits against 50
     }
   });
 });
+
+test("a Redis that lost its data: the rebuild replays the last minute's recorded requests into the requests-per-minute buckets", async () => {
+  const ledger = services.storage.openLedger();
+  const now = Date.now();
+  const row = (requestId: string, startedAt: number) => ({
+    requestId,
+    organizationId: "org_replayed",
+    keyId: "key_replayed",
+    model: "m",
+    promptTokens: 1,
+    completionTokens: 1,
+    reasoningTokens: 0,
+    cachedTokens: 0,
+    outcome: "completed" as const,
+    errorCode: null,
+    ruleId: null,
+    usageSource: "upstream" as const,
+    startedAt,
+    endedAt: startedAt + 5,
+    firstTokenMs: null,
+  });
+  // Three requests in the last seconds, and one from two minutes ago that no longer counts.
+  await Promise.all(
+    [row("req_replayed_old", now - 120_000), row("req_replayed_1", now - 3000), row("req_replayed_2", now - 2000), row("req_replayed_3", now - 1000)].map(
+      (each) => ledger.record(each),
+    ),
+  );
+  await ledger.close();
+  const connection = new RedisConnection(services.redis.url);
+  const store = new RedisAdmissionStore(connection, services.storage.usage, services.storage.keys, undefined, async (organizationId) =>
+    organizationId === "org_replayed" ? 3 : undefined,
+  );
+  try {
+    while (!connection.connected) await Bun.sleep(10);
+    await connection.call("FLUSHALL", []);
+    await store.rebuildFromLedger();
+    const ratePlan: PlanConfig = { id: "default", models: ["*"], requestsPerMinute: 3 };
+    // Three a minute, three taken in the last 3 s: about a seventh of one back, so the next waits about 17 s.
+    const refused = await store.admit({ ...request, organizationId: "org_replayed", plan: ratePlan }, Date.now()).catch((error: unknown) => error);
+    expect(refused).toBeInstanceOf(AdmissionRejected);
+    expect((refused as AdmissionRejected).kind).toBe("requests");
+    const wait = Number((refused as AdmissionRejected).headers()["retry-after"]);
+    expect(wait).toBeGreaterThanOrEqual(15);
+    expect(wait).toBeLessThanOrEqual(18);
+    // An organization without a rate, and one without recent requests, start full.
+    const other = await store.admit({ ...request, organizationId: "org_quiet", plan: ratePlan }, Date.now());
+    expect(other.headers["x-ratelimit-remaining-requests"]).toBe("2");
+    other.settle(null, Date.now());
+  } finally {
+    store.close();
+    connection.close();
+  }
+});
