@@ -327,31 +327,29 @@ export class RedisAdmissionStore implements AdmissionStore {
     const since = now - minuteMs;
     const starts = await this.usage.startsSince(since);
     if (starts.length === 0) return;
-    const pacedKeys = new Map<string, number>();
-    for (const key of await this.keys.limited()) if (key.requestsPerMinute !== null) pacedKeys.set(key.id, key.requestsPerMinute);
-    const bySubject = new Map<string, { stateKey: string; rate: number | undefined; times: number[]; organizationId?: string }>();
-    for (const start of starts) {
-      const organization = bySubject.get(start.organizationId) ?? {
-        stateKey: subjectKeys(start.organizationId)[stateIndex] as string,
-        rate: undefined,
-        times: [],
-        organizationId: start.organizationId,
-      };
-      organization.times.push(start.startedAt);
-      bySubject.set(start.organizationId, organization);
-      const keyRate = pacedKeys.get(start.keyId);
-      if (keyRate === undefined) continue;
-      const id = `${start.organizationId}\n${start.keyId}`;
-      const key = bySubject.get(id) ?? { stateKey: subjectKeys(start.organizationId, start.keyId)[stateIndex] as string, rate: keyRate, times: [] };
-      key.times.push(start.startedAt);
-      bySubject.set(id, key);
-    }
-    for (const subject of bySubject.values()) {
-      const rate = subject.organizationId === undefined ? subject.rate : await organizationRate(subject.organizationId);
+    const keyRates = new Map<string, number>();
+    for (const key of await this.keys.limited()) if (key.requestsPerMinute !== null) keyRates.set(key.id, key.requestsPerMinute);
+    const organizations = new Map<string, number[]>();
+    const keys = new Map<string, { organizationId: string; rate: number; times: number[] }>();
+    for (const { organizationId, keyId, startedAt } of starts) {
+      const times = organizations.get(organizationId);
+      if (times) times.push(startedAt);
+      else organizations.set(organizationId, [startedAt]);
+      const rate = keyRates.get(keyId);
       if (rate === undefined) continue;
-      const bucket = replayStarts(rate, since, subject.times);
-      await this.redis.call("HSET", [subject.stateKey, "requests_held", String(bucket.held), "requests_at", String(bucket.at)]);
+      const key = keys.get(keyId);
+      if (key) key.times.push(startedAt);
+      else keys.set(keyId, { organizationId, rate, times: [startedAt] });
     }
+    const write = (keyNames: string[], rate: number, times: number[]) => {
+      const bucket = replayStarts(rate, since, times);
+      return this.redis.call("HSET", [keyNames[stateIndex] as string, "requests_held", String(bucket.held), "requests_at", String(bucket.at)]);
+    };
+    for (const [organizationId, times] of organizations) {
+      const rate = await organizationRate(organizationId);
+      if (rate !== undefined) await write(subjectKeys(organizationId), rate, times);
+    }
+    for (const [keyId, key] of keys) await write(subjectKeys(key.organizationId, keyId), key.rate, key.times);
   }
 
   /** One rebuild at a time in this instance; across instances, a lock in Redis lets one do it while others wait. */

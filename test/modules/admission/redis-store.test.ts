@@ -226,6 +226,24 @@ test("requests per minute across two instances: 200 concurrent admits against 50
 });
 
 test("a Redis that lost its data: the rebuild replays the last minute's recorded requests into the requests-per-minute buckets", async () => {
+  // The key has a rate of its own, 2 a minute.
+  await services.storage.organizations.insert({ id: "org_replayed", name: "replayed", plan: "default", status: "active", createdAt: 1 });
+  await services.storage.keys.insert({
+    id: "key_replayed",
+    organizationId: "org_replayed",
+    name: "paced",
+    prefix: "sk-sluice-re",
+    hash: "replayed-hash",
+    createdAt: 1,
+    lastUsedAt: null,
+    expiresAt: null,
+    revokedAt: null,
+    maxConcurrency: null,
+    tokensPer5h: null,
+    tokensPerMonth: null,
+    requestsPerMinute: 2,
+    models: null,
+  });
   const ledger = services.storage.openLedger();
   const now = Date.now();
   const row = (requestId: string, startedAt: number) => ({
@@ -268,7 +286,19 @@ test("a Redis that lost its data: the rebuild replays the last minute's recorded
     const wait = Number((refused as AdmissionRejected).headers()["retry-after"]);
     expect(wait).toBeGreaterThanOrEqual(15);
     expect(wait).toBeLessThanOrEqual(18);
-    // An organization without a rate, and one without recent requests, start full.
+    // The key's own bucket: 2 a minute, three taken in the last 3 s; empty, its next request about 29 s away.
+    const byKey = await store
+      .admit(
+        { ...request, organizationId: "org_replayed", plan: { id: "default", models: ["*"] }, key: { id: "key_replayed", limits: { requestsPerMinute: 2 } } },
+        Date.now(),
+      )
+      .catch((error: unknown) => error);
+    expect(byKey).toBeInstanceOf(AdmissionRejected);
+    expect((byKey as AdmissionRejected).message).toContain("This API key has reached the limit of 2 requests per minute");
+    const keyWait = Number((byKey as AdmissionRejected).headers()["retry-after"]);
+    expect(keyWait).toBeGreaterThanOrEqual(27);
+    expect(keyWait).toBeLessThanOrEqual(30);
+    // An organization without recent requests starts full.
     const other = await store.admit({ ...request, organizationId: "org_quiet", plan: ratePlan }, Date.now());
     expect(other.headers["x-ratelimit-remaining-requests"]).toBe("2");
     other.settle(null, Date.now());
