@@ -97,6 +97,11 @@ export interface SluiceErrorOptions {
   param?: string | null;
   /** Seconds; required for every 429 and 503 (spec section 7, retry rule 1). */
   retryAfterSeconds?: number;
+  /**
+   * The wait in milliseconds, when it is known that closely: sent as `retry-after-ms` besides `Retry-After`, which
+   * the OpenAI and Anthropic SDKs read first, so a wait of 100 ms is not rounded up to a second.
+   */
+  retryAfterMs?: number;
   /** When false, `x-should-retry: false` tells OpenAI SDKs not to retry (quota exhaustion). */
   shouldRetry?: boolean;
   cause?: unknown;
@@ -108,6 +113,7 @@ export class SluiceError extends Error {
   readonly type: string;
   readonly param: string | null;
   readonly retryAfterSeconds: number | undefined;
+  readonly retryAfterMs: number | undefined;
   readonly shouldRetry: boolean | undefined;
 
   constructor(code: ErrorCode, message: string, options: SluiceErrorOptions = {}) {
@@ -120,6 +126,7 @@ export class SluiceError extends Error {
     this.shouldRetry = options.shouldRetry;
     const needsRetryAfter = this.status === 429 || this.status === 503;
     this.retryAfterSeconds = options.retryAfterSeconds ?? (needsRetryAfter ? 1 : undefined);
+    this.retryAfterMs = options.retryAfterMs;
   }
 
   /** The OpenAI error body: `{"error": {"message", "type", "param", "code"}}`. */
@@ -138,6 +145,7 @@ export class SluiceError extends Error {
   headers(): Record<string, string> {
     const headers: Record<string, string> = {};
     if (this.retryAfterSeconds !== undefined) headers["retry-after"] = String(Math.max(0, Math.ceil(this.retryAfterSeconds)));
+    if (this.retryAfterMs !== undefined) headers["retry-after-ms"] = String(Math.max(0, Math.ceil(this.retryAfterMs)));
     if (this.shouldRetry === false) headers["x-should-retry"] = "false";
     return headers;
   }

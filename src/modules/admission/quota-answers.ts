@@ -65,7 +65,7 @@ export function quotaRejection(
     return new AdmissionRejected(
       "requests",
       `${who} has reached the limit of ${limits.requestsPerMinute} ${limits.requestsPerMinute === 1 ? "request" : "requests"} per minute that ${whose} allows. Retry after the time in Retry-After.`,
-      { retryAfterSeconds: secondsUntil(wait.requestWaitMs ?? 0) },
+      { retryAfterSeconds: secondsUntil(wait.requestWaitMs ?? 0), retryAfterMs: wait.requestWaitMs ?? 0 },
     );
   }
   return new AdmissionRejected("concurrency", `${who} already has ${limits.maxConcurrency} requests in flight, the most ${whose} allows. Retry shortly.`, {

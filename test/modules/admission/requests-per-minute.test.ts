@@ -1,10 +1,11 @@
 import { describe, expect, test } from "bun:test";
+import OpenAI from "openai";
 import type { ConfigFile } from "../../../src/config/schema";
 import { MemoryAdmissionStore } from "../../../src/modules/admission/memory-store";
 import { requestsHeld, requestsRemaining, requestWaitMs } from "../../../src/modules/admission/request-rate";
 import { AdmissionRejected } from "../../../src/modules/admission/store";
 import { join } from "node:path";
-import { codeOf, countingClient, eventually, fakeModel, temporaryDirectory, testActor, useFakeUpstream, withSluice } from "../../helpers";
+import { codeOf, eventually, fakeModel, temporaryDirectory, testActor, useFakeUpstream, withSluice } from "../../helpers";
 
 const upstream = useFakeUpstream({ resetBeforeEach: true });
 const messages = [{ role: "user", content: "hi" }];
@@ -76,6 +77,8 @@ describe("requests per minute through the server", () => {
         const refused = await sluice.post("/v1/chat/completions", { model: "m", messages });
         expect(refused.status).toBe(429);
         expect(refused.headers.get("retry-after")).toBe("15");
+        // To the millisecond as well, which the SDKs read first.
+        expect(refused.headers.get("retry-after-ms")).toBe("15000");
         // The SDKs retry it on their own, as a concurrency 429.
         expect(refused.headers.get("x-should-retry")).toBeNull();
         const body = (await refused.json()) as { error: { code: string; type: string; message: string } };
@@ -111,6 +114,7 @@ describe("requests per minute through the server", () => {
         for (const response of responses.filter((each) => each.status === 429)) {
           expect(await codeOf(response)).toBe("rate_limit_exceeded");
           expect(response.headers.get("retry-after")).toBe("2");
+          expect(response.headers.get("retry-after-ms")).toBe("1200");
         }
         const remaining = responses.filter((each) => each.status === 200).map((each) => Number(each.headers.get("x-ratelimit-remaining-requests")));
         expect(remaining.sort((a, b) => a - b)).toEqual(Array.from({ length: 50 }, (_, index) => index));
@@ -144,23 +148,40 @@ describe("requests per minute through the server", () => {
     );
   });
 
-  test("the OpenAI SDK waits out Retry-After and gets through", async () => {
-    await withSluice(config({ requests_per_minute: 60 }), async (sluice) => {
-      const { client, calls } = countingClient(sluice, 2);
-      // Spent to the last request (a slow machine may see one come back while the burst runs).
-      let status = 200;
-      for (let sent = 0; status === 200 && sent < 200; sent++) {
-        const response = await sluice.post("/v1/chat/completions", { model: "m", messages });
-        status = response.status;
-        await response.arrayBuffer();
-      }
-      expect(status).toBe(429);
-      const started = Date.now();
-      const completion = await client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "hi" }] });
-      expect(completion.choices[0]?.message.content).toBe("fixed");
-      expect(calls()).toBeGreaterThanOrEqual(2);
-      expect(Date.now() - started).toBeGreaterThanOrEqual(500);
-    });
+  test("the OpenAI SDK waits out retry-after-ms (not a whole second) and gets through", async () => {
+    // Sluice's clock stands still while the bucket is spent and the SDK is refused, then runs on in real time: the
+    // SDK's first call is refused whatever the machine's speed.
+    const base = Date.UTC(2026, 10, 29, 14, 0, 0);
+    let runningSince: number | undefined;
+    const clock = () => (runningSince === undefined ? base : base + Date.now() - runningSince);
+    // 600 a minute: one comes back every 100 ms, while Retry-After in whole seconds would say 1.
+    await withSluice(
+      config({ requests_per_minute: 600 }),
+      async (sluice) => {
+        const attempts: { at: number; status: number; waitMs: string | null }[] = [];
+        const client = new OpenAI({
+          baseURL: sluice.baseURL,
+          apiKey: sluice.key,
+          maxRetries: 5,
+          fetch: async (input, init) => {
+            const response = await fetch(input, init);
+            attempts.push({ at: Date.now(), status: response.status, waitMs: response.headers.get("retry-after-ms") });
+            if (response.status === 429) runningSince ??= Date.now();
+            return response;
+          },
+        });
+        for (let index = 0; index < 600; index++) expect((await sluice.post("/v1/chat/completions", { model: "m", messages })).status).toBe(200);
+        const completion = await client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "hi" }] });
+        expect(completion.choices[0]?.message.content).toBe("fixed");
+        expect(attempts.map((attempt) => attempt.status)).toEqual([429, 200]);
+        // A whole request 100 ms after the last: the SDK waited that, not the second Retry-After alone would cost.
+        expect(attempts[0]?.waitMs).toBe("100");
+        const gap = (attempts[1]?.at ?? 0) - (attempts[0]?.at ?? 0);
+        expect(gap).toBeGreaterThanOrEqual(95);
+        expect(gap).toBeLessThan(900);
+      },
+      { clock },
+    );
   }, 20_000);
 
   test("a restart reads the last minute's requests back from the ledger: the organization's bucket and a paced key's stay spent", async () => {
