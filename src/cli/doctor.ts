@@ -1,7 +1,7 @@
-import { readSecret } from "../config/secrets";
 import { serveSettings } from "../config/environment";
 import { type ConfigError, loadConfig } from "../config/load";
 import type { Config, ModelConfig } from "../config/schema";
+import { readSecret } from "../config/secrets";
 import { openDatabase } from "../db/client";
 import { postgresMigrations } from "../db/postgres/migrations/index";
 import { isPostgresUrl } from "../storage/mode";

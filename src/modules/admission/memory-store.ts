@@ -1,6 +1,8 @@
 import type { PlanConfig } from "../../config/schema";
+import type { RequestStart } from "../../storage/types";
 import { fiveHoursMs, monthOf, startOfNextMonth } from "../../usage-periods";
 import { OutputEstimate } from "./estimate";
+import { replayStarts, requestsHeld, requestWaitMs, type RequestBucket } from "./request-rate";
 import { quotaRejection, rateLimitFigures, usageSnapshot, type QuotaState, type RateLimitFigures } from "./quota-answers";
 import {
   hasQuota,
@@ -14,9 +16,7 @@ import {
   type Subject,
   type UsageSnapshot,
 } from "./store";
-import { replayStarts, requestsHeld, requestWaitMs, type RequestBucket } from "./request-rate";
 import { RollingWindow } from "./window";
-import type { RequestStart } from "../../storage/types";
 
 /** The usage of one subject of admission: an organization, or a key with caps of its own. */
 class SubjectState {
@@ -61,18 +61,18 @@ class SubjectState {
   check(limits: Limits, need: number, now: number, subject: Subject): number {
     const windowUsed = limits.tokensPer5h === undefined ? 0 : this.window.used(now);
     if (limits.tokensPerMonth !== undefined && this.monthUsedAt(now) + this.reserved + need > limits.tokensPerMonth) {
-      throw quotaRejection("month", limits, { monthResetMs: startOfNextMonth(now) - now }, subject);
+      throw quotaRejection("month", limits, startOfNextMonth(now) - now, subject);
     }
     if (limits.tokensPer5h !== undefined && windowUsed + this.reserved + need > limits.tokensPer5h) {
       const excess = windowUsed + this.reserved + need - limits.tokensPer5h;
       // Reservations in flight count as usage recorded now: they leave the window 5 hours from now.
-      throw quotaRejection("five_hour", limits, { fiveHourWaitMs: this.window.timeUntilFreed(excess, now) ?? fiveHoursMs }, subject);
+      throw quotaRejection("five_hour", limits, this.window.timeUntilFreed(excess, now) ?? fiveHoursMs, subject);
     }
     if (limits.requestsPerMinute !== undefined) {
       const wait = requestWaitMs(requestsHeld(this.bucket(limits.requestsPerMinute), limits.requestsPerMinute, now), limits.requestsPerMinute);
-      if (wait > 0) throw quotaRejection("requests", limits, { requestWaitMs: wait }, subject);
+      if (wait > 0) throw quotaRejection("requests", limits, wait, subject);
     }
-    if (limits.maxConcurrency !== undefined && this.inFlight >= limits.maxConcurrency) throw quotaRejection("concurrency", limits, {}, subject);
+    if (limits.maxConcurrency !== undefined && this.inFlight >= limits.maxConcurrency) throw quotaRejection("concurrency", limits, undefined, subject);
     return windowUsed;
   }
 

@@ -31,13 +31,12 @@ function secondsUntil(milliseconds: number): number {
   return Math.max(1, Math.ceil(milliseconds / 1000));
 }
 
-/** The 429 of a limit that said no, with its Retry-After: the organization's plan, or the key's own cap. */
-export function quotaRejection(
-  kind: RejectionKind,
-  limits: Limits,
-  wait: { fiveHourWaitMs?: number; monthResetMs?: number; requestWaitMs?: number },
-  subject: Subject = "organization",
-): AdmissionRejected {
+/**
+ * The 429 of a limit that said no, with its Retry-After: the organization's plan, or the key's own cap. `waitMs`: how
+ * long until the request would fit (until the month resets, usage leaves the 5-hour window, or the requests-per-minute
+ * bucket holds one more); none for the concurrency cap, which frees up when any request ends.
+ */
+export function quotaRejection(kind: RejectionKind, limits: Limits, waitMs?: number, subject: Subject = "organization"): AdmissionRejected {
   const who = subject === "organization" ? "Your organization" : "This API key";
   const whose = subject === "organization" ? "its plan" : "the cap set on this key";
   if (kind === "month") {
@@ -45,7 +44,7 @@ export function quotaRejection(
       "month",
       `${who} has used its monthly quota of ${limits.tokensPerMonth} tokens. It resets on the 1st of next month (00:00 UTC).`,
       {
-        retryAfterSeconds: secondsUntil(wait.monthResetMs ?? 0),
+        retryAfterSeconds: secondsUntil(waitMs ?? 0),
         shouldRetry: false,
       },
     );
@@ -55,7 +54,7 @@ export function quotaRejection(
       "five_hour",
       `${who} has used its 5-hour quota of ${limits.tokensPer5h} tokens. Retry after the time in Retry-After, when enough usage has left the rolling window.`,
       {
-        retryAfterSeconds: secondsUntil(wait.fiveHourWaitMs ?? fiveHoursMs),
+        retryAfterSeconds: secondsUntil(waitMs ?? fiveHoursMs),
         shouldRetry: false,
       },
     );
@@ -65,7 +64,7 @@ export function quotaRejection(
     return new AdmissionRejected(
       "requests",
       `${who} has reached the limit of ${limits.requestsPerMinute} ${limits.requestsPerMinute === 1 ? "request" : "requests"} per minute that ${whose} allows. Retry after the time in Retry-After.`,
-      { retryAfterSeconds: secondsUntil(wait.requestWaitMs ?? 0), retryAfterMs: wait.requestWaitMs ?? 0 },
+      { retryAfterSeconds: secondsUntil(waitMs ?? 0), retryAfterMs: waitMs ?? 0 },
     );
   }
   return new AdmissionRejected("concurrency", `${who} already has ${limits.maxConcurrency} requests in flight, the most ${whose} allows. Retry shortly.`, {

@@ -182,13 +182,10 @@ export class RedisAdmissionStore implements AdmissionStore {
     this.keeper?.sawGeneration(reply.generation);
     if (reply.status !== 0) {
       const byKey = reply.refused === 2 && key !== undefined;
-      const refusing = reply.subjects[reply.refused - 1];
-      throw quotaRejection(
-        refusalKinds[reply.status] ?? "concurrency",
-        byKey ? key.limits : plan,
-        { fiveHourWaitMs: refusing?.wait, monthResetMs: startOfNextMonth(reply.now) - reply.now, requestWaitMs: refusing?.wait },
-        byKey ? "key" : "organization",
-      );
+      const kind = refusalKinds[reply.status] ?? "concurrency";
+      // admit.lua gives the refusing subject's wait for the 5-hour window and the requests per minute.
+      const waitMs = kind === "month" ? startOfNextMonth(reply.now) - reply.now : reply.subjects[reply.refused - 1]?.wait;
+      throw quotaRejection(kind, byKey ? key.limits : plan, waitMs, byKey ? "key" : "organization");
     }
     this.keeper?.hold(subjects.leaseSets, leaseId, reply.generation, reply.reservation);
     this.localInFlight++;

@@ -1,8 +1,8 @@
-import { traceContextOf } from "../../upstream/trace-context";
 import { Elysia } from "elysia";
 import { SluiceError, invalidRequest } from "../../errors";
 import { readBodyText } from "../../http/read-body";
 import { sseResponse } from "../../http/sse-response";
+import { traceContextOf } from "../../upstream/trace-context";
 import { authenticateRequest, bearerKey } from "../auth/index";
 import type { AuthService } from "../auth/service";
 import type { ModelRegistry } from "../models/registry";

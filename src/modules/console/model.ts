@@ -1,5 +1,6 @@
 // The console API's request bodies: validated by these models before a service sees them, and typed by them.
 import { Type, type Static, type TSchema } from "@sinclair/typebox";
+import { requestRate } from "../../config/schema";
 import { invalidRequest } from "../../errors";
 import { readBodyText } from "../../http/read-body";
 import { validateBody } from "../../validation";
@@ -27,11 +28,7 @@ export const KeyLimitsBody = Type.Object({
   max_concurrency: cap,
   tokens_per_5h: cap,
   tokens_per_month: cap,
-  requests_per_minute: Type.Optional(
-    Type.Union([Type.Integer({ minimum: 1, maximum: 1_000_000 }), Type.Null()], {
-      expected: "a whole number from 1 to 1000000, or null for none",
-    }),
-  ),
+  requests_per_minute: Type.Optional(Type.Union([requestRate, Type.Null()], { expected: "a whole number from 1 to 1000000, or null for none" })),
   /** The models the key may call (ids within the plan's); null: every model of the plan; absent: unchanged. */
   models: Type.Optional(
     Type.Union([Type.Array(Type.String({ maxLength: 200 }), { maxItems: 200 }), Type.Null()], {

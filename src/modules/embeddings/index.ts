@@ -1,6 +1,6 @@
-import { traceContextOf } from "../../upstream/trace-context";
 import { Elysia } from "elysia";
 import { SluiceError } from "../../errors";
+import { traceContextOf } from "../../upstream/trace-context";
 import { authPlugin } from "../auth/index";
 import type { AuthService } from "../auth/service";
 import { readJson } from "../chat/index";

@@ -1,3 +1,4 @@
+import { requestRate } from "../../config/schema";
 import { randomId } from "../../ids";
 import type { ApiKey, ApiKeyInfo, ChangeFeed, KeyLimits, KeyRepository } from "../../storage/types";
 import { changedFields, type AuditActor, type AuditLog } from "../audit/service";
@@ -10,8 +11,8 @@ export const noLimits: KeyLimits = { maxConcurrency: null, tokensPer5h: null, to
 /** The caps a key may have, in the order they are shown. */
 export const capFields = ["maxConcurrency", "tokensPer5h", "tokensPerMonth", "requestsPerMinute"] as const;
 
-/** The most requests a minute a key's cap may allow, as a plan's (src/config/schema.ts). */
-const maxRequestsPerMinute = 1_000_000;
+/** The most requests a minute a key's cap may allow: a plan's bound. */
+const maxRequestsPerMinute = requestRate.maximum as number;
 
 /** The caps alone, from a key (or anything else that has them). */
 export function capsOf(limits: KeyLimits): KeyLimits {

@@ -1,6 +1,6 @@
-import { traceIdOf } from "../../upstream/trace-context";
 import { Elysia } from "elysia";
 import { SluiceError } from "../../errors";
+import { traceIdOf } from "../../upstream/trace-context";
 import { secretsEqual } from "../keys/secret";
 import type { Logger } from "./logger";
 import type { Metrics } from "./metrics";

@@ -1,4 +1,5 @@
 import type { TraceContext } from "../../upstream/trace-context";
+
 /** What is known about one request by the time it ends: for its log line and its metrics. */
 export interface RequestRecord {
   requestId: string;

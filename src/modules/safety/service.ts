@@ -1,5 +1,5 @@
-import { readSecret } from "../../config/secrets";
 import type { SafetyConfig, SafetyRuleConfig } from "../../config/schema";
+import { readSecret } from "../../config/secrets";
 import type { CountableMessage } from "../../tokens/count";
 import { ModerationClient } from "./moderation";
 import { OutputMonitor, RuleMatcher, ruleForCategories } from "./rules";
