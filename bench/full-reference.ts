@@ -28,6 +28,7 @@ import type { ModelConfig } from "../src/config/schema";
 import { Ledger, type LedgerRow } from "../src/ledger/ledger";
 import { completionText } from "../src/modules/chat/response";
 import { finishRecord } from "../src/modules/observability/index";
+import { callerContextOf, PassedContext } from "../src/tracing/trace-context";
 import { Logger } from "../src/modules/observability/logger";
 import { Metrics } from "../src/modules/observability/metrics";
 import { OutputMonitor, RuleMatcher } from "../src/modules/safety/rules";
@@ -486,7 +487,8 @@ async function answer(request: Request, requestId: string, facts: Facts): Promis
     try {
       const upstreamBody = { model: "bench-upstream", messages: body.messages, max_tokens: maxTokens };
       if (sluiceBackend) {
-        const trace = traceparent === null ? undefined : { traceparent, tracestate: undefined };
+        const caller = traceparent === null ? undefined : callerContextOf(request.headers);
+        const trace = caller && new PassedContext(caller);
         const completion = await sluiceBackend.complete({ model: sluiceModel, body: upstreamBody, signal: controller.signal, requestId, sent: 0, trace });
         sluiceAnswer = { completion, usage: completion.usage ?? { promptTokens: 0, completionTokens: 0, reasoningTokens: 0, cachedTokens: 0 } };
       } else {

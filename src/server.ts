@@ -27,6 +27,8 @@ import { ModelQueue, type Queue } from "./modules/queue/model-queue";
 import { SharedModelQueue } from "./modules/queue/shared-model-queue";
 import { SafetyService } from "./modules/safety/service";
 import type { RedisConnection } from "./storage/redis";
+import type { TracingSettings } from "./tracing/settings";
+import { Tracer } from "./tracing/tracer";
 import type { Storage } from "./storage/types";
 
 export interface ServerOptions {
@@ -46,6 +48,8 @@ export interface ServerOptions {
   idleTimeoutSeconds?: number;
   /** How long an Anthropic stream may stay silent before a `ping` event is sent. */
   heartbeatMs?: number;
+  /** Where and which requests' spans are exported (src/tracing); none without. */
+  tracing?: TracingSettings;
 }
 
 export interface RunningServer {
@@ -116,6 +120,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   // A model removed by a reload keeps its queue: requests under way release their slots to it.
   const queues = new Map<string, Queue>(config.models.map((model) => [model.id, newQueue(model)]));
   const metrics = new Metrics(queues, () => models.servers());
+  const tracer = new Tracer(options.tracing, logger, (result, spans) => metrics.traceSpans.inc({ result }, spans));
   // A failed commit refuses its rows' requests (503); the database's own error is the operator's clue, logged once a commit.
   const ledger = storage.openLedger((error, rows) => {
     metrics.ledgerRefusedRows.inc(rows);
@@ -173,6 +178,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     // Before the keeper stops renewing: what they deliver meanwhile still holds its lease.
     await Promise.all([admission.close?.(), ...[...queues.values()].map((queue) => queue.close?.())]);
     keeper?.close();
+    // Last: the spans of requests that ended in the drain go too.
+    await tracer.flush();
     logger.flush();
   };
   const hostname = options.hostname ?? "127.0.0.1";
@@ -189,6 +196,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     readiness: async () => [...(await storage.problems()), ...((await admission.problems?.()) ?? [])],
     lifecycle,
     metricsToken: options.metricsToken,
+    tracer,
     console: { service: consoleService, accounts },
   });
   try {

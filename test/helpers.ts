@@ -22,6 +22,7 @@ import { OrganizationService, type OrganizationStatus } from "../src/modules/org
 import { Logger } from "../src/modules/observability/logger";
 import { startServer, type RunningServer } from "../src/server";
 import { sqliteStorage, type SqliteStorage } from "../src/storage/sqlite";
+import type { TracingSettings } from "../src/tracing/settings";
 import { startFakeUpstream, type FakeUpstream } from "./fake-upstream";
 import schemas from "./fixtures/openai-schemas.json" with { type: "json" };
 
@@ -202,6 +203,7 @@ export async function startSluice(
     metricsToken?: string;
     idleTimeoutSeconds?: number;
     heartbeatMs?: number;
+    tracing?: TracingSettings;
   } = {},
 ): Promise<TestSluice> {
   const directory = temporaryDirectory();
@@ -224,6 +226,7 @@ export async function startSluice(
     metricsToken: options.metricsToken,
     idleTimeoutSeconds: options.idleTimeoutSeconds,
     heartbeatMs: options.heartbeatMs,
+    tracing: options.tracing,
   });
   const addOrganization = async (name: string, organizationOptions: { plan?: string; status?: OrganizationStatus } = {}) => {
     const organization = (await organizations.findByName(name)) ?? (await organizations.create({ name, ...organizationOptions }, testActor));

@@ -7,6 +7,7 @@ import { Logger } from "../modules/observability/logger";
 import { startServer } from "../server";
 import { openBackends } from "../storage/open";
 import { ReloadAnnouncements, type ReloadTrigger } from "../config/reload-announcements";
+import { shownEndpoint } from "../tracing/settings";
 import { parseCommand } from "./usage";
 
 /**
@@ -27,6 +28,7 @@ export async function runServe(args: string[]): Promise<number> {
     hostname: settings.hostname,
     port: settings.port,
     metricsToken: settings.metricsToken,
+    tracing: settings.tracing,
     logger: new Logger(settings.logLevel),
   }).catch(async (error: unknown) => {
     await storage.close();
@@ -41,6 +43,7 @@ export async function runServe(args: string[]): Promise<number> {
       models: config.models.map((model) => model.id),
       mode: redis ? "shared (PostgreSQL + Redis)" : "SQLite",
       accept_queue: server.acceptQueue,
+      traces: settings.tracing ? shownEndpoint(settings.tracing) : null,
     }),
   );
   const { drainMs } = settings;

@@ -1,4 +1,5 @@
 import type { LogLevel } from "../modules/observability/logger";
+import { tracingSettings, type TracingSettings } from "../tracing/settings";
 import { ConfigError } from "./load";
 
 export interface ServeSettings {
@@ -9,6 +10,8 @@ export interface ServeSettings {
   logLevel: LogLevel;
   /** Unset: /metrics is open. */
   metricsToken: string | undefined;
+  /** From the OTEL_* variables; unset: no spans are recorded. */
+  tracing: TracingSettings | undefined;
 }
 
 const logLevels: readonly LogLevel[] = ["debug", "info", "warn", "error", "silent"];
@@ -46,5 +49,6 @@ export function serveSettings(environment: Record<string, string | undefined> = 
     drainMs: wholeNumber(environment, "SLUICE_DRAIN_MS", 30_000, maxDrainMs, "a whole number of milliseconds"),
     logLevel: logLevel as LogLevel,
     metricsToken: environment.SLUICE_METRICS_TOKEN || undefined,
+    tracing: tracingSettings(environment),
   };
 }

@@ -1,6 +1,7 @@
 import type { AnyElysia } from "elysia";
 import { newRequestId } from "../ids";
 import { startRecord } from "../modules/observability/request-record";
+import type { TraceContext } from "../tracing/trace-context";
 
 type AnswerHandler = (context: { request: Request }) => Promise<Response>;
 /** What a route of Bun's own router runs: a handler that takes the request alone. */
@@ -13,7 +14,7 @@ export type NativeRoutes = Record<string, { POST: (request: Request) => Promise<
  * in any other form (another method, a trailing slash, `app.handle`), with the same handlers, which answer their own
  * errors through the app's one error mapping.
  */
-export function nativeAnswerRoutes(app: AnyElysia, paths: Iterable<string>): NativeRoutes {
+export function nativeAnswerRoutes(app: AnyElysia, paths: Iterable<string>, traceOf: (headers: Headers) => TraceContext | undefined): NativeRoutes {
   const routes: NativeRoutes = {};
   for (const path of paths) {
     const route = app.routes.find((candidate) => candidate.method === "POST" && candidate.path === path);
@@ -22,7 +23,7 @@ export function nativeAnswerRoutes(app: AnyElysia, paths: Iterable<string>): Nat
     routes[path] = {
       POST: (request) => {
         // Elysia's request hook does this for the routes it serves (createApp).
-        startRecord(request, newRequestId(), path);
+        startRecord(request, newRequestId(), path).trace = traceOf(request.headers);
         // Never rejects: the handler answers its own errors (answerHandler).
         return handler({ request });
       },

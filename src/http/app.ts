@@ -17,6 +17,7 @@ import { finishRecord, observabilityRoutes, type Lifecycle } from "../modules/ob
 import type { Logger } from "../modules/observability/logger";
 import type { Metrics } from "../modules/observability/metrics";
 import { recordOf, startRecord, type RequestRecord } from "../modules/observability/request-record";
+import type { Tracer } from "../tracing/tracer";
 import { ClientGoneError } from "../errors";
 import { nativeAnswerRoutes } from "./answer-routes";
 import { errorResponse, toSluiceError } from "./error-response";
@@ -37,11 +38,14 @@ export interface AppDependencies {
   readiness: () => Promise<string[]>;
   lifecycle: Lifecycle;
   metricsToken: string | undefined;
+  tracer: Tracer;
 }
 
 /** The routes that run a model: each logs and counts its own requests (see below). */
 const answerRoutes = new Set(["/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/completions"]);
-const knownRoutes = new Set([...answerRoutes, "/v1/embeddings", "/v1/messages/count_tokens", "/v1/models", "/openapi.json", "/healthz", "/readyz", "/metrics"]);
+/** The routes whose requests are traced: those that run a model. */
+const tracedRoutes = new Set([...answerRoutes, "/v1/embeddings"]);
+const knownRoutes = new Set([...tracedRoutes, "/v1/messages/count_tokens", "/v1/models", "/openapi.json", "/healthz", "/readyz", "/metrics"]);
 
 /** Whether a route's errors take Anthropic's shape: its own routes, and the model routes when Anthropic's clients ask. */
 function answersAnthropic(route: string, request: Request): boolean {
@@ -59,6 +63,8 @@ function routeOf(url: string): string {
 
 /** Composes the feature plugins into the HTTP application; every error leaves through one mapping. */
 export function createApp(deps: AppDependencies) {
+  // Decided as the request's record starts, before anything can refuse it, so that a refusal has its span too.
+  const traceOf = (headers: Headers) => deps.tracer.contextOf(headers);
   const finish = (record: RequestRecord) => finishRecord(record, deps.metrics, deps.logger);
   /** The one mapping of every error to its response, logged and counted; `code` is Elysia's name for it. */
   const failed = (error: unknown, code: string | number, request: Request): Response => {
@@ -93,7 +99,8 @@ export function createApp(deps: AppDependencies) {
     .onRequest(({ request, set }) => {
       const requestId = newRequestId();
       const route = routeOf(request.url);
-      startRecord(request, requestId, route);
+      const record = startRecord(request, requestId, route);
+      if (tracedRoutes.has(route)) record.trace = traceOf(request.headers);
       // Answers carry the id in their own Response (and errors in errorResponse): a header in `set` would make
       // Elysia copy the whole Response to merge it in, on every answer.
       if (!answerRoutes.has(route)) Object.assign(set.headers, securityHeaders, { "x-request-id": requestId });
@@ -119,6 +126,6 @@ export function createApp(deps: AppDependencies) {
     .use(embeddingsRoutes(deps.embeddings, deps.auth, { models: deps.models, maxBodyBytes: deps.maxBodyBytes, lifecycle: deps.lifecycle }))
     .use(consolePageRoutes());
   // Read by Elysia's Bun adapter when the app listens: Bun's router takes these before Elysia's own.
-  app.config.serve = { ...app.config.serve, routes: nativeAnswerRoutes(app, answerRoutes) };
+  app.config.serve = { ...app.config.serve, routes: nativeAnswerRoutes(app, answerRoutes, traceOf) };
   return app;
 }

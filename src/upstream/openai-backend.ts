@@ -5,7 +5,6 @@ import { asksForCompletionTokens, errorFromFailure, errorFromStatus } from "./er
 import { contentOf, embeddingsOf, eventsOfChunk, finishReasonOf, reasoningOf, refusalOf, ToolCallNumbering, toolCallsOf, usageOf } from "./normalize";
 import { maxEventLength, ServerSentEventDecoder } from "./sse";
 import { readTextWithin } from "../http/read-body";
-import type { TraceContext } from "./trace-context";
 import type { Backend, BackendRequest, Completion, CompletionEvent, Embeddings, StreamEnding } from "./types";
 
 /** How much of an upstream's error body is read for its reason; the rest is not waited for. */
@@ -45,10 +44,6 @@ class TimedSignal {
 function timedSignal(request: BackendRequest): TimedSignal | undefined {
   const model = request.model;
   return model.firstByteTimeoutMs === undefined && model.idleTimeoutMs === undefined ? undefined : new TimedSignal(request);
-}
-
-function traceHeaders(trace: TraceContext): Record<string, string> {
-  return trace.tracestate === undefined ? { traceparent: trace.traceparent } : { traceparent: trace.traceparent, tracestate: trace.tracestate };
 }
 
 /** How many inputs an embeddings request's `input` holds: a text or a list of token ids is one. */
@@ -115,11 +110,13 @@ export class OpenAIBackend implements Backend {
       }
       const completion = this.completionOf(parsed);
       onEnd?.("finished");
+      request.trace?.callEnded(undefined);
       return completion;
     } catch (error) {
       // A whole answer reached the upstream once it was sent: its status line only comes with the answer.
       const failure = errorFromFailure(this.modelId, error, signal, true);
       onEnd?.({ failure });
+      request.trace?.callEnded(failure);
       throw failure;
     } finally {
       timed?.done();
@@ -150,10 +147,12 @@ export class OpenAIBackend implements Backend {
         throw new UpstreamError(`The upstream for model ${this.modelId} ${reason}.`, { isRetryable: true });
       }
       onEnd?.("finished");
+      request.trace?.callEnded(undefined);
       return embeddings;
     } catch (error) {
       const failure = errorFromFailure(this.modelId, error, signal, true);
       onEnd?.({ failure });
+      request.trace?.callEnded(failure);
       throw failure;
     } finally {
       timed?.done();
@@ -238,6 +237,7 @@ export class OpenAIBackend implements Backend {
     } finally {
       timed?.done();
       onEnd?.(ending);
+      request.trace?.callEnded(typeof ending === "object" ? ending.failure : undefined);
     }
   }
 
@@ -277,14 +277,19 @@ export class OpenAIBackend implements Backend {
     const trace = request.trace;
     const sent = ++request.sent;
     const id = sent === 1 ? request.requestId : `${request.requestId}-${sent}`;
-    return fetch(url, {
+    const sending = fetch(url, {
       method: "POST",
-      headers: trace === undefined ? { ...this.headers, "x-request-id": id } : { ...this.headers, "x-request-id": id, ...traceHeaders(trace) },
+      headers: trace === undefined ? { ...this.headers, "x-request-id": id } : { ...this.headers, "x-request-id": id, ...trace.callHeaders(request, url, id) },
       body: JSON.stringify(request.body),
       signal,
       redirect: "manual",
       // An upstream that compresses anyway sends bytes that are not JSON: a 502, not a body inflated without bound.
       decompress: false,
+    });
+    if (trace === undefined || !trace.recording) return sending;
+    return sending.then((response) => {
+      trace.callAnswered(response.status);
+      return response;
     });
   }
 

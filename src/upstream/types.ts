@@ -1,6 +1,6 @@
 import type { ModelConfig } from "../config/schema";
 import type { ServerHealth } from "./server-health";
-import type { TraceContext } from "./trace-context";
+import type { TraceContext } from "../tracing/trace-context";
 
 /** Token usage as OpenAI reports it, reasoning included in completion tokens and cached tokens in prompt tokens. */
 export interface Usage {
@@ -56,7 +56,7 @@ export interface BackendRequest {
   requestId: string;
   /** How many times the request was sent upstream before this call (over its fallbacks too); each send adds one. */
   sent: number;
-  /** The caller's trace context, passed on (see trace-context.ts). */
+  /** The request's trace: the caller's context passed on, or Sluice's own (src/tracing). */
   trace: TraceContext | undefined;
   /** The request's conversation as a number, when its model routes by affinity (see affinityOf). */
   affinity?: number;

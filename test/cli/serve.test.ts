@@ -3,6 +3,7 @@
 import { afterAll, expect, test } from "bun:test";
 import { join } from "node:path";
 import { httpPost, temporaryDirectory, useFakeUpstream } from "../helpers";
+import { startFakeCollector } from "../support/otlp-collector";
 import { reloadConfiguration, sluiceCommand, sluiceEnvironment, startSluiceProcess } from "../support/sluice-process";
 
 const upstream = useFakeUpstream();
@@ -108,4 +109,35 @@ test("api_key_file: the key is read from its file, and a key rotated in it appli
   const failed = sluiceCommand(environment, "serve");
   expect(failed.code).toBe(1);
   expect(failed.stderr).toContain(`invalid configuration key models[0].api_key_file: cannot read ${join(directory.path, "missing")} (ENOENT)`);
+});
+
+test("OTEL_* variables: `sluice serve` exports its spans to the collector they name, the last ones as it stops; a protocol it cannot speak stops the start", async () => {
+  const collector = startFakeCollector();
+  const configPath = join(directory.path, "traced.toml");
+  await Bun.write(configPath, toml(["m"]));
+  const base = sluiceEnvironment(join(directory.path, "traced.db"), configPath);
+  const environment = { ...base, OTEL_EXPORTER_OTLP_ENDPOINT: collector.url.replace("/v1/traces", ""), OTEL_SERVICE_NAME: "gateway-test" };
+  expect(sluiceCommand(environment, "org", "create", "acme").code).toBe(0);
+  const key = sluiceCommand(environment, "key", "create", "--org", "acme").stdout.trim().split("\n").at(-1) as string;
+  const server = await startSluiceProcess(environment);
+  try {
+    const response = await httpPost(`${server.url}/v1/chat/completions`, JSON.stringify({ model: "m", messages: [{ role: "user", content: "hi" }] }), {
+      authorization: `Bearer ${key}`,
+      "content-type": "application/json",
+    });
+    expect(response.status).toBe(200);
+    // The batch's time (5 s by default) has not come: the stop sends it.
+    expect(collector.spans.length).toBe(0);
+  } finally {
+    server.child.kill("SIGTERM");
+    await server.child.exited;
+    await collector.stop();
+  }
+  expect(collector.spans.map((span) => [span.name, span.resource["service.name"]])).toEqual([
+    ["chat usage-10-5", "gateway-test"],
+    ["POST /v1/chat/completions", "gateway-test"],
+  ]);
+  const refused = sluiceCommand({ ...environment, OTEL_EXPORTER_OTLP_PROTOCOL: "grpc" }, "serve");
+  expect(refused.code).toBe(1);
+  expect(refused.stderr).toContain("OTEL_EXPORTER_OTLP_PROTOCOL must be http/json");
 });

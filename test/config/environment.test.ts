@@ -4,7 +4,7 @@ import { ConfigError } from "../../src/config/load";
 
 describe("serveSettings", () => {
   test("unset and empty values take the defaults (a unit file's `SLUICE_PORT=` is not port 0)", () => {
-    const defaults: ServeSettings = { hostname: "127.0.0.1", port: 8080, drainMs: 30_000, logLevel: "info", metricsToken: undefined };
+    const defaults: ServeSettings = { hostname: "127.0.0.1", port: 8080, drainMs: 30_000, logLevel: "info", metricsToken: undefined, tracing: undefined };
     expect(serveSettings({})).toEqual(defaults);
     expect(serveSettings({ SLUICE_HOST: "", SLUICE_PORT: "", SLUICE_DRAIN_MS: " ", SLUICE_LOG_LEVEL: "", SLUICE_METRICS_TOKEN: "" })).toEqual(defaults);
   });
@@ -16,6 +16,7 @@ describe("serveSettings", () => {
       drainMs: 0,
       logLevel: "warn",
       metricsToken: "t",
+      tracing: undefined,
     });
     expect(serveSettings({ SLUICE_PORT: "65535", SLUICE_DRAIN_MS: "3600000", SLUICE_LOG_LEVEL: "WARN" })).toMatchObject({
       port: 65_535,

@@ -2,7 +2,6 @@ import { Elysia } from "elysia";
 import { SluiceError, invalidRequest } from "../../errors";
 import { readBodyText } from "../../http/read-body";
 import { sseResponse } from "../../http/sse-response";
-import { traceContextOf } from "../../upstream/trace-context";
 import { authenticateRequest, bearerKey } from "../auth/index";
 import type { AuthService } from "../auth/service";
 import type { ModelRegistry } from "../models/registry";
@@ -113,7 +112,6 @@ export function answerHandler(chat: ChatService, auth: AuthService, options: Cha
       if (translation instanceof SluiceError) throw translation;
       const body = translation.request;
       record.model = options.models.idOf(body.model) ?? "unknown";
-      record.trace = traceContextOf(request.headers);
       options.waitWithoutTimeout(request);
       const requestId = record.requestId;
       const upstreamAbort = new UpstreamAbort();

@@ -1,6 +1,5 @@
 import { Elysia } from "elysia";
 import { SluiceError } from "../../errors";
-import { traceContextOf } from "../../upstream/trace-context";
 import { authPlugin } from "../auth/index";
 import type { AuthService } from "../auth/service";
 import { readJson } from "../chat/index";
@@ -26,10 +25,7 @@ export const embeddingsRoutes = (
       const body = validateEmbeddingsRequest(await readJson(request, options.maxBodyBytes));
       if (body instanceof SluiceError) throw body;
       const record = recordOf(request);
-      if (record) {
-        record.model = options.models.idOf(body.model) ?? "unknown";
-        record.trace = traceContextOf(request.headers);
-      }
+      if (record) record.model = options.models.idOf(body.model) ?? "unknown";
       const abort = new AbortController();
       request.signal.addEventListener("abort", () => abort.abort(), { once: true });
       // A stop waits for it, as for answers.

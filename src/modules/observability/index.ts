@@ -1,6 +1,5 @@
 import { Elysia } from "elysia";
 import { SluiceError } from "../../errors";
-import { traceIdOf } from "../../upstream/trace-context";
 import { secretsEqual } from "../keys/secret";
 import type { Logger } from "./logger";
 import type { Metrics } from "./metrics";
@@ -45,8 +44,9 @@ export const observabilityRoutes = (options: ObservabilityOptions) =>
       return new Response(await options.metrics.text(), { headers: { "content-type": options.metrics.registry.contentType } });
     });
 
-/** Turns a finished request into its metrics and its one log line. */
+/** Turns a finished request into its metrics, its one log line and its span (when its trace is recorded). */
 export function finishRecord(record: RequestRecord, metrics: Metrics, logger: Logger): void {
+  record.trace?.end(record);
   const status = record.status ?? 200;
   const model = record.model ?? "";
   const seconds = (performance.now() - record.startedAt) / 1000;
@@ -70,7 +70,7 @@ export function finishRecord(record: RequestRecord, metrics: Metrics, logger: Lo
     model: record.model ?? null,
     fallback_from: record.fallbackFrom ?? null,
     upstream_server: record.upstreamServer ?? null,
-    trace_id: record.trace === undefined ? null : traceIdOf(record.trace),
+    trace_id: record.trace?.traceId ?? null,
     outcome: record.outcome ?? null,
     rule_id: record.ruleId ?? null,
     prompt_tokens: record.promptTokens ?? null,

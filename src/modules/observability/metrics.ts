@@ -75,6 +75,12 @@ export class Metrics {
     "Requests a fallback model took over, by the model that could not take them and the fallback",
     ["model", "fallback"],
   );
+  readonly traceSpans = new Counter(
+    this.registry,
+    "sluice_trace_spans_total",
+    "Spans of traced requests, by what became of them: exported; failed, in an export the collector did not take; dropped, beyond the queue while exports lag",
+    ["result"],
+  );
   readonly refusals = new Counter(this.registry, "sluice_safety_refusals_total", "Red-line refusals by rule", ["rule"]);
   /** Ledger rows that could not be committed (a full disk, a database that does not answer): at 0 from the start. */
   readonly ledgerRefusedRows = new Counter(

@@ -1,4 +1,4 @@
-import type { TraceContext } from "../../upstream/trace-context";
+import type { TraceContext } from "../../tracing/trace-context";
 
 /** What is known about one request by the time it ends: for its log line and its metrics. */
 export interface RequestRecord {
@@ -24,7 +24,7 @@ export interface RequestRecord {
   firstTokenAt?: number;
   /** Set for streams: the record is finished when the stream ends, not when the response starts. */
   deferred?: boolean;
-  /** The caller's W3C trace context, passed on to the upstream; the log line names its trace. */
+  /** The request's trace: recorded (src/tracing), or the caller's passed on to the upstream; the log line names it. */
   trace?: TraceContext;
 }
 

@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import Anthropic from "@anthropic-ai/sdk";
 import { ConfigError, resolveConfig } from "../../src/config/load";
-import { traceContextOf, traceIdOf } from "../../src/upstream/trace-context";
+import { callerContextOf } from "../../src/tracing/trace-context";
 import { capturingLogger, fakeModel, useFakeUpstream, withSluice } from "../helpers";
 
 const upstream = useFakeUpstream({ resetBeforeEach: true });
@@ -9,22 +9,24 @@ const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
 describe("the caller's trace context", () => {
   test("a valid traceparent is kept with its tracestate; an invalid one is ignored with it", () => {
-    const of = (headers: Record<string, string>) => traceContextOf(new Headers(headers));
-    expect(of({ traceparent, tracestate: "congo=t61rcWkgMzE" })).toEqual({ traceparent, tracestate: "congo=t61rcWkgMzE" });
-    expect(traceIdOf(of({ traceparent }) as NonNullable<ReturnType<typeof of>>)).toBe("4bf92f3577b34da6a3ce929d0e0e4736");
+    const of = (headers: Record<string, string>) => callerContextOf(new Headers(headers));
+    const parsed = { traceparent, traceId: "4bf92f3577b34da6a3ce929d0e0e4736", spanId: "00f067aa0ba902b7", sampled: true };
+    expect(of({ traceparent, tracestate: "congo=t61rcWkgMzE" })).toEqual({ ...parsed, tracestate: "congo=t61rcWkgMzE" });
+    expect(of({ traceparent: `${traceparent.slice(0, -2)}00` })?.sampled).toBe(false);
     // A later version's extra fields are kept, as the specification says.
     expect(of({ traceparent: `01${traceparent.slice(2)}-what-comes-next` })?.traceparent).toBe(`01${traceparent.slice(2)}-what-comes-next`);
     for (const wrong of [
       "not a traceparent",
       `ff${traceparent.slice(2)}`,
       "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+      "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
       "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
       "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b-01",
     ]) {
       expect(of({ traceparent: wrong, tracestate: "congo=t61rcWkgMzE" })).toBeUndefined();
     }
     expect(of({ tracestate: "congo=t61rcWkgMzE" })).toBeUndefined();
-    expect(of({ traceparent, tracestate: "x".repeat(10_000) })).toEqual({ traceparent, tracestate: undefined });
+    expect(of({ traceparent, tracestate: "x".repeat(10_000) })).toEqual({ ...parsed, tracestate: undefined });
   });
 
   test("a model's headers may not set x-request-id or the trace context: Sluice sets them", () => {

@@ -1,0 +1,80 @@
+// One span as OTLP carries it (https://opentelemetry.io/docs/specs/otlp/#json-protobuf-encoding): ids in hex, times
+// in nanoseconds since the epoch as decimal text (they pass 2^53), attributes as typed values.
+
+export type AttributeValue = string | number | boolean;
+
+/** OTLP's span kinds and status codes, as numbers. */
+export const SpanKind = { server: 2, client: 3 } as const;
+export const StatusCode = { unset: 0, error: 2 } as const;
+
+export interface SpanEvent {
+  name: string;
+  /** performance.now() of when it happened. */
+  at: number;
+}
+
+/** A finished span, ready to export. Times are performance.now() readings, turned into epoch time when encoded. */
+export interface Span {
+  traceId: string;
+  spanId: string;
+  parentSpanId: string | undefined;
+  traceState: string | undefined;
+  name: string;
+  kind: number;
+  startedAt: number;
+  endedAt: number;
+  attributes: Record<string, AttributeValue | undefined>;
+  events: SpanEvent[];
+  status: { code: number; message?: string };
+}
+
+const randomBytes = new Uint8Array(16);
+
+/** `bytes` random bytes in hex, never all zeros (W3C Trace Context and OTLP treat zeros as no id). */
+export function randomHexId(bytes: 8 | 16): string {
+  for (;;) {
+    const view = randomBytes.subarray(0, bytes);
+    crypto.getRandomValues(view);
+    if (view.some((byte) => byte !== 0)) return Buffer.from(view).toString("hex");
+  }
+}
+
+/** A performance.now() reading as nanoseconds since the epoch, in decimal. */
+export function epochNanos(at: number): string {
+  return (BigInt(Math.round((performance.timeOrigin + at) * 1000)) * 1000n).toString();
+}
+
+type OtlpValue = { stringValue: string } | { intValue: string } | { doubleValue: number } | { boolValue: boolean };
+
+function otlpValue(value: AttributeValue): OtlpValue {
+  if (typeof value === "string") return { stringValue: value };
+  if (typeof value === "boolean") return { boolValue: value };
+  return Number.isInteger(value) ? { intValue: String(value) } : { doubleValue: value };
+}
+
+/** Attributes in OTLP's list form; those left undefined are not sent. */
+export function otlpAttributes(attributes: Record<string, AttributeValue | undefined>): { key: string; value: OtlpValue }[] {
+  const list: { key: string; value: OtlpValue }[] = [];
+  for (const key in attributes) {
+    const value = attributes[key];
+    if (value !== undefined) list.push({ key, value: otlpValue(value) });
+  }
+  return list;
+}
+
+/** A span in OTLP's JSON encoding. */
+export function otlpSpan(span: Span): Record<string, unknown> {
+  return {
+    traceId: span.traceId,
+    spanId: span.spanId,
+    ...(span.parentSpanId === undefined ? {} : { parentSpanId: span.parentSpanId }),
+    ...(span.traceState === undefined ? {} : { traceState: span.traceState }),
+    name: span.name,
+    kind: span.kind,
+    startTimeUnixNano: epochNanos(span.startedAt),
+    endTimeUnixNano: epochNanos(span.endedAt),
+    attributes: otlpAttributes(span.attributes),
+    events: span.events.map((event) => ({ timeUnixNano: epochNanos(event.at), name: event.name })),
+    status: span.status.message === undefined ? { code: span.status.code } : { code: span.status.code, message: span.status.message },
+  };
+}
