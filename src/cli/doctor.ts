@@ -5,6 +5,7 @@ import { readSecret } from "../config/secrets";
 import { openDatabase } from "../db/client";
 import { postgresMigrations } from "../db/postgres/migrations/index";
 import { isPostgresUrl } from "../storage/mode";
+import { shownEndpoint, type TracingSettings } from "../tracing/settings";
 import { redactUrl } from "../storage/open";
 import { RedisConnection } from "../storage/redis";
 import { withTimeout } from "../storage/with-timeout";
@@ -40,6 +41,28 @@ async function checkUpstream(model: ModelConfig, baseUrl: string): Promise<Findi
       ? "; if its certificate comes from a private CA, start Sluice (and this command) with NODE_EXTRA_CA_CERTS=/path/to/ca.pem"
       : "";
     return { ok: false, text: `model ${id}: cannot reach ${baseUrl} (${reason})${hint}` };
+  }
+}
+
+/** Whether the collector takes an (empty) OTLP JSON export with the configured headers. */
+async function checkCollector(settings: TracingSettings): Promise<Finding> {
+  const shown = shownEndpoint(settings);
+  try {
+    const response = await fetch(settings.endpoint, {
+      method: "POST",
+      headers: { ...settings.headers, "content-type": "application/json" },
+      body: JSON.stringify({ resourceSpans: [] }),
+      signal: AbortSignal.timeout(3000),
+      redirect: "manual",
+    });
+    await response.arrayBuffer();
+    if (response.ok) return { ok: true, text: `traces: the collector at ${shown} takes OTLP/JSON (HTTP ${response.status})` };
+    if (response.status === 401 || response.status === 403)
+      return { ok: false, text: `traces: ${shown} refuses the export (HTTP ${response.status}); check OTEL_EXPORTER_OTLP_HEADERS` };
+    return { ok: false, text: `traces: ${shown} answers HTTP ${response.status}; is it a collector's OTLP HTTP receiver (port 4318, /v1/traces)?` };
+  } catch (error) {
+    const reason = (error as Error).name === "TimeoutError" ? "no answer within 3 s" : (error as Error).message;
+    return { ok: false, text: `traces: cannot reach ${shown} (${reason}); spans would be counted as failed` };
   }
 }
 
@@ -142,6 +165,7 @@ export async function runDoctor(): Promise<number> {
   try {
     const settings = serveSettings();
     findings.push({ ok: true, text: `environment: serve listens on ${settings.hostname}:${settings.port}` });
+    if (settings.tracing) findings.push(await checkCollector(settings.tracing));
   } catch (error) {
     findings.push({ ok: false, text: `environment: ${(error as ConfigError).message}` });
   }

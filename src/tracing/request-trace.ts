@@ -24,6 +24,30 @@ function upstreamOperation(request: BackendRequest, url: string): string {
   return url.includes("/embeddings") ? "embeddings" : "chat";
 }
 
+interface CallAddress {
+  /** The URL without credentials or query. */
+  full: string;
+  host: string;
+  port: number;
+}
+
+/** Each upstream route's address, parsed once: the routes are the configuration's, a few. */
+const addresses = new Map<string, CallAddress>();
+
+function addressOf(url: string): CallAddress {
+  let address = addresses.get(url);
+  if (address === undefined) {
+    const parsed = new URL(url);
+    address = {
+      full: `${parsed.protocol}//${parsed.host}${parsed.pathname}`,
+      host: parsed.hostname,
+      port: Number(parsed.port || (parsed.protocol === "https:" ? 443 : 80)),
+    };
+    addresses.set(url, address);
+  }
+  return address;
+}
+
 function failureCode(failure: unknown): string {
   return failure instanceof SluiceError ? failure.code : "error";
 }
@@ -50,7 +74,7 @@ export class RequestTrace implements TraceContext {
   callHeaders(request: BackendRequest, url: string, sendId: string): Record<string, string> {
     // A call sent again on the same server (its output limit renamed) ended with its refusal.
     if (this.call) this.finishCall(undefined);
-    const address = new URL(url);
+    const address = addressOf(url);
     const operation = upstreamOperation(request, url);
     const model = typeof request.body.model === "string" ? request.body.model : undefined;
     const call: Span = {
@@ -66,9 +90,9 @@ export class RequestTrace implements TraceContext {
         "gen_ai.operation.name": operation,
         "gen_ai.request.model": model,
         "http.request.method": "POST",
-        "url.full": `${address.protocol}//${address.host}${address.pathname}`,
-        "server.address": address.hostname,
-        "server.port": Number(address.port || (address.protocol === "https:" ? 443 : 80)),
+        "url.full": address.full,
+        "server.address": address.host,
+        "server.port": address.port,
         "sluice.upstream_request_id": sendId,
         "http.response.status_code": undefined,
         "error.type": undefined,

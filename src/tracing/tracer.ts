@@ -39,9 +39,15 @@ export class Tracer {
     return new RequestTrace(exporter, caller, traceId);
   }
 
-  /** Sends every span held; for a stop. */
-  flush(): Promise<void> {
-    return this.exporter?.flush() ?? Promise.resolve();
+  /**
+   * Sends every span held, for a stop, waiting at most `timeoutMs`: a collector that hangs must not hold the stop for
+   * a timeout a batch.
+   */
+  async flush(timeoutMs = 5000): Promise<void> {
+    if (this.exporter === undefined) return;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    await Promise.race([this.exporter.flush(), new Promise<void>((resolve) => (timer = setTimeout(resolve, timeoutMs)))]);
+    clearTimeout(timer);
   }
 
   private samples(caller: CallerContext | undefined, traceId: string): boolean {

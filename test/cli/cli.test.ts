@@ -2,6 +2,7 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { startFakeUpstream } from "../fake-upstream";
 import { ledgerRow, repositoryRoot, stageRows, temporaryDirectory } from "../helpers";
+import { startFakeCollector } from "../support/otlp-collector";
 import { moveStagedRows } from "../../src/ledger/inbox";
 import { openDatabase } from "../../src/db/client";
 import { AuditLog } from "../../src/modules/audit/service";
@@ -360,6 +361,32 @@ describe("a mistyped environment or file stops the command with the variable or 
     );
     expect(existsSync(absent)).toBe(false);
     expect(existsSync(join(directory.path, "copy-of-nothing.db"))).toBe(false);
+  });
+
+  test("doctor asks the trace collector the OTEL_* variables name whether it takes an export", async () => {
+    const collector = startFakeCollector();
+    const doctor = async (overrides: Record<string, string>) => {
+      const child = Bun.spawn([process.execPath, join(repositoryRoot, "src/main.ts"), "doctor"], { env: { ...environment, ...overrides }, stdout: "pipe" });
+      const output = await new Response(child.stdout).text();
+      return { code: await child.exited, output };
+    };
+    try {
+      const traced = { OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: collector.url, OTEL_EXPORTER_OTLP_HEADERS: "authorization=Bearer%20t" };
+      const healthy = await doctor(traced);
+      expect(healthy.output).toContain(`traces: the collector at ${collector.url} takes OTLP/JSON (HTTP 200)`);
+      expect(healthy.code).toBe(0);
+      expect(collector.posts.at(-1)?.headers.authorization).toBe("Bearer t");
+      collector.status = 401;
+      const refused = await doctor(traced);
+      expect(refused.code).toBe(1);
+      expect(refused.output).toContain(`traces: ${collector.url} refuses the export (HTTP 401); check OTEL_EXPORTER_OTLP_HEADERS`);
+      const unreachable = await doctor({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://127.0.0.1:1" });
+      expect(unreachable.output).toContain("traces: cannot reach http://127.0.0.1:1/v1/traces");
+      const mistyped = await doctor({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://127.0.0.1:1", OTEL_EXPORTER_OTLP_PROTOCOL: "grpc" });
+      expect(mistyped.output).toContain("environment: OTEL_EXPORTER_OTLP_PROTOCOL must be http/json");
+    } finally {
+      await collector.stop();
+    }
   });
 
   test("doctor names a mistyped serve variable", () => {

@@ -355,4 +355,21 @@ describe("the exporter", () => {
     expect(collector.spans.length).toBe(2);
     expect(collector.posts[0]?.headers).toMatchObject({ "x-honeycomb-team": "key one", tenant: "acme", "content-type": "application/json" });
   });
+
+  test("a collector that hangs holds a stop for 5 s at most", async () => {
+    collector.delayMs = 60_000;
+    const startedAt = { at: 0 };
+    await withSluice(
+      { models: [fakeModel(upstream.url, "m", "usage-10-5")] },
+      async (sluice) => {
+        await sluice.client().chat.completions.create({ model: "m", messages: question });
+        startedAt.at = performance.now();
+      },
+      { tracing: tracingTo(collector.url, { OTEL_BSP_SCHEDULE_DELAY: "3600000", OTEL_EXPORTER_OTLP_TIMEOUT: "600000" }) },
+    );
+    const stopMs = performance.now() - startedAt.at;
+    expect(stopMs).toBeGreaterThan(4500);
+    expect(stopMs).toBeLessThan(7000);
+    expect(collector.spans.length).toBe(0);
+  }, 15_000);
 });
