@@ -163,6 +163,7 @@ export class RequestTrace implements TraceContext {
         "sluice.upstream_server": record.upstreamServer,
         "sluice.usage.reasoning_tokens": record.reasoningTokens,
         "sluice.usage.cached_tokens": record.cachedTokens,
+        "sluice.queue_wait_ms": record.queuedMs,
       },
       events: record.firstTokenAt === undefined ? [] : [{ name: "first_token", at: record.firstTokenAt }],
       status: failed ? { code: StatusCode.error, message: record.code ?? String(status) } : { code: StatusCode.unset },

@@ -234,6 +234,23 @@ describe("spans exported over OTLP", () => {
   });
 });
 
+test("a request that waited for its model's slot says how long on its span", async () => {
+  await withSluice(
+    { models: [fakeModel(upstream.url, "one", "slow-5-20", { max_concurrency: 1, queue_size: 2, queue_timeout_ms: 30_000 })] },
+    async (sluice) => {
+      const [first, second] = await Promise.all([
+        sluice.post("/v1/chat/completions", { model: "one", messages: question }),
+        Bun.sleep(20).then(() => sluice.post("/v1/chat/completions", { model: "one", messages: question })),
+      ]);
+      await Promise.all([first?.text(), second?.text()]);
+      await eventually(() => collector.spans.length === 4);
+      expect(serverSpanOf(first?.headers.get("x-request-id") as string)?.attributes["sluice.queue_wait_ms"]).toBeUndefined();
+      expect(serverSpanOf(second?.headers.get("x-request-id") as string)?.attributes["sluice.queue_wait_ms"]).toBeGreaterThan(40);
+    },
+    { tracing: tracingTo(collector.url) },
+  );
+});
+
 describe("sampling", () => {
   test("parent-based (the default): a caller's trace it does not sample is passed on unchanged and nothing is recorded", async () => {
     await withSluice(

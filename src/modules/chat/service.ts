@@ -8,12 +8,12 @@ import { countChatTokens, countTextTokens, estimateChatTokens } from "../../toke
 import { AdmissionRejected, type Lease } from "../admission/store";
 import { ServerShutdown } from "../../upstream/errors";
 import type { Metrics } from "../observability/metrics";
-import { deferRecord, noteBilled, noteServer, type RequestRecord } from "../observability/request-record";
+import { deferRecord, noteBilled, noteQueueWait, noteServer, type RequestRecord } from "../observability/request-record";
 import type { BackendRequest, Completion, CompletionEvent, EventStream, Usage } from "../../upstream/types";
 import type { AdmissionStore } from "../admission/store";
 import type { Caller } from "../auth/service";
 import type { ModelAccess, ModelRegistry } from "../models/registry";
-import type { Queue } from "../queue/model-queue";
+import { type Queue, type Slot, timedWait } from "../queue/model-queue";
 import { refusalText } from "../safety/rules";
 import type { SafetyService } from "../safety/service";
 import { type MeasuredUsage, UsageMeter } from "./meter";
@@ -157,7 +157,7 @@ export class ChatService implements RunSettler {
     const run: Run = { request, prepared, context, format, identity, promptEstimate, permit, meter: new UsageMeter(), startedAt: 0 };
     try {
       const acquiring = (queues.get(prepared.modelId) as Queue).acquire(context.caller.organizationId, context.abort.signal, plan.queueWeight);
-      const slot = acquiring instanceof Promise ? await acquiring : acquiring;
+      const slot = acquiring instanceof Promise ? await timedWait(acquiring, (waited) => noteQueueWait(context.record, waited)) : acquiring;
       permit.occupy(slot, prepared.entry.config.timeoutMs);
     } catch (error) {
       try {
@@ -331,7 +331,9 @@ export class ChatService implements RunSettler {
         continue;
       }
       try {
-        run.permit.occupy(await queue.acquire(organizationId, signal, caller.plan.queueWeight), entry.config.timeoutMs);
+        const acquiring = queue.acquire(organizationId, signal, caller.plan.queueWeight);
+        const slot: Slot = acquiring instanceof Promise ? await timedWait(acquiring, (waited) => noteQueueWait(run.context.record, waited)) : acquiring;
+        run.permit.occupy(slot, entry.config.timeoutMs);
       } catch (refused) {
         if (!movesToFallback(refused, signal)) throw refused;
         continue;

@@ -10,8 +10,8 @@ import { Permit } from "../chat/permit";
 import { completedEnding, type Ending, outcomeOf } from "../chat/run";
 import type { ModelRegistry } from "../models/registry";
 import type { Metrics } from "../observability/metrics";
-import { noteBilled, noteServer, type RequestRecord } from "../observability/request-record";
-import type { Queue } from "../queue/model-queue";
+import { noteBilled, noteQueueWait, noteServer, type RequestRecord } from "../observability/request-record";
+import { type Queue, timedWait } from "../queue/model-queue";
 import { type EmbeddingsRequest, textsOf, tokenIdsIn } from "./model";
 
 export interface EmbeddingsDependencies {
@@ -106,7 +106,8 @@ export class EmbeddingsService {
     const permit = new Permit(lease, context.abort, this.active);
     const startedAt = clock();
     try {
-      permit.occupy(await (queues.get(model.id) as Queue).acquire(caller.organizationId, context.abort.signal, caller.plan.queueWeight), model.timeoutMs);
+      const acquiring = (queues.get(model.id) as Queue).acquire(caller.organizationId, context.abort.signal, caller.plan.queueWeight);
+      permit.occupy(acquiring instanceof Promise ? await timedWait(acquiring, (waited) => noteQueueWait(context.record, waited)) : acquiring, model.timeoutMs);
     } catch (error) {
       permit.release(null, clock());
       throw error;

@@ -79,5 +79,6 @@ export function finishRecord(record: RequestRecord, metrics: Metrics, logger: Lo
     cached_tokens: record.cachedTokens ?? null,
     duration_ms: Math.round(seconds * 1000 * 100) / 100,
     ttft_ms: record.firstTokenAt === undefined ? null : Math.round((record.firstTokenAt - record.startedAt) * 100) / 100,
+    queued_ms: record.queuedMs === undefined ? null : Math.round(record.queuedMs * 100) / 100,
   });
 }

@@ -22,6 +22,8 @@ export interface RequestRecord {
   reasoningTokens?: number;
   cachedTokens?: number;
   firstTokenAt?: number;
+  /** How long the request waited in its model's queue (its fallbacks' too), when it had to wait. */
+  queuedMs?: number;
   /** Set for streams: the record is finished when the stream ends, not when the response starts. */
   deferred?: boolean;
   /** The request's trace: recorded (src/tracing), or the caller's passed on to the upstream; the log line names it. */
@@ -57,6 +59,7 @@ export function startRecord(request: Request, requestId: string, route: string):
     reasoningTokens: undefined,
     cachedTokens: undefined,
     firstTokenAt: undefined,
+    queuedMs: undefined,
     deferred: undefined,
     trace: undefined,
   };
@@ -81,6 +84,11 @@ export function deferRecord(record: RequestRecord | undefined): void {
 /** The first token went out (for the time-to-first-token metric). */
 export function noteFirstToken(record: RequestRecord | undefined): void {
   if (record && record.firstTokenAt === undefined) record.firstTokenAt = performance.now();
+}
+
+/** The request waited this long for a model's slot. */
+export function noteQueueWait(record: RequestRecord | undefined, milliseconds: number): void {
+  if (record) record.queuedMs = (record.queuedMs ?? 0) + milliseconds;
 }
 
 /** A stream failed after its response started: the error code goes in its log line. */

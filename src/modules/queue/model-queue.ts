@@ -91,3 +91,13 @@ export class ModelQueue implements Queue {
     while (this.active < limit && this.line.waiting > 0) this.line.grantNext(this.take());
   }
 }
+
+/** A slot that has to be waited for; `waited` learns how long the wait took, however it ends (granted, timed out, left). */
+export async function timedWait(acquiring: Promise<Slot>, waited: (milliseconds: number) => void): Promise<Slot> {
+  const startedAt = performance.now();
+  try {
+    return await acquiring;
+  } finally {
+    waited(performance.now() - startedAt);
+  }
+}

@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { mkdirSync, renameSync } from "node:fs";
 import { Logger } from "../../../src/modules/observability/logger";
-import { eventually, fakeModel, readSse, startSluice, testActor, useFakeUpstream } from "../../helpers";
+import { capturingLogger, eventually, fakeModel, readSse, startSluice, testActor, useFakeUpstream } from "../../helpers";
 
 const upstream = useFakeUpstream();
 
@@ -164,11 +164,15 @@ describe("metrics", () => {
     }
   });
 
-  test("a model's queue: how long waiters waited and how each wait ended; a stream's time per output token", async () => {
-    const sluice = await startSluice({
-      models: [fakeModel(upstream.url, "one", "slow-5-20", { max_concurrency: 1, queue_size: 2, queue_timeout_ms: 30_000 })],
-      plans: [{ id: "default", models: ["*"] }],
-    });
+  test("a model's queue: how long waiters waited and how each wait ended, in the metrics and each request's log line; a stream's time per output token", async () => {
+    const logs = capturingLogger();
+    const sluice = await startSluice(
+      {
+        models: [fakeModel(upstream.url, "one", "slow-5-20", { max_concurrency: 1, queue_size: 2, queue_timeout_ms: 30_000 })],
+        plans: [{ id: "default", models: ["*"] }],
+      },
+      { logger: logs.logger },
+    );
     try {
       const first = sluice.post("/v1/chat/completions", { model: "one", messages, stream: true });
       await eventually(() => upstream.inFlight === 1);
@@ -190,6 +194,13 @@ describe("metrics", () => {
       const perToken = Number(/sluice_time_per_output_token_seconds_sum\{model="one"\} ([0-9.e-]+)/.exec(text)?.[1]);
       expect(perToken).toBeGreaterThan(0.005);
       expect(perToken).toBeLessThan(0.2);
+      // The log line says how long each request queued: null for the one that found the slot free and the one turned away.
+      await eventually(() => logs.lines.filter((line) => line.message === "request").length === 4);
+      const queued = logs.lines.filter((line) => line.message === "request").map((line) => line.queued_ms);
+      expect(queued.filter((milliseconds) => milliseconds === null).length).toBe(2);
+      const waits = queued.filter((milliseconds) => milliseconds !== null) as number[];
+      expect(waits.length).toBe(2);
+      for (const milliseconds of waits) expect(milliseconds).toBeGreaterThan(60);
     } finally {
       await sluice.stop();
     }
