@@ -121,6 +121,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const queues = new Map<string, Queue>(config.models.map((model) => [model.id, newQueue(model)]));
   const metrics = new Metrics(queues, () => models.servers());
   const tracer = new Tracer(options.tracing, logger, (result, spans) => metrics.traceSpans.inc({ result }, spans));
+  // At 0 from the start when tracing is on, so that an alert on failed or dropped spans sees their first increase.
+  if (tracer.enabled) for (const result of ["exported", "failed", "dropped"]) metrics.traceSpans.inc({ result }, 0);
   // A failed commit refuses its rows' requests (503); the database's own error is the operator's clue, logged once a commit.
   const ledger = storage.openLedger((error, rows) => {
     metrics.ledgerRefusedRows.inc(rows);

@@ -330,6 +330,9 @@ describe("the exporter", () => {
         await Bun.sleep(50);
         const metrics = await (await fetch(`${sluice.url}/metrics`)).text();
         expect(metrics).toContain('sluice_trace_spans_total{result="failed"} 6');
+        // The others are there at 0, for alerts to see their first increase.
+        expect(metrics).toContain('sluice_trace_spans_total{result="exported"} 0');
+        expect(metrics).toContain('sluice_trace_spans_total{result="dropped"} 0');
         const failures = logs.lines.filter((line) => line.message === "trace export failed");
         expect(failures.length).toBe(1);
         expect(failures[0]).toMatchObject({ level: "warn", reason: "the collector answered 503", endpoint: collector.url });
