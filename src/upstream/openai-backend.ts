@@ -46,6 +46,12 @@ function timedSignal(request: BackendRequest): TimedSignal | undefined {
   return model.firstByteTimeoutMs === undefined && model.idleTimeoutMs === undefined ? undefined : new TimedSignal(request);
 }
 
+/** Tells whoever keeps the server's health (`onEnd`, the pool's breaker) and the request's trace how a call ended. */
+function ended(request: BackendRequest, onEnd: ((ending: StreamEnding) => void) | undefined, ending: StreamEnding): void {
+  onEnd?.(ending);
+  request.trace?.callEnded(typeof ending === "object" ? ending.failure : undefined);
+}
+
 /** How many inputs an embeddings request's `input` holds: a text or a list of token ids is one. */
 function inputCount(input: unknown): number {
   return Array.isArray(input) && input.length > 0 && typeof input[0] !== "number" ? input.length : 1;
@@ -103,20 +109,18 @@ export class OpenAIBackend implements Backend {
       try {
         // Read whole, not counted as it arrives (as an error's body and a stream's events are): reading the length
         // first cost every answer 1-2 % of its CPU (bench/switch.ts, bench/HISTORY.md), so the model's time limit is
-        // what bounds it.
+        // what bounds it. Awaited here, not in a function of its own: each async layer costs a promise and a turn.
         parsed = await response.json();
       } catch (error) {
-        throw new UpstreamError(`The upstream for model ${this.modelId} sent a body that is not JSON.`, { isRetryable: true, cause: error });
+        throw this.notJson(error);
       }
       const completion = this.completionOf(parsed);
-      onEnd?.("finished");
-      request.trace?.callEnded(undefined);
+      ended(request, onEnd, "finished");
       return completion;
     } catch (error) {
       // A whole answer reached the upstream once it was sent: its status line only comes with the answer.
       const failure = errorFromFailure(this.modelId, error, signal, true);
-      onEnd?.({ failure });
-      request.trace?.callEnded(failure);
+      ended(request, onEnd, { failure });
       throw failure;
     } finally {
       timed?.done();
@@ -138,7 +142,7 @@ export class OpenAIBackend implements Backend {
       try {
         parsed = await response.json();
       } catch (error) {
-        throw new UpstreamError(`The upstream for model ${this.modelId} sent a body that is not JSON.`, { isRetryable: true, cause: error });
+        throw this.notJson(error);
       }
       const embeddings = embeddingsOf(parsed, inputCount(request.body.input));
       if (!embeddings) {
@@ -146,13 +150,11 @@ export class OpenAIBackend implements Backend {
         const reason = typeof reported === "string" ? `failed: ${reported}` : "sent an answer that is not one vector for each input";
         throw new UpstreamError(`The upstream for model ${this.modelId} ${reason}.`, { isRetryable: true });
       }
-      onEnd?.("finished");
-      request.trace?.callEnded(undefined);
+      ended(request, onEnd, "finished");
       return embeddings;
     } catch (error) {
       const failure = errorFromFailure(this.modelId, error, signal, true);
-      onEnd?.({ failure });
-      request.trace?.callEnded(failure);
+      ended(request, onEnd, { failure });
       throw failure;
     } finally {
       timed?.done();
@@ -236,9 +238,12 @@ export class OpenAIBackend implements Backend {
       throw failure;
     } finally {
       timed?.done();
-      onEnd?.(ending);
-      request.trace?.callEnded(typeof ending === "object" ? ending.failure : undefined);
+      ended(request, onEnd, ending);
     }
+  }
+
+  private notJson(cause: unknown): UpstreamError {
+    return new UpstreamError(`The upstream for model ${this.modelId} sent a body that is not JSON.`, { isRetryable: true, cause });
   }
 
   /** Adds one stream event's CompletionEvents to `events`; returns the failure it reports or is. */
