@@ -1,6 +1,7 @@
 import { serveSettings } from "../config/environment";
 import { anyChange, type ConfigChanges } from "../config/changes";
 import { loadConfig } from "../config/load";
+import { KeyFileWatch, keyFilesOf } from "../config/key-file-watch";
 import { checkKeyFiles } from "../config/secrets";
 import type { Config } from "../config/schema";
 import { Logger } from "../modules/observability/logger";
@@ -53,13 +54,23 @@ export async function runServe(args: string[]): Promise<number> {
     stopping = true;
     console.error(JSON.stringify({ level: "info", message: "draining", signal, drain_ms: drainMs }));
     announcements?.stop();
+    keyFiles?.stop();
     await server.stop({ drainMs });
     await storage.close();
     redis?.close();
     console.error(JSON.stringify({ level: "info", message: "stopped" }));
     process.exit(0);
   };
-  const reload = async (trigger: ReloadTrigger) => {
+  // Reloads and key refreshes one at a time: each reconfigures the server from what it read.
+  let applying: Promise<void> = Promise.resolve();
+  const serially = (work: () => Promise<void>): Promise<void> => {
+    applying = applying.then(work);
+    return applying;
+  };
+  /** The configuration in force: the start's, or the last one a reload applied. */
+  let current = config;
+  const reload = (trigger: ReloadTrigger) => serially(() => reloadNow(trigger));
+  const reloadNow = async (trigger: ReloadTrigger) => {
     if (stopping) return;
     let next: Config;
     try {
@@ -80,9 +91,40 @@ export async function runServe(args: string[]): Promise<number> {
       return;
     }
     server.metrics.configReloads.inc({ result: "applied" });
+    current = next;
+    // The reload read the key files as they are now.
+    keyFiles?.remember();
     const message = anyChange(changes) ? "configuration reloaded" : "configuration reloaded: nothing changed";
     console.error(JSON.stringify({ level: "info", message, trigger, models: next.models.map((model) => model.id), changes }));
   };
+  // A key file rotated in place (a Kubernetes secret, Vault Agent): the keys are read again, as a reload reads them, and
+  // the configuration in force is kept (its own file is read only at a SIGHUP).
+  const refreshKeys = async () => {
+    if (stopping) return;
+    try {
+      checkKeyFiles(current);
+    } catch (error) {
+      console.error(
+        JSON.stringify({ level: "error", message: "a key file changed but cannot be used; the key in force stays", error: (error as Error).message }),
+      );
+      return;
+    }
+    try {
+      const changes = await server.reconfigure(current, { kind: "server", name: "key file changed" });
+      if (changes.models.changed.length > 0)
+        console.error(JSON.stringify({ level: "info", message: "upstream keys read again", models: changes.models.changed }));
+    } catch (error) {
+      console.error(JSON.stringify({ level: "error", message: "upstream keys not read again", error: String((error as Error)?.stack ?? error) }));
+    }
+  };
+  const keyFiles =
+    settings.keyFileCheckMs > 0
+      ? new KeyFileWatch(
+          () => keyFilesOf(current),
+          () => void serially(refreshKeys),
+          settings.keyFileCheckMs,
+        )
+      : undefined;
   // Each instance announces its own SIGHUP once it has reloaded, whatever its file said: the others read theirs. A
   // reload an announcement caused is not announced again.
   const announcements = redis ? new ReloadAnnouncements(redis, reload) : undefined;

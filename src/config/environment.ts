@@ -12,6 +12,8 @@ export interface ServeSettings {
   metricsToken: string | undefined;
   /** From the OTEL_* variables; unset: no spans are recorded. */
   tracing: TracingSettings | undefined;
+  /** How often the upstream key files are looked at for a rotated key; 0: only at reloads. */
+  keyFileCheckMs: number;
 }
 
 const logLevels: readonly LogLevel[] = ["debug", "info", "warn", "error", "silent"];
@@ -50,5 +52,6 @@ export function serveSettings(environment: Record<string, string | undefined> = 
     logLevel: logLevel as LogLevel,
     metricsToken: environment.SLUICE_METRICS_TOKEN || undefined,
     tracing: tracingSettings(environment),
+    keyFileCheckMs: wholeNumber(environment, "SLUICE_KEY_FILE_CHECK_MS", 5000, 3_600_000, "a whole number of milliseconds"),
   };
 }

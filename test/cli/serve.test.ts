@@ -1,6 +1,7 @@
 // `sluice serve` and SIGHUP: the configuration file is read again and served from the next request on; a file that is
 // not valid leaves the one in force, and says why.
 import { afterAll, expect, test } from "bun:test";
+import { renameSync } from "node:fs";
 import { join } from "node:path";
 import { httpPost, temporaryDirectory, useFakeUpstream } from "../helpers";
 import { startFakeCollector } from "../support/otlp-collector";
@@ -140,4 +141,53 @@ test("OTEL_* variables: `sluice serve` exports its spans to the collector they n
   const refused = sluiceCommand({ ...environment, OTEL_EXPORTER_OTLP_PROTOCOL: "grpc" }, "serve");
   expect(refused.code).toBe(1);
   expect(refused.stderr).toContain("OTEL_EXPORTER_OTLP_PROTOCOL must be http/json");
+});
+
+test("a key file rotated in place (a Kubernetes secret, Vault Agent) applies within SLUICE_KEY_FILE_CHECK_MS, without a signal; one that cannot be used keeps the key in force", async () => {
+  const configPath = join(directory.path, "watched.toml");
+  const keyPath = join(directory.path, "watched-key");
+  await Bun.write(keyPath, "sk-watched-first\n");
+  const model = `[[models]]\nid = "m"\nbackend = "openai"\nbase_url = "${upstream.url}"\nupstream_model = "usage-10-5"\napi_key_file = "${keyPath}"\n`;
+  await Bun.write(configPath, `${model}\n[[plans]]\nid = "default"\nmodels = ["*"]\n`);
+  const environment = sluiceEnvironment(join(directory.path, "watched.db"), configPath, { SLUICE_KEY_FILE_CHECK_MS: "50" });
+  expect(sluiceCommand(environment, "org", "create", "acme").code).toBe(0);
+  const key = sluiceCommand(environment, "key", "create", "--org", "acme").stdout.trim().split("\n").at(-1) as string;
+  const server = await startSluiceProcess(environment);
+  const ask = async () => {
+    const response = await httpPost(`${server.url}/v1/chat/completions`, JSON.stringify({ model: "m", messages: [{ role: "user", content: "hi" }] }), {
+      authorization: `Bearer ${key}`,
+      "content-type": "application/json",
+    });
+    await response.arrayBuffer();
+    return [response.status, upstream.authorizations.at(-1)];
+  };
+  const askUntil = async (expected: string) => {
+    for (let tries = 0; tries < 100; tries++) {
+      const answer = await ask();
+      if (answer[1] === expected) return answer;
+      await Bun.sleep(20);
+    }
+    return ask();
+  };
+  try {
+    expect(await ask()).toEqual([200, "Bearer sk-watched-first"]);
+    // Rewritten in place, as a rotation job does; then replaced by a rename, as Kubernetes swaps a secret's files.
+    await Bun.write(keyPath, "sk-watched-second\n");
+    expect(await askUntil("Bearer sk-watched-second")).toEqual([200, "Bearer sk-watched-second"]);
+    await Bun.write(`${keyPath}.new`, "sk-watched-third");
+    renameSync(`${keyPath}.new`, keyPath);
+    expect(await askUntil("Bearer sk-watched-third")).toEqual([200, "Bearer sk-watched-third"]);
+    // Emptied by mistake: the key in force stays.
+    await Bun.write(keyPath, "");
+    await Bun.sleep(300);
+    expect(await ask()).toEqual([200, "Bearer sk-watched-third"]);
+    // The audit trail names what changed and why, never the key.
+    const audit = sluiceCommand(environment, "audit", "--action", "config.reloaded").stdout;
+    expect(audit).toContain("key file changed");
+    expect(audit).toContain("model m api key");
+    expect(audit).not.toContain("sk-watched");
+  } finally {
+    server.child.kill("SIGTERM");
+    await server.child.exited;
+  }
 });

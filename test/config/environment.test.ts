@@ -4,7 +4,15 @@ import { ConfigError } from "../../src/config/load";
 
 describe("serveSettings", () => {
   test("unset and empty values take the defaults (a unit file's `SLUICE_PORT=` is not port 0)", () => {
-    const defaults: ServeSettings = { hostname: "127.0.0.1", port: 8080, drainMs: 30_000, logLevel: "info", metricsToken: undefined, tracing: undefined };
+    const defaults: ServeSettings = {
+      hostname: "127.0.0.1",
+      port: 8080,
+      drainMs: 30_000,
+      logLevel: "info",
+      metricsToken: undefined,
+      tracing: undefined,
+      keyFileCheckMs: 5000,
+    };
     expect(serveSettings({})).toEqual(defaults);
     expect(serveSettings({ SLUICE_HOST: "", SLUICE_PORT: "", SLUICE_DRAIN_MS: " ", SLUICE_LOG_LEVEL: "", SLUICE_METRICS_TOKEN: "" })).toEqual(defaults);
   });
@@ -17,6 +25,7 @@ describe("serveSettings", () => {
       logLevel: "warn",
       metricsToken: "t",
       tracing: undefined,
+      keyFileCheckMs: 5000,
     });
     expect(serveSettings({ SLUICE_PORT: "65535", SLUICE_DRAIN_MS: "3600000", SLUICE_LOG_LEVEL: "WARN" })).toMatchObject({
       port: 65_535,
@@ -33,6 +42,7 @@ describe("serveSettings", () => {
       ["SLUICE_PORT", "Infinity"],
       ["SLUICE_DRAIN_MS", "3600001"],
       ["SLUICE_DRAIN_MS", "NaN"],
+      ["SLUICE_KEY_FILE_CHECK_MS", "5s"],
       ["SLUICE_LOG_LEVEL", "verbose"],
       ["SLUICE_LOG_LEVEL", "trace"],
     ];
