@@ -160,6 +160,7 @@ function checkFallbacks(models: ModelConfig[]): void {
         if (aliased !== undefined) throw new ConfigError(`${where} is an alias: name the model by its id, "${aliased}"`);
         const target = byId.get(fallback);
         if (!target) throw new ConfigError(`${where} is not a configured model`);
+        if (target.prefix !== undefined) throw new ConfigError(`${where} is a prefix model: a fallback must be one model`);
         if (listed.has(fallback)) throw new ConfigError(`${where} is listed twice`);
         // It would never take a request: one too long for this model is too long for it.
         if (list === model.contextFallbacks && target.contextWindow <= model.contextWindow) {
@@ -169,6 +170,25 @@ function checkFallbacks(models: ModelConfig[]): void {
       }
     }
   }
+}
+
+/**
+ * The prefix of a model whose id ends in `/*` (`openrouter/*`: every model of a hosted API that names its models
+ * `vendor/name`); undefined for any other id. A `*` anywhere else, an id that is `*` or `/*` alone, and the settings
+ * that name a single upstream model (`upstream_model`, aliases) are refused.
+ */
+function prefixOf(model: ModelConfigFile, index: number): string | undefined {
+  const where = `models[${index}].id "${model.id}"`;
+  const star = model.id.indexOf("*");
+  if (star === -1) return undefined;
+  if (star !== model.id.length - 1 || !model.id.endsWith("/*") || model.id.length < 3) {
+    throw new ConfigError(`${where}: a * may only end an id, after a / and a prefix (as in "openrouter/*")`);
+  }
+  if (model.upstream_model !== undefined) {
+    throw new ConfigError(`${where}: a prefix model sends each request's own name after the prefix upstream, so it takes no upstream_model`);
+  }
+  if ((model.aliases ?? []).length > 0) throw new ConfigError(`${where}: a prefix model takes no aliases`);
+  return model.id.slice(0, -1);
 }
 
 /** Checks a parsed config file against the schema and fills in defaults; throws ConfigError naming the key. */
@@ -186,13 +206,16 @@ export function resolveConfig(file: unknown): Config {
     if (typeof model.base_url === "string") checkHttpUrl(model.base_url, `models[${index}].base_url`);
     else for (const [position, url] of (model.base_url ?? []).entries()) checkHttpUrl(url, `models[${index}].base_url[${position}]`);
     const contextWindow = model.context_window ?? modelDefaults.contextWindow;
+    const prefix = prefixOf(model, index);
     return {
       id: model.id,
+      prefix,
       aliases: model.aliases ?? [],
       fallbacks: model.fallbacks ?? [],
       contextFallbacks: model.context_fallbacks ?? [],
       backend: model.backend,
       baseUrls: (typeof model.base_url === "string" ? [model.base_url] : (model.base_url ?? [])).map((url) => url.replace(/\/+$/, "")),
+      // A prefix model's upstream name is each request's own, after the prefix (see prepareRequest).
       upstreamModel: model.upstream_model ?? model.id,
       ...keySource(model.api_key_env, model.api_key_file, `models[${index}].api_key`),
       ...upstreamHeadersOf(model, `models[${index}]`),

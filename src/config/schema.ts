@@ -18,7 +18,7 @@ export const requestRate = Type.Integer({ minimum: 1, maximum: 1_000_000 });
 
 export const ModelConfigSchema = Type.Object(
   {
-    id: Type.String({ minLength: 1, description: "What clients send as `model`" }),
+    id: Type.String({ minLength: 1, description: "What clients send as `model`; ending in /*, every name that begins with what comes before the *" }),
     /** Other names clients may send for this model (agents that insist on their own model names). */
     aliases: Type.Optional(Type.Array(Type.String({ minLength: 1 }))),
     /** Models (by id) tried in order when this one cannot take a request now: down, busy, or its queue full. */
@@ -153,6 +153,11 @@ export type ModelConfigFile = Static<typeof ModelConfigSchema>;
 /** A model with every default filled in. */
 export interface ModelConfig {
   id: string;
+  /**
+   * Set for a prefix model (an id ending in `/*`, such as `openrouter/*`): the id without its `*`. It takes every
+   * name that begins with it and has more after it, and sends the rest upstream as the model's name.
+   */
+  prefix: string | undefined;
   /** Other names that reach this model; answers carry the name the caller used. */
   aliases: string[];
   /** Model ids tried in order when this model cannot take a request now (see ChatService's fallBack). */

@@ -12,6 +12,7 @@ const upstream = useFakeUpstream({ resetBeforeEach: true });
 function model(baseUrls: string[]): ModelConfig {
   return {
     id: "m",
+    prefix: undefined,
     aliases: [],
     fallbacks: [],
     contextFallbacks: [],

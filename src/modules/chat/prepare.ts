@@ -12,10 +12,15 @@ export const defaultMaxTokens = 8192;
 /** A validated request, checked against its model and ready to send upstream. */
 export interface PreparedRequest {
   entry: ModelEntry;
-  /** The model's id in the configuration (the ledger, metrics and queues use it). */
+  /** The model's id in the configuration (metrics and queues use it). */
   modelId: string;
-  /** The name the caller used (the id or an alias), or a fallback's id; answers carry it, not the upstream's name. */
+  /**
+   * The name the caller used (the id, an alias, or a name under a prefix model's prefix), or a fallback's id; answers
+   * carry it, not the upstream's name.
+   */
   modelName: string;
+  /** The model the ledger records: its id, or for a prefix model the whole name asked for (usage by each model). */
+  ledgerModel: string;
   stream: boolean;
   includeUsage: boolean;
   messages: CountableMessage[];
@@ -27,6 +32,20 @@ export interface PreparedRequest {
   affinity: number | undefined;
   /** A legacy text completion (POST /v1/completions): `upstreamBody` holds a prompt for the upstream's /completions. */
   textCompletion: boolean;
+}
+
+/**
+ * Whether `name` is the one `model` answers to under that name: its id, an alias, or (a prefix model) a name under its
+ * prefix. A request that reached the model as another's fallback asked for another name.
+ */
+export function answersTo(model: ModelConfig, name: string): boolean {
+  if (model.prefix !== undefined) return name.length > model.prefix.length && name.startsWith(model.prefix);
+  return name === model.id || model.aliases.includes(name);
+}
+
+/** The model name an upstream is sent: the configured one, or for a prefix model what the caller asked for after the prefix. */
+export function upstreamNameOf(model: ModelConfig, asked: string): string {
+  return model.prefix === undefined ? model.upstreamModel : asked.slice(model.prefix.length);
 }
 
 /** 400 for a request that leaves no room in its model's context window: a context fallback may take it. */
@@ -86,9 +105,10 @@ function prepared(
   const stream = request.stream === true;
   const text = textPromptOf(request);
   // A text completion goes to the upstream's /completions, whose limit is always max_tokens.
+  const upstreamModel = upstreamNameOf(model, request.model);
   const upstreamBody: Record<string, unknown> = text
-    ? { model: model.upstreamModel, prompt: text.prompt, max_tokens: maxTokens, ...text.fields }
-    : { model: model.upstreamModel, messages: request.messages, [model.maxTokensField ?? limitName]: maxTokens };
+    ? { model: upstreamModel, prompt: text.prompt, max_tokens: maxTokens, ...text.fields }
+    : { model: upstreamModel, messages: request.messages, [model.maxTokensField ?? limitName]: maxTokens };
   if (stream) {
     upstreamBody.stream = true;
     upstreamBody.stream_options = { include_usage: true };
@@ -103,7 +123,8 @@ function prepared(
     entry,
     modelId: model.id,
     // A fallback answers under its own id: the caller learns which model answered.
-    modelName: request.model === model.id || model.aliases.includes(request.model) ? request.model : model.id,
+    modelName: answersTo(model, request.model) ? request.model : model.id,
+    ledgerModel: model.prefix === undefined ? model.id : request.model,
     stream,
     includeUsage: request.stream_options?.include_usage === true,
     messages,

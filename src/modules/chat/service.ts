@@ -442,7 +442,7 @@ export class ChatService implements RunSettler {
       requestId: context.requestId,
       organizationId: context.caller.organizationId,
       keyId: context.caller.keyId,
-      model: prepared.modelId,
+      model: prepared.ledgerModel,
       promptTokens: usage.promptTokens,
       completionTokens: usage.completionTokens,
       reasoningTokens: usage.reasoningTokens,

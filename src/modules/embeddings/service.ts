@@ -1,3 +1,4 @@
+import type { ModelConfig } from "../../config/schema";
 import { ClientGoneError, reachedUpstream, SluiceError } from "../../errors";
 import { LedgerUnavailable } from "../../ledger/not-recorded";
 import type { LedgerStore } from "../../storage/types";
@@ -7,6 +8,7 @@ import type { BackendRequest, Embeddings, Usage } from "../../upstream/types";
 import { AdmissionRejected, type AdmissionStore, type Lease } from "../admission/store";
 import type { Caller } from "../auth/service";
 import { Permit } from "../chat/permit";
+import { upstreamNameOf } from "../chat/prepare";
 import { completedEnding, type Ending, outcomeOf } from "../chat/run";
 import type { ModelRegistry } from "../models/registry";
 import type { Metrics } from "../observability/metrics";
@@ -45,6 +47,11 @@ async function countedTokens(request: EmbeddingsRequest): Promise<number> {
   let total = tokenIdsIn(request.input);
   for (const count of await countTexts(textsOf(request.input))) total += count;
   return total;
+}
+
+/** The model its ledger row names: the id, or for a prefix model the whole name asked for. */
+function ledgerModelOf(model: ModelConfig, request: EmbeddingsRequest): string {
+  return model.prefix === undefined ? model.id : request.model;
 }
 
 /** OpenAI's embeddings answer, with the model as the caller named it. */
@@ -112,7 +119,7 @@ export class EmbeddingsService {
       permit.release(null, clock());
       throw error;
     }
-    const body: Record<string, unknown> = { model: model.upstreamModel, input: request.input };
+    const body: Record<string, unknown> = { model: upstreamNameOf(model, request.model), input: request.input };
     if (request.encoding_format !== undefined) body.encoding_format = request.encoding_format;
     if (request.dimensions !== undefined) body.dimensions = request.dimensions;
     if (request.user !== undefined) body.user = request.user;
@@ -133,31 +140,47 @@ export class EmbeddingsService {
         noteServer(context.record, call.server);
       }
     } catch (error) {
-      await this.fail(request, context, permit, model.id, startedAt, error);
+      await this.fail(request, context, permit, model, startedAt, error);
       throw error;
     }
     // The upstream's count, or the tokenizer's; the estimate if the tokenizer cannot count (its thread failed).
     const promptTokens = embeddings.promptTokens ?? (await countedTokens(request).catch(() => estimatedTokens(request)));
-    await this.end(context, permit, model.id, { promptTokens, completionTokens: 0, reasoningTokens: 0, cachedTokens: 0 }, startedAt, {
-      ending: completedEnding,
-      source: embeddings.promptTokens === undefined ? "tokenizer" : "upstream",
-    });
+    await this.end(
+      context,
+      permit,
+      model.id,
+      ledgerModelOf(model, request),
+      { promptTokens, completionTokens: 0, reasoningTokens: 0, cachedTokens: 0 },
+      startedAt,
+      {
+        ending: completedEnding,
+        source: embeddings.promptTokens === undefined ? "tokenizer" : "upstream",
+      },
+    );
     return { body: answerBody(request, embeddings, promptTokens), headers: lease.headers };
   }
 
   /** A failed call: no row when the upstream never had it; otherwise its row, billing a caller who left for the input. */
-  private async fail(request: EmbeddingsRequest, context: EmbeddingsContext, permit: Permit, modelId: string, startedAt: number, error: unknown) {
+  private async fail(request: EmbeddingsRequest, context: EmbeddingsContext, permit: Permit, model: ModelConfig, startedAt: number, error: unknown) {
     if (!reachedUpstream(error)) {
       permit.release(null, this.deps.clock());
       return;
     }
     const { outcome, errorCode } = outcomeOf(error);
-    if (outcome === "upstream_error") this.deps.metrics?.upstreamErrors.inc({ model: modelId, code: errorCode ?? "upstream_error" });
+    if (outcome === "upstream_error") this.deps.metrics?.upstreamErrors.inc({ model: model.id, code: errorCode ?? "upstream_error" });
     const promptTokens = error instanceof ClientGoneError ? await countedTokens(request).catch(() => estimatedTokens(request)) : 0;
-    await this.end(context, permit, modelId, { promptTokens, completionTokens: 0, reasoningTokens: 0, cachedTokens: 0 }, startedAt, {
-      ending: { outcome, errorCode },
-      source: "tokenizer",
-    });
+    await this.end(
+      context,
+      permit,
+      model.id,
+      ledgerModelOf(model, request),
+      { promptTokens, completionTokens: 0, reasoningTokens: 0, cachedTokens: 0 },
+      startedAt,
+      {
+        ending: { outcome, errorCode },
+        source: "tokenizer",
+      },
+    );
   }
 
   /** Frees the request's places with what it used, notes it in its record and the metrics, and writes its ledger row. */
@@ -165,6 +188,7 @@ export class EmbeddingsService {
     context: EmbeddingsContext,
     permit: Permit,
     modelId: string,
+    ledgerModel: string,
     usage: Usage,
     startedAt: number,
     how: { ending: Ending; source: "upstream" | "tokenizer" },
@@ -177,7 +201,7 @@ export class EmbeddingsService {
       requestId: context.requestId,
       organizationId: context.caller.organizationId,
       keyId: context.caller.keyId,
-      model: modelId,
+      model: ledgerModel,
       promptTokens: usage.promptTokens,
       completionTokens: 0,
       reasoningTokens: 0,

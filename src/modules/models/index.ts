@@ -64,6 +64,9 @@ export const modelRoutes = (registry: ModelRegistry, auth: AuthService) =>
       return { object: "list" as const, data: models.map((model) => modelBody(model, registry.created)) };
     })
     .get("/v1/models/*", ({ caller, params, request }) => {
-      const model = registry.visible(caller, modelIdOf(params["*"]));
+      const name = modelIdOf(params["*"]);
+      const found = registry.visible(caller, name);
+      // A name under a prefix model's prefix is a model of its own to the caller.
+      const model = found.prefix === undefined ? found : { ...found, id: name };
       return asksAnthropicShape(request) ? anthropicModelBody(model, registry.created) : modelBody(model, registry.created);
     });

@@ -23,6 +23,8 @@ export class ModelRegistry {
   private entries = new Map<string, ModelEntry>();
   /** Every name a model answers to (its id and its aliases). */
   private byName = new Map<string, ModelEntry>();
+  /** The prefix models (ids ending in `/*`), the longest prefix first: a name takes the most specific one. */
+  private prefixed: ModelEntry[] = [];
   /** The `created` time of every model: when this configuration was loaded. */
   readonly created = Math.floor(Date.now() / 1000);
   private readonly demo = new DemoBackend();
@@ -55,6 +57,9 @@ export class ModelRegistry {
     }
     this.entries = entries;
     this.byName = byName;
+    this.prefixed = [...entries.values()]
+      .filter((entry) => entry.config.prefix !== undefined)
+      .sort((one, other) => (other.config.prefix as string).length - (one.config.prefix as string).length);
     return rotated;
   }
 
@@ -72,7 +77,7 @@ export class ModelRegistry {
    * are not listed).
    */
   visible(access: ModelAccess, name: string): ModelConfig {
-    const entry = this.byName.get(name);
+    const entry = this.named(name);
     if (!entry?.config.enabled || !this.allowed(access, entry.config.id)) throw modelNotFound(name);
     return entry.config;
   }
@@ -83,7 +88,7 @@ export class ModelRegistry {
    * model_unavailable without one.
    */
   callable(access: ModelAccess, name: string, allowFallback = true): ModelEntry {
-    const entry = this.byName.get(name);
+    const entry = this.named(name);
     if (!entry || !this.allowed(access, entry.config.id)) throw modelNotFound(name);
     if (!entry.config.enabled) {
       const fallback = allowFallback ? this.fallbacksOf(access, entry)[0] : undefined;
@@ -111,14 +116,23 @@ export class ModelRegistry {
     return [...this.entries.keys()].filter((id) => this.allowed({ plan }, id));
   }
 
-  /** The model a name (id or alias) reaches, whoever asks; undefined for an unknown name. */
+  /**
+   * The model a name reaches, whoever asks: the model of that id or alias, or else the prefix model with the longest
+   * prefix the name begins with and goes on after; undefined for an unknown name.
+   */
   named(name: string): ModelEntry | undefined {
-    return this.byName.get(name);
+    const entry = this.byName.get(name);
+    if (entry !== undefined || this.prefixed.length === 0) return entry;
+    for (const candidate of this.prefixed) {
+      const prefix = candidate.config.prefix as string;
+      if (name.length > prefix.length && name.startsWith(prefix)) return candidate;
+    }
+    return undefined;
   }
 
-  /** The id of the model a name (id or alias) reaches; undefined for an unknown name. */
+  /** The id of the model a name reaches (see `named`); undefined for an unknown name. */
   idOf(name: string): string | undefined {
-    return this.byName.get(name)?.config.id;
+    return this.named(name)?.config.id;
   }
 
   all(): ModelConfig[] {
