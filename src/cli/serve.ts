@@ -61,11 +61,13 @@ export async function runServe(args: string[]): Promise<number> {
     console.error(JSON.stringify({ level: "info", message: "stopped" }));
     process.exit(0);
   };
-  // Reloads and key refreshes one at a time: each reconfigures the server from what it read.
+  // Reloads and key refreshes one at a time: each reconfigures the server from what it read. One that failed does not
+  // stop the next.
   let applying: Promise<void> = Promise.resolve();
   const serially = (work: () => Promise<void>): Promise<void> => {
-    applying = applying.then(work);
-    return applying;
+    const run = applying.then(work);
+    applying = run.catch(() => undefined);
+    return run;
   };
   /** The configuration in force: the start's, or the last one a reload applied. */
   let current = config;

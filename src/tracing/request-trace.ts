@@ -19,16 +19,17 @@ const operations: Record<string, string> = {
   "/v1/embeddings": "embeddings",
 };
 
-function upstreamOperation(request: BackendRequest, url: string): string {
-  if (request.textCompletion) return "text_completion";
-  return url.includes("/embeddings") ? "embeddings" : "chat";
-}
-
 interface CallAddress {
   /** The URL without credentials or query. */
   full: string;
   host: string;
   port: number;
+}
+
+/** The gen_ai operation of an upstream call, from the route it goes to (its address without the query). */
+function upstreamOperation(request: BackendRequest, address: CallAddress): string {
+  if (request.textCompletion) return "text_completion";
+  return address.full.endsWith("/embeddings") ? "embeddings" : "chat";
 }
 
 /** Each upstream route's address, parsed once: the routes are the configuration's, a few. */
@@ -75,7 +76,7 @@ export class RequestTrace implements TraceContext {
     // A call sent again on the same server (its output limit renamed) ended with its refusal.
     if (this.call) this.finishCall(undefined);
     const address = addressOf(url);
-    const operation = upstreamOperation(request, url);
+    const operation = upstreamOperation(request, address);
     const model = typeof request.body.model === "string" ? request.body.model : undefined;
     const call: Span = {
       traceId: this.traceId,
