@@ -31,6 +31,8 @@ export interface FakeCollector {
   posts: { headers: Record<string, string>; spans: number }[];
   delayMs: number;
   status: number;
+  /** Posts answered with `status` other than 200. */
+  refused: number;
   stop(): Promise<void>;
 }
 
@@ -52,6 +54,7 @@ export function startFakeCollector(): FakeCollector {
     posts: [],
     delayMs: 0,
     status: 200,
+    refused: 0,
     stop: async () => {
       await server.stop(true);
     },
@@ -68,7 +71,10 @@ export function startFakeCollector(): FakeCollector {
         }[];
       };
       if (collector.delayMs > 0) await Bun.sleep(collector.delayMs);
-      if (collector.status !== 200) return new Response("refused", { status: collector.status });
+      if (collector.status !== 200) {
+        collector.refused++;
+        return new Response("refused", { status: collector.status });
+      }
       let count = 0;
       for (const resourceSpans of body.resourceSpans) {
         const resource = plain(resourceSpans.resource.attributes);

@@ -11,6 +11,7 @@ beforeEach(() => {
   collector.posts.length = 0;
   collector.delayMs = 0;
   collector.status = 200;
+  collector.refused = 0;
 });
 
 const callerTrace = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -316,9 +317,9 @@ describe("sampling", () => {
 });
 
 describe("the exporter", () => {
-  test("a collector that is down costs requests nothing: its spans are counted as failed and logged once", async () => {
+  test("a collector that refuses the export costs requests nothing: its spans are counted as failed and logged once", async () => {
     const logs = capturingLogger();
-    collector.status = 503;
+    collector.status = 401;
     await withSluice(
       { models: [fakeModel(upstream.url, "m", "usage-10-5")] },
       async (sluice) => {
@@ -335,9 +336,28 @@ describe("the exporter", () => {
         expect(metrics).toContain('sluice_trace_spans_total{result="dropped"} 0');
         const failures = logs.lines.filter((line) => line.message === "trace export failed");
         expect(failures.length).toBe(1);
-        expect(failures[0]).toMatchObject({ level: "warn", reason: "the collector answered 503", endpoint: collector.url });
+        expect(failures[0]).toMatchObject({ level: "warn", reason: "the collector answered 401", endpoint: collector.url });
+        // Refused for good: each batch was sent once.
+        expect(collector.refused).toBe(3);
       },
       { tracing: tracingTo(collector.url), logger: logs.logger },
+    );
+  });
+
+  test("a collector restarting (503) gets the batch again a second later; nothing is lost", async () => {
+    collector.status = 503;
+    await withSluice(
+      { models: [fakeModel(upstream.url, "m", "usage-10-5")] },
+      async (sluice) => {
+        await sluice.client().chat.completions.create({ model: "m", messages: question });
+        await eventually(() => collector.refused === 1);
+        collector.status = 200;
+        await eventually(() => collector.spans.length === 2, 3000);
+        const metrics = await (await fetch(`${sluice.url}/metrics`)).text();
+        expect(metrics).toContain('sluice_trace_spans_total{result="exported"} 2');
+        expect(metrics).toContain('sluice_trace_spans_total{result="failed"} 0');
+      },
+      { tracing: tracingTo(collector.url) },
     );
   });
 
