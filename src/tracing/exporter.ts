@@ -44,7 +44,8 @@ export class SpanExporter {
       return;
     }
     this.queue.push(span);
-    if (this.exporting) return;
+    // An export under way, or a batch waiting to be sent again: its timer sends the next.
+    if (this.exporting || this.retry) return;
     if (this.queue.length >= this.settings.maxExportBatchSize) this.startExport();
     else this.timer ??= setTimeout(() => this.startExport(), this.settings.scheduleDelayMs).unref();
   }

@@ -351,13 +351,17 @@ describe("the exporter", () => {
       async (sluice) => {
         await sluice.client().chat.completions.create({ model: "m", messages: question });
         await eventually(() => collector.refused === 1);
+        // Full batches meanwhile wait for the resend's time: a collector that is down is not asked at every batch.
+        for (let index = 0; index < 3; index++) await sluice.client().chat.completions.create({ model: "m", messages: question });
+        await Bun.sleep(300);
+        expect(collector.refused).toBe(1);
         collector.status = 200;
-        await eventually(() => collector.spans.length === 2, 3000);
+        await eventually(() => collector.spans.length === 8, 3000);
         const metrics = await (await fetch(`${sluice.url}/metrics`)).text();
-        expect(metrics).toContain('sluice_trace_spans_total{result="exported"} 2');
+        expect(metrics).toContain('sluice_trace_spans_total{result="exported"} 8');
         expect(metrics).toContain('sluice_trace_spans_total{result="failed"} 0');
       },
-      { tracing: tracingTo(collector.url) },
+      { tracing: tracingTo(collector.url, { OTEL_BSP_MAX_EXPORT_BATCH_SIZE: "2" }) },
     );
   });
 
