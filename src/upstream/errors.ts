@@ -31,9 +31,22 @@ function retryAfterSeconds(header: string | null, now: number): number {
   return Math.min(Math.ceil(seconds), maxRetryAfterSeconds);
 }
 
-/** Maps an upstream's non-200 answer to the error the caller sees. */
-export function errorFromStatus(modelId: string, status: number, body: string, retryAfterHeader: string | null): UpstreamError {
+/**
+ * Maps an upstream's non-200 answer to the error the caller sees. `namedByCaller`: the upstream's model name is the
+ * caller's own (a prefix model's).
+ */
+export function errorFromStatus(modelId: string, status: number, body: string, retryAfterHeader: string | null, namedByCaller = false): UpstreamError {
   const upstreamMessage = messageOf(body);
+  // A prefix model's upstream name is the caller's choice: a 404 for it is the caller's unknown model, not a server
+  // that Sluice was set up wrong for (which a 404 means for a model whose upstream name the configuration gives).
+  if (status === 404 && namedByCaller) {
+    return new UpstreamError(`The upstream of model ${modelId} has no such model: ${upstreamMessage}`, {
+      isRetryable: false,
+      upstreamStatus: status,
+      code: "model_not_found",
+      param: "model",
+    });
+  }
   if (status === 400 || status === 413 || status === 422) {
     const isContext = contextLengthPattern.test(upstreamMessage);
     return new UpstreamError(

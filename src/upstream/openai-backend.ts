@@ -137,7 +137,7 @@ export class OpenAIBackend implements Backend {
     timed?.arm(request.model.firstByteTimeoutMs);
     try {
       const response = await this.send(request, signal, this.embeddingsUrl);
-      if (response.status !== 200) throw (await this.refusalOf(response)).error;
+      if (response.status !== 200) throw (await this.refusalOf(response, request)).error;
       let parsed: unknown;
       try {
         parsed = await response.json();
@@ -305,16 +305,16 @@ export class OpenAIBackend implements Backend {
    * such refusal came back gets it too, and is sent again the same way: the rename in `send` makes it once a request.
    */
   private async afterRefusal(response: Response, request: BackendRequest, signal: AbortSignal): Promise<Response> {
-    const { error, body } = await this.refusalOf(response);
+    const { error, body } = await this.refusalOf(response, request);
     if (request.body.max_tokens === undefined || request.textCompletion || !asksForCompletionTokens(response.status, body)) throw error;
     this.completionTokensOnly = true;
     const retried = await this.send(request, signal);
-    if (retried.status !== 200) throw (await this.refusalOf(retried)).error;
+    if (retried.status !== 200) throw (await this.refusalOf(retried, request)).error;
     return retried;
   }
 
   /** The error of an answer whose status is not 200, from its body (its first `maxErrorBodyBytes`) and Retry-After. */
-  private async refusalOf(response: Response): Promise<{ error: UpstreamError; body: string }> {
+  private async refusalOf(response: Response, request: BackendRequest): Promise<{ error: UpstreamError; body: string }> {
     if (response.status >= 300 && response.status < 400) {
       await response.body?.cancel().catch(() => undefined);
       // The address it names stays out of the message, which the caller sees: it may be the operator's network.
@@ -328,7 +328,8 @@ export class OpenAIBackend implements Backend {
       return { error, body: "" };
     }
     const body = (await readTextWithin(response.body, maxErrorBodyBytes).catch(() => "")) ?? "";
-    return { error: errorFromStatus(this.modelId, response.status, body, response.headers.get("retry-after")), body };
+    const namedByCaller = request.model.prefix !== undefined;
+    return { error: errorFromStatus(this.modelId, response.status, body, response.headers.get("retry-after"), namedByCaller), body };
   }
 
   private completionOf(parsed: unknown): Completion {

@@ -18,6 +18,12 @@ export interface ModelAccess {
   keyModels?: ReadonlySet<string>;
 }
 
+/**
+ * The longest name a prefix model takes after its prefix. Hosted APIs' names are under a hundred characters; each name
+ * under a prefix becomes the ledger's model, so a caller must not be able to write a megabyte of it into every row.
+ */
+const maxNameAfterPrefix = 256;
+
 /** The configured models with their backends, and which of them a plan (and a key limited to some) may use. */
 export class ModelRegistry {
   private entries = new Map<string, ModelEntry>();
@@ -125,7 +131,7 @@ export class ModelRegistry {
     if (entry !== undefined || this.prefixed.length === 0) return entry;
     for (const candidate of this.prefixed) {
       const prefix = candidate.config.prefix as string;
-      if (name.length > prefix.length && name.startsWith(prefix)) return candidate;
+      if (name.length > prefix.length && name.length <= prefix.length + maxNameAfterPrefix && name.startsWith(prefix)) return candidate;
     }
     return undefined;
   }

@@ -66,10 +66,21 @@ describe("a prefix model", () => {
       await client.chat.completions.create({ model: "hosted/special/usage-2-2", messages: question });
       expect(upstream.bodies.at(-1)?.model).toBe("usage-2-2");
       expect(upstream.requests.at(-1)?.path).toBe("/v1/chat/completions?server=special");
-      for (const name of ["hosted/", "hosted", "other/usage-1-1"]) {
+      // A name the upstream does not have is the caller's unknown model (its 404), not a server error.
+      const unknown = await failureOf(client.chat.completions.create({ model: "hosted/no-such-model", messages: question }));
+      expect([unknown.status, unknown.code, unknown.param]).toEqual([404, "model_not_found", "model"]);
+      expect(upstream.bodies.at(-1)?.model).toBe("no-such-model");
+      // A name of 256 characters after the prefix is taken; a longer one is no model (each becomes the ledger's model).
+      const long = await failureOf(client.chat.completions.create({ model: `hosted/${"x".repeat(256)}`, messages: question }));
+      expect(long.status).toBe(404);
+      expect(upstream.bodies.at(-1)?.model).toBe("x".repeat(256));
+      const calls = upstream.requests.length;
+      for (const name of ["hosted/", "hosted", "other/usage-1-1", `hosted/${"x".repeat(257)}`]) {
         const refused = await failureOf(client.chat.completions.create({ model: name, messages: question }));
         expect([refused.status, refused.code]).toEqual([404, "model_not_found"]);
       }
+      // Refused by Sluice itself: the upstream never heard of them.
+      expect(upstream.requests.length).toBe(calls);
     });
   });
 
