@@ -30,7 +30,7 @@ export const ModelConfigSchema = Type.Object(
     base_url: Type.Optional(Type.Union([Type.String({ minLength: 1 }), Type.Array(Type.String({ minLength: 1 }), { minItems: 1 })])),
     upstream_model: Type.Optional(Type.String({ minLength: 1 })),
     api_key_env: Type.Optional(Type.String({ minLength: 1 })),
-    /** A file holding the key (a Docker or Kubernetes secret), read at start and at every reload; instead of api_key_env. */
+    /** A file holding the key (a Docker or Kubernetes secret), read at start, at every reload and when it changes; instead of api_key_env. */
     api_key_file: Type.Optional(Type.String({ minLength: 1 })),
     /** The header the key goes in, as its bare value (Azure OpenAI's `api-key`); omitted = `Authorization: Bearer`. */
     api_key_header: Type.Optional(Type.String({ minLength: 1 })),
@@ -169,7 +169,7 @@ export interface ModelConfig {
   baseUrls: string[];
   upstreamModel: string;
   apiKeyEnv: string | undefined;
-  /** A file holding the key, read at start and at every reload (see src/config/secrets.ts). */
+  /** A file holding the key, read at start, at every reload and when it changes (see src/config/secrets.ts). */
   apiKeyFile: string | undefined;
   /** Undefined: the key goes as `Authorization: Bearer`. Lower case. */
   apiKeyHeader: string | undefined;

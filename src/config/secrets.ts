@@ -1,7 +1,7 @@
 // Where an upstream's key comes from: an environment variable (`api_key_env`), or a file (`api_key_file`: a Docker or
-// Kubernetes secret, systemd's LoadCredential=). A file is read again on every reload, so a key rotated in it applies
-// with `systemctl reload sluice`, without a restart; an environment cannot change under a running process. The key
-// itself never enters the configuration object, whose changes are logged and audited.
+// Kubernetes secret, systemd's LoadCredential=). A file is read again on every reload and when it changes
+// (key-file-watch.ts), so a key rotated in it applies without a restart; an environment cannot change under a running
+// process. The key itself never enters the configuration object, whose changes are logged and audited.
 import { readFileSync, statSync } from "node:fs";
 import { ConfigError } from "./load";
 import type { Config } from "./schema";
