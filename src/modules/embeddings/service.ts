@@ -49,11 +49,6 @@ async function countedTokens(request: EmbeddingsRequest): Promise<number> {
   return total;
 }
 
-/** The model its ledger row names: the id, or for a prefix model the whole name asked for. */
-function ledgerModelOf(model: ModelConfig, request: EmbeddingsRequest): string {
-  return model.prefix === undefined ? model.id : request.model;
-}
-
 /** OpenAI's embeddings answer, with the model as the caller named it. */
 function answerBody(request: EmbeddingsRequest, embeddings: Embeddings, promptTokens: number): string {
   const data = embeddings.vectors.map((embedding, index) => ({ object: "embedding", index, embedding }));
@@ -145,18 +140,10 @@ export class EmbeddingsService {
     }
     // The upstream's count, or the tokenizer's; the estimate if the tokenizer cannot count (its thread failed).
     const promptTokens = embeddings.promptTokens ?? (await countedTokens(request).catch(() => estimatedTokens(request)));
-    await this.end(
-      context,
-      permit,
-      model.id,
-      ledgerModelOf(model, request),
-      { promptTokens, completionTokens: 0, reasoningTokens: 0, cachedTokens: 0 },
-      startedAt,
-      {
-        ending: completedEnding,
-        source: embeddings.promptTokens === undefined ? "tokenizer" : "upstream",
-      },
-    );
+    await this.end(request, context, permit, model, promptTokens, startedAt, {
+      ending: completedEnding,
+      source: embeddings.promptTokens === undefined ? "tokenizer" : "upstream",
+    });
     return { body: answerBody(request, embeddings, promptTokens), headers: lease.headers };
   }
 
@@ -169,40 +156,31 @@ export class EmbeddingsService {
     const { outcome, errorCode } = outcomeOf(error);
     if (outcome === "upstream_error") this.deps.metrics?.upstreamErrors.inc({ model: model.id, code: errorCode ?? "upstream_error" });
     const promptTokens = error instanceof ClientGoneError ? await countedTokens(request).catch(() => estimatedTokens(request)) : 0;
-    await this.end(
-      context,
-      permit,
-      model.id,
-      ledgerModelOf(model, request),
-      { promptTokens, completionTokens: 0, reasoningTokens: 0, cachedTokens: 0 },
-      startedAt,
-      {
-        ending: { outcome, errorCode },
-        source: "tokenizer",
-      },
-    );
+    await this.end(request, context, permit, model, promptTokens, startedAt, { ending: { outcome, errorCode }, source: "tokenizer" });
   }
 
   /** Frees the request's places with what it used, notes it in its record and the metrics, and writes its ledger row. */
   private end(
+    request: EmbeddingsRequest,
     context: EmbeddingsContext,
     permit: Permit,
-    modelId: string,
-    ledgerModel: string,
-    usage: Usage,
+    model: ModelConfig,
+    promptTokens: number,
     startedAt: number,
     how: { ending: Ending; source: "upstream" | "tokenizer" },
   ): Promise<void> {
     const endedAt = this.deps.clock();
+    const usage: Usage = { promptTokens, completionTokens: 0, reasoningTokens: 0, cachedTokens: 0 };
     permit.release(usage, endedAt);
     noteBilled(context.record, how.ending, usage);
-    this.deps.metrics?.tokensOf(modelId).prompt.inc(usage.promptTokens);
+    this.deps.metrics?.tokensOf(model.id).prompt.inc(promptTokens);
     return this.deps.ledger.record({
       requestId: context.requestId,
       organizationId: context.caller.organizationId,
       keyId: context.caller.keyId,
-      model: ledgerModel,
-      promptTokens: usage.promptTokens,
+      // A prefix model's row names the whole model asked for (see PreparedRequest.ledgerModel).
+      model: model.prefix === undefined ? model.id : request.model,
+      promptTokens,
       completionTokens: 0,
       reasoningTokens: 0,
       cachedTokens: 0,
