@@ -150,6 +150,17 @@ export function fakeModel(upstreamUrl: string, id: string, upstreamModel = id, e
 }
 
 /** The audit trail's actor of changes that tests make directly through the services. */
+/**
+ * Models through which a request is sent three times: `flaky`'s two servers (the same fake, told apart by a query)
+ * each refuse it with 429, so it is tried once on the other, then `flaky`'s fallback `m` answers.
+ */
+export function sentThreeTimes(upstreamUrl: string) {
+  return [
+    { ...fakeModel(upstreamUrl, "flaky", "overloaded-429"), base_url: [upstreamUrl, `${upstreamUrl}?server=2`], fallbacks: ["m"] },
+    fakeModel(upstreamUrl, "m", "usage-10-5"),
+  ];
+}
+
 export const testActor: AuditActor = { kind: "cli", name: "test" };
 
 export interface TestSluice {

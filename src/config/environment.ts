@@ -1,6 +1,7 @@
 import type { LogLevel } from "../modules/observability/logger";
 import { tracingSettings, type TracingSettings } from "../tracing/settings";
 import { ConfigError } from "./load";
+import { variable, wholeNumber } from "./variables";
 
 export interface ServeSettings {
   hostname: string;
@@ -20,20 +21,6 @@ const logLevels: readonly LogLevel[] = ["debug", "info", "warn", "error", "silen
 /** A drain longer than an hour outlives any process manager's stop timeout; a typo is likelier. */
 const maxDrainMs = 3_600_000;
 
-/** An empty value counts as unset, as a unit file's `SLUICE_PORT=` or a shell's unset `$PORT` would give. */
-function variable(environment: Record<string, string | undefined>, name: string): string | undefined {
-  const value = environment[name]?.trim();
-  return value ? value : undefined;
-}
-
-function wholeNumber(environment: Record<string, string | undefined>, name: string, fallback: number, max: number, what: string): number {
-  const value = variable(environment, name);
-  if (value === undefined) return fallback;
-  const number = /^\d{1,10}$/.test(value) ? Number(value) : Number.NaN;
-  if (!(number <= max)) throw new ConfigError(`${name} must be ${what} from 0 to ${max}, got "${value}"`);
-  return number;
-}
-
 /**
  * What `sluice serve` reads from its environment, checked before anything is opened: a mistyped value stops the
  * start with the variable named (exit 1) rather than a runtime's stack trace, or a setting silently replaced by its
@@ -47,11 +34,11 @@ export function serveSettings(environment: Record<string, string | undefined> = 
   }
   return {
     hostname: variable(environment, "SLUICE_HOST") ?? "127.0.0.1",
-    port: wholeNumber(environment, "SLUICE_PORT", 8080, 65_535, "a port number"),
-    drainMs: wholeNumber(environment, "SLUICE_DRAIN_MS", 30_000, maxDrainMs, "a whole number of milliseconds"),
+    port: wholeNumber(environment, "SLUICE_PORT", 8080, { max: 65_535, what: "a port number" }),
+    drainMs: wholeNumber(environment, "SLUICE_DRAIN_MS", 30_000, { max: maxDrainMs, what: "a whole number of milliseconds" }),
     logLevel: logLevel as LogLevel,
     metricsToken: environment.SLUICE_METRICS_TOKEN || undefined,
     tracing: tracingSettings(environment),
-    keyFileCheckMs: wholeNumber(environment, "SLUICE_KEY_FILE_CHECK_MS", 5000, 3_600_000, "a whole number of milliseconds"),
+    keyFileCheckMs: wholeNumber(environment, "SLUICE_KEY_FILE_CHECK_MS", 5000, { max: 3_600_000, what: "a whole number of milliseconds" }),
   };
 }

@@ -5,6 +5,7 @@
 // every collector's OTLP HTTP receiver takes beside protobuf.
 
 import { ConfigError } from "../config/load";
+import { type Environment, firstOf, variable, wholeNumber } from "../config/variables";
 
 export type SamplerName = "always_on" | "always_off" | "traceidratio" | "parentbased_always_on" | "parentbased_always_off" | "parentbased_traceidratio";
 
@@ -26,8 +27,6 @@ export interface TracingSettings {
   maxExportBatchSize: number;
 }
 
-type Environment = Record<string, string | undefined>;
-
 const samplers: readonly SamplerName[] = [
   "always_on",
   "always_off",
@@ -36,29 +35,6 @@ const samplers: readonly SamplerName[] = [
   "parentbased_always_off",
   "parentbased_traceidratio",
 ];
-
-function variable(environment: Environment, name: string): string | undefined {
-  const value = environment[name]?.trim();
-  return value ? value : undefined;
-}
-
-/** The first of the variables set: the traces-only one before the one for every signal. */
-function firstOf(environment: Environment, ...names: string[]): [string, string] | undefined {
-  for (const name of names) {
-    const value = variable(environment, name);
-    if (value !== undefined) return [name, value];
-  }
-  return undefined;
-}
-
-function whole(environment: Environment, names: string[], fallback: number, min: number, max: number): number {
-  const found = firstOf(environment, ...names);
-  if (!found) return fallback;
-  const [name, value] = found;
-  const number = /^\d{1,10}$/.test(value) ? Number(value) : Number.NaN;
-  if (!(number >= min && number <= max)) throw new ConfigError(`${name} must be a whole number from ${min} to ${max}, got "${value}"`);
-  return number;
-}
 
 /** `key1=value1,key2=value2`, values percent-encoded, as the specification writes headers and resource attributes. */
 function pairs(name: string, value: string): Record<string, string> {
@@ -135,19 +111,19 @@ export function tracingSettings(environment: Environment = process.env): Tracing
   };
   const resource = pairs("OTEL_RESOURCE_ATTRIBUTES", variable(environment, "OTEL_RESOURCE_ATTRIBUTES") ?? "");
   resource["service.name"] = variable(environment, "OTEL_SERVICE_NAME") ?? resource["service.name"] ?? "sluice";
-  const maxQueueSize = whole(environment, ["OTEL_BSP_MAX_QUEUE_SIZE"], 2048, 1, 1_000_000);
-  const maxExportBatchSize = whole(environment, ["OTEL_BSP_MAX_EXPORT_BATCH_SIZE"], 512, 1, 1_000_000);
+  const maxQueueSize = wholeNumber(environment, "OTEL_BSP_MAX_QUEUE_SIZE", 2048, { min: 1, max: 1_000_000 });
+  const maxExportBatchSize = wholeNumber(environment, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512, { min: 1, max: 1_000_000 });
   if (maxExportBatchSize > maxQueueSize) {
     throw new ConfigError(`OTEL_BSP_MAX_EXPORT_BATCH_SIZE (${maxExportBatchSize}) must not exceed OTEL_BSP_MAX_QUEUE_SIZE (${maxQueueSize})`);
   }
   return {
     endpoint,
     headers,
-    timeoutMs: whole(environment, ["OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"], 10_000, 1, 600_000),
+    timeoutMs: wholeNumber(environment, ["OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"], 10_000, { min: 1, max: 600_000 }),
     resource,
     sampler,
     ratio,
-    scheduleDelayMs: whole(environment, ["OTEL_BSP_SCHEDULE_DELAY"], 5000, 1, 3_600_000),
+    scheduleDelayMs: wholeNumber(environment, "OTEL_BSP_SCHEDULE_DELAY", 5000, { min: 1, max: 3_600_000 }),
     maxQueueSize,
     maxExportBatchSize,
   };

@@ -55,7 +55,7 @@ const timeOrigin = performance.timeOrigin;
  * exactly (about 2^50), so the nanoseconds are those and three zeros. Through a BigInt, a span's encoding cost a fifth
  * more.
  */
-export function epochNanos(at: number): string {
+function epochNanos(at: number): string {
   return `${Math.round((timeOrigin + at) * 1000)}000`;
 }
 

@@ -2,7 +2,7 @@ import { describe, expect, test } from "bun:test";
 import Anthropic from "@anthropic-ai/sdk";
 import { ConfigError, resolveConfig } from "../../src/config/load";
 import { callerContextOf } from "../../src/tracing/trace-context";
-import { capturingLogger, fakeModel, useFakeUpstream, withSluice } from "../helpers";
+import { capturingLogger, fakeModel, sentThreeTimes, useFakeUpstream, withSluice } from "../helpers";
 
 const upstream = useFakeUpstream({ resetBeforeEach: true });
 const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
@@ -88,27 +88,18 @@ describe("what the upstream is sent", () => {
   });
 
   test("a request sent again (a fallback, another server) goes as ID-2, ID-3: vLLM refuses an id still running", async () => {
-    await withSluice(
-      {
-        models: [
-          // Two servers (the same fake, told apart by a query): a 429 is tried once on the other, then the fallback.
-          { ...fakeModel(upstream.url, "flaky", "overloaded-429"), base_url: [upstream.url, `${upstream.url}?server=2`], fallbacks: ["m"] },
-          fakeModel(upstream.url, "m", "usage-10-5"),
-        ],
-      },
-      async (sluice) => {
-        const { response } = await sluice
-          .client()
-          .chat.completions.create({ model: "flaky", messages: [{ role: "user", content: "hi" }] }, { headers: { traceparent } })
-          .withResponse();
-        const requestId = response.headers.get("x-request-id") as string;
-        const calls = upstream.requests.filter((request) => request.path.includes("/chat/completions"));
-        expect(calls.map((call) => [call.headers["x-request-id"], call.headers.traceparent])).toEqual([
-          [requestId, traceparent],
-          [`${requestId}-2`, traceparent],
-          [`${requestId}-3`, traceparent],
-        ]);
-      },
-    );
+    await withSluice({ models: sentThreeTimes(upstream.url) }, async (sluice) => {
+      const { response } = await sluice
+        .client()
+        .chat.completions.create({ model: "flaky", messages: [{ role: "user", content: "hi" }] }, { headers: { traceparent } })
+        .withResponse();
+      const requestId = response.headers.get("x-request-id") as string;
+      const calls = upstream.requests.filter((request) => request.path.includes("/chat/completions"));
+      expect(calls.map((call) => [call.headers["x-request-id"], call.headers.traceparent])).toEqual([
+        [requestId, traceparent],
+        [`${requestId}-2`, traceparent],
+        [`${requestId}-3`, traceparent],
+      ]);
+    });
   });
 });

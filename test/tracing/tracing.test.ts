@@ -1,6 +1,6 @@
 import { afterAll, beforeEach, describe, expect, test } from "bun:test";
 import { tracingSettings, type TracingSettings } from "../../src/tracing/settings";
-import { capturingLogger, eventually, failureOf, fakeModel, httpPost, useFakeUpstream, withSluice } from "../helpers";
+import { capturingLogger, eventually, failureOf, fakeModel, httpPost, sentThreeTimes, useFakeUpstream, withSluice } from "../helpers";
 import { startFakeCollector, type ReceivedSpan } from "../support/otlp-collector";
 
 const upstream = useFakeUpstream({ resetBeforeEach: true });
@@ -142,12 +142,7 @@ describe("spans exported over OTLP", () => {
 
   test("a call sent again (another server, a fallback) is a span of its own; the refused ones are errors", async () => {
     await withSluice(
-      {
-        models: [
-          { ...fakeModel(upstream.url, "flaky", "overloaded-429"), base_url: [upstream.url, `${upstream.url}?server=2`], fallbacks: ["m"] },
-          fakeModel(upstream.url, "m", "usage-10-5"),
-        ],
-      },
+      { models: sentThreeTimes(upstream.url) },
       async (sluice) => {
         const { response } = await sluice.client().chat.completions.create({ model: "flaky", messages: question }, { headers: { traceparent } }).withResponse();
         const requestId = response.headers.get("x-request-id") as string;

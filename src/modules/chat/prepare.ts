@@ -19,7 +19,7 @@ export interface PreparedRequest {
    * carry it, not the upstream's name.
    */
   modelName: string;
-  /** The model the ledger records: its id, or for a prefix model the whole name asked for (usage by each model). */
+  /** The model the ledger records (see ledgerModelOf). */
   ledgerModel: string;
   stream: boolean;
   includeUsage: boolean;
@@ -34,18 +34,14 @@ export interface PreparedRequest {
   textCompletion: boolean;
 }
 
-/**
- * Whether `name` is the one `model` answers to under that name: its id, an alias, or (a prefix model) a name under its
- * prefix. A request that reached the model as another's fallback asked for another name.
- */
-export function answersTo(model: ModelConfig, name: string): boolean {
-  if (model.prefix !== undefined) return name.length > model.prefix.length && name.startsWith(model.prefix);
-  return name === model.id || model.aliases.includes(name);
-}
-
 /** The model name an upstream is sent: the configured one, or for a prefix model what the caller asked for after the prefix. */
 export function upstreamNameOf(model: ModelConfig, asked: string): string {
   return model.prefix === undefined ? model.upstreamModel : asked.slice(model.prefix.length);
+}
+
+/** The model a ledger row names: the id, or for a prefix model the whole name asked for (usage by each of its models). */
+export function ledgerModelOf(model: ModelConfig, asked: string): string {
+  return model.prefix === undefined ? model.id : asked;
 }
 
 /** 400 for a request that leaves no room in its model's context window: a context fallback may take it. */
@@ -123,8 +119,9 @@ function prepared(
     entry,
     modelId: model.id,
     // A fallback answers under its own id: the caller learns which model answered.
-    modelName: answersTo(model, request.model) ? request.model : model.id,
-    ledgerModel: model.prefix === undefined ? model.id : request.model,
+    // A prefix model is never a fallback (the configuration refuses it), so a request it takes asked for a name under it.
+    modelName: model.prefix !== undefined || request.model === model.id || model.aliases.includes(request.model) ? request.model : model.id,
+    ledgerModel: ledgerModelOf(model, request.model),
     stream,
     includeUsage: request.stream_options?.include_usage === true,
     messages,

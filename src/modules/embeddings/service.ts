@@ -8,7 +8,7 @@ import type { BackendRequest, Embeddings, Usage } from "../../upstream/types";
 import { AdmissionRejected, type AdmissionStore, type Lease } from "../admission/store";
 import type { Caller } from "../auth/service";
 import { Permit } from "../chat/permit";
-import { upstreamNameOf } from "../chat/prepare";
+import { ledgerModelOf, upstreamNameOf } from "../chat/prepare";
 import { completedEnding, type Ending, outcomeOf } from "../chat/run";
 import type { ModelRegistry } from "../models/registry";
 import type { Metrics } from "../observability/metrics";
@@ -178,8 +178,7 @@ export class EmbeddingsService {
       requestId: context.requestId,
       organizationId: context.caller.organizationId,
       keyId: context.caller.keyId,
-      // A prefix model's row names the whole model asked for (see PreparedRequest.ledgerModel).
-      model: model.prefix === undefined ? model.id : request.model,
+      model: ledgerModelOf(model, request.model),
       promptTokens,
       completionTokens: 0,
       reasoningTokens: 0,

@@ -6,6 +6,7 @@ import { MemoryAdmissionStore } from "../../../src/modules/admission/memory-stor
 import { cachedSubjects, RedisAdmissionStore, subjectKeys } from "../../../src/modules/admission/redis-store";
 import { AdmissionRejected, type Lease, type UsageSnapshot } from "../../../src/modules/admission/store";
 import { RedisConnection } from "../../../src/storage/redis";
+import { ledgerRow } from "../../helpers";
 import { useAdmissionServices } from "../../support/services";
 
 const services = useAdmissionServices("admission");
@@ -246,23 +247,8 @@ test("a Redis that lost its data: the rebuild replays the last minute's recorded
   });
   const ledger = services.storage.openLedger();
   const now = Date.now();
-  const row = (requestId: string, startedAt: number) => ({
-    requestId,
-    organizationId: "org_replayed",
-    keyId: "key_replayed",
-    model: "m",
-    promptTokens: 1,
-    completionTokens: 1,
-    reasoningTokens: 0,
-    cachedTokens: 0,
-    outcome: "completed" as const,
-    errorCode: null,
-    ruleId: null,
-    usageSource: "upstream" as const,
-    startedAt,
-    endedAt: startedAt + 5,
-    firstTokenMs: null,
-  });
+  const row = (requestId: string, startedAt: number) =>
+    ledgerRow({ requestId, organizationId: "org_replayed", keyId: "key_replayed", promptTokens: 1, completionTokens: 1, startedAt, endedAt: startedAt + 5 });
   // Three requests in the last seconds, and one from two minutes ago that no longer counts.
   await Promise.all(
     [row("req_replayed_old", now - 120_000), row("req_replayed_1", now - 3000), row("req_replayed_2", now - 2000), row("req_replayed_3", now - 1000)].map(
