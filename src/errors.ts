@@ -7,6 +7,7 @@ export type ErrorCode =
   | "invalid_request"
   | "missing_api_key"
   | "invalid_api_key"
+  | "ip_not_authorized"
   | "organization_inactive"
   | "model_not_found"
   | "rate_limit_exceeded"
@@ -29,6 +30,7 @@ const statusByCode: Record<ErrorCode, number> = {
   invalid_request: 400,
   missing_api_key: 401,
   invalid_api_key: 401,
+  ip_not_authorized: 401,
   organization_inactive: 403,
   model_not_found: 404,
   not_found: 404,
@@ -52,6 +54,7 @@ const typeByCode: Record<ErrorCode, string> = {
   invalid_request: "invalid_request_error",
   missing_api_key: "invalid_request_error",
   invalid_api_key: "invalid_request_error",
+  ip_not_authorized: "invalid_request_error",
   organization_inactive: "permission_error",
   model_not_found: "invalid_request_error",
   not_found: "invalid_request_error",
@@ -75,6 +78,7 @@ const anthropicTypeByCode: Record<ErrorCode, string> = {
   invalid_request: "invalid_request_error",
   missing_api_key: "authentication_error",
   invalid_api_key: "authentication_error",
+  ip_not_authorized: "authentication_error",
   organization_inactive: "permission_error",
   model_not_found: "not_found_error",
   not_found: "not_found_error",

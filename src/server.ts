@@ -11,6 +11,7 @@ import { AuthService } from "./modules/auth/service";
 import { AuditLog, type AuditActor } from "./modules/audit/service";
 import { AccountService } from "./modules/console/accounts";
 import { ConsoleService } from "./modules/console/service";
+import { networkList } from "./modules/keys/networks";
 import { KeyService } from "./modules/keys/service";
 import { OrganizationService } from "./modules/organizations/service";
 import { ChatService } from "./modules/chat/service";
@@ -50,6 +51,8 @@ export interface ServerOptions {
   heartbeatMs?: number;
   /** Where and which requests' spans are exported (src/tracing); none without. */
   tracing?: TracingSettings;
+  /** The proxies whose `X-Forwarded-For` names a caller's address (see clientAddress); none without. */
+  trustedProxies?: readonly string[];
 }
 
 export interface RunningServer {
@@ -139,7 +142,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     failed: (error) => logger.log("warn", { message: "ledger retention stopped; it goes on within the hour", error: String(error) }),
   });
   retention.start();
-  const auth = new AuthService(storage.keys, storage.changes, plans, (entries) => ledger.touchKeys(entries));
+  const trustedProxies = options.trustedProxies && networkList(options.trustedProxies);
+  const auth = new AuthService(storage.keys, storage.changes, plans, (entries) => ledger.touchKeys(entries), trustedProxies);
   const organizationRate = async (organizationId: string) => {
     const organization = await storage.organizations.findById(organizationId);
     return organization ? plans.get(organization.plan)?.requestsPerMinute : undefined;

@@ -215,6 +215,7 @@ export async function startSluice(
     idleTimeoutSeconds?: number;
     heartbeatMs?: number;
     tracing?: TracingSettings;
+    trustedProxies?: string[];
   } = {},
 ): Promise<TestSluice> {
   const directory = temporaryDirectory();
@@ -238,6 +239,7 @@ export async function startSluice(
     idleTimeoutSeconds: options.idleTimeoutSeconds,
     heartbeatMs: options.heartbeatMs,
     tracing: options.tracing,
+    trustedProxies: options.trustedProxies,
   });
   const addOrganization = async (name: string, organizationOptions: { plan?: string; status?: OrganizationStatus } = {}) => {
     const organization = (await organizations.findByName(name)) ?? (await organizations.create({ name, ...organizationOptions }, testActor));

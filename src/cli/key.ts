@@ -43,6 +43,11 @@ function modelsOption(value: string, config: Config): string[] | null {
   );
 }
 
+/** `--networks 10.0.0.0/8,203.0.113.7`: those addresses and ranges (checked by the key service); `--networks any`: anywhere (null). */
+function networksOption(value: string): string[] | null {
+  return value === "any" ? null : value.split(",");
+}
+
 /** `--expires-in 90s|30m|12h|30d` in milliseconds; undefined when not given. */
 export function expiryOption(value: string | undefined): number | undefined {
   if (value === undefined) return undefined;
@@ -51,8 +56,8 @@ export function expiryOption(value: string | undefined): number | undefined {
   return milliseconds;
 }
 
-function describeModels(key: ApiKeyInfo): string {
-  return key.models === null ? "all" : key.models.join(",");
+function describeLists(key: ApiKeyInfo): string {
+  return `${key.models === null ? "all" : key.models.join(",")}\t${key.networks === null ? "any" : key.networks.join(",")}`;
 }
 
 function describeLimits(limits: KeyLimits): string {
@@ -66,7 +71,14 @@ export async function runKey(args: string[]): Promise<number> {
   if (action === "create") {
     const { values } = parseCommand(
       rest,
-      { org: { type: "string" }, name: { type: "string" }, "expires-in": { type: "string" }, models: { type: "string" }, ...limitOptions },
+      {
+        org: { type: "string" },
+        name: { type: "string" },
+        "expires-in": { type: "string" },
+        models: { type: "string" },
+        networks: { type: "string" },
+        ...limitOptions,
+      },
       0,
     );
     if (!values.org) throw new UsageError("--org NAME is required");
@@ -76,7 +88,8 @@ export async function runKey(args: string[]): Promise<number> {
     await withCliContext(async (context) => {
       const org = await context.organizations.requireByName(organizationName);
       const models = values.models === undefined ? null : modelsOption(values.models, context.config);
-      const { key, secret } = await context.keys.create({ organizationId: org.id, name: values.name, expiresInMs, limits, models }, context.actor);
+      const networks = values.networks === undefined ? null : networksOption(values.networks);
+      const { key, secret } = await context.keys.create({ organizationId: org.id, name: values.name, expiresInMs, limits, models, networks }, context.actor);
       console.error(`created key ${key.id} "${key.name}" for ${org.name}, expires ${formatTime(key.expiresAt)}`);
       console.error("this is the only time the key is shown; store it now:");
       console.log(secret);
@@ -84,16 +97,17 @@ export async function runKey(args: string[]): Promise<number> {
     return 0;
   }
   if (action === "update") {
-    const { values, positionals } = parseCommand(rest, { ...limitOptions, models: { type: "string" } }, 1);
+    const { values, positionals } = parseCommand(rest, { ...limitOptions, models: { type: "string" }, networks: { type: "string" } }, 1);
     const keyId = positionals[0] as string;
     if (Object.values(values).every((value) => value === undefined))
-      throw new UsageError("give at least one of --max-concurrency, --tokens-per-5h, --tokens-per-month, --requests-per-minute, --models");
-    const { models: modelsValue, ...limitValues } = values;
+      throw new UsageError("give at least one of --max-concurrency, --tokens-per-5h, --tokens-per-month, --requests-per-minute, --models, --networks");
+    const { models: modelsValue, networks: networksValue, ...limitValues } = values;
     await withCliContext(async (context) => {
       const existing = await context.keys.find(keyId);
-      if (modelsValue !== undefined) {
-        const models = modelsOption(modelsValue, context.config);
-        await context.keys.setModels(keyId, models, context.actor);
+      if (modelsValue !== undefined || networksValue !== undefined) {
+        const models = modelsValue === undefined ? undefined : modelsOption(modelsValue, context.config);
+        const networks = networksValue === undefined ? undefined : networksOption(networksValue);
+        await context.keys.setLists(keyId, { models, networks }, context.actor);
       }
       const updated = await context.keys.setLimits(keyId, limitsOf(limitValues, existing ?? noLimits), context.actor);
       // Shared mode: the caps are enforced in Redis, where this key's usage so far must be before its next request.
@@ -106,7 +120,7 @@ export async function runKey(args: string[]): Promise<number> {
           shared.close();
         }
       }
-      console.log(`${updated.id}\t${describeLimits(updated)}\t${describeModels(updated)}`);
+      console.log(`${updated.id}\t${describeLimits(updated)}\t${describeLists(updated)}`);
     });
     return 0;
   }
@@ -127,7 +141,7 @@ export async function runKey(args: string[]): Promise<number> {
             formatTime(key.expiresAt),
             formatTime(key.revokedAt),
             describeLimits(key),
-            describeModels(key),
+            describeLists(key),
           ].join("\t"),
         );
       }

@@ -30,6 +30,7 @@ export async function runServe(args: string[]): Promise<number> {
     port: settings.port,
     metricsToken: settings.metricsToken,
     tracing: settings.tracing,
+    trustedProxies: settings.trustedProxies,
     logger: new Logger(settings.logLevel),
   }).catch(async (error: unknown) => {
     await storage.close();

@@ -1,7 +1,9 @@
 import type { LogLevel } from "../modules/observability/logger";
 import { tracingSettings, type TracingSettings } from "../tracing/settings";
 import { ConfigError } from "./load";
-import { variable, wholeNumber } from "./variables";
+import { KeyError } from "../modules/keys/errors";
+import { checkKeyNetworks } from "../modules/keys/networks";
+import { variable, wholeNumber, type Environment } from "./variables";
 
 export interface ServeSettings {
   hostname: string;
@@ -15,6 +17,8 @@ export interface ServeSettings {
   tracing: TracingSettings | undefined;
   /** How often the upstream key files are looked at for a rotated key; 0: only at reloads. */
   keyFileCheckMs: number;
+  /** The proxies whose `X-Forwarded-For` names a caller's address (addresses and CIDR ranges); none unless set. */
+  trustedProxies: string[] | undefined;
 }
 
 const logLevels: readonly LogLevel[] = ["debug", "info", "warn", "error", "silent"];
@@ -26,7 +30,7 @@ const maxDrainMs = 3_600_000;
  * start with the variable named (exit 1) rather than a runtime's stack trace, or a setting silently replaced by its
  * default (an unknown log level, a drain of NaN milliseconds).
  */
-export function serveSettings(environment: Record<string, string | undefined> = process.env): ServeSettings {
+export function serveSettings(environment: Environment = process.env): ServeSettings {
   const written = variable(environment, "SLUICE_LOG_LEVEL") ?? "info";
   const logLevel = written.toLowerCase();
   if (!logLevels.includes(logLevel as LogLevel)) {
@@ -40,5 +44,18 @@ export function serveSettings(environment: Record<string, string | undefined> = 
     metricsToken: environment.SLUICE_METRICS_TOKEN || undefined,
     tracing: tracingSettings(environment),
     keyFileCheckMs: wholeNumber(environment, "SLUICE_KEY_FILE_CHECK_MS", 5000, { max: 3_600_000, what: "a whole number of milliseconds" }),
+    trustedProxies: trustedProxies(environment),
   };
+}
+
+/** SLUICE_TRUSTED_PROXIES: addresses and CIDR ranges, separated by commas. */
+function trustedProxies(environment: Environment): string[] | undefined {
+  const written = variable(environment, "SLUICE_TRUSTED_PROXIES");
+  if (written === undefined) return undefined;
+  try {
+    return checkKeyNetworks(written.split(",")) ?? undefined;
+  } catch (error) {
+    if (error instanceof KeyError) throw new ConfigError(`SLUICE_TRUSTED_PROXIES: ${error.message}`);
+    throw error;
+  }
 }

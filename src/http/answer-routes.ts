@@ -1,11 +1,12 @@
+import type { Server } from "bun";
 import type { AnyElysia } from "elysia";
 import { newRequestId } from "../ids";
 import { startRecord } from "../modules/observability/request-record";
 import type { TraceContext } from "../tracing/trace-context";
 
-type AnswerHandler = (context: { request: Request }) => Promise<Response>;
-/** What a route of Bun's own router runs: a handler that takes the request alone. */
-export type NativeRoutes = Record<string, { POST: (request: Request) => Promise<Response> }>;
+type AnswerHandler = (context: { request: Request; server: Server<unknown> }) => Promise<Response>;
+/** What a route of Bun's own router runs: a handler that takes the request and its server. */
+export type NativeRoutes = Record<string, { POST: (request: Request, server: Server<unknown>) => Promise<Response> }>;
 
 /**
  * The routes that run a model, served by Bun's own router with the handler their plugin declared, rather than through
@@ -21,11 +22,11 @@ export function nativeAnswerRoutes(app: AnyElysia, paths: Iterable<string>, trac
     if (!route) throw new Error(`no POST ${path} route to serve natively`);
     const handler = route.handler as unknown as AnswerHandler;
     routes[path] = {
-      POST: (request) => {
+      POST: (request, server) => {
         // Elysia's request hook does this for the routes it serves (createApp).
         startRecord(request, newRequestId(), path).trace = traceOf(request.headers);
         // Never rejects: the handler answers its own errors (answerHandler).
-        return handler({ request });
+        return handler({ request, server });
       },
     };
   }

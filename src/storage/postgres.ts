@@ -22,7 +22,7 @@ import type {
   UsageRepository,
 } from "./types";
 import { tokenUserSelection, usableToken, usedBefore } from "./token-columns";
-import { modelsText, withModelList } from "./key-models";
+import { keyListColumns, withKeyLists } from "./key-lists";
 import { withTimeout } from "./with-timeout";
 
 type Database = BunSQLDatabase<typeof schema>;
@@ -76,15 +76,15 @@ function organizationRepository(db: Database): OrganizationRepository {
 function keyRepository(db: Database): KeyRepository {
   return {
     async insert(row) {
-      await timed(db.insert(apiKeys).values({ ...row, models: modelsText(row.models) }));
+      await timed(db.insert(apiKeys).values({ ...row, ...keyListColumns(row) }));
     },
     async listForOrganization(organizationId) {
       const rows = await timed(db.select(shownKeyColumns).from(apiKeys).where(eq(apiKeys.organizationId, organizationId)).orderBy(asc(apiKeys.createdAt)));
-      return rows.map(withModelList);
+      return rows.map(withKeyLists);
     },
     async find(keyId) {
       const row = (await timed(db.select(shownKeyColumns).from(apiKeys).where(eq(apiKeys.id, keyId)).limit(1)))[0];
-      return row && withModelList(row);
+      return row && withKeyLists(row);
     },
     async revoke(keyId, at) {
       await timed(db.update(apiKeys).set({ revokedAt: at }).where(eq(apiKeys.id, keyId)));
@@ -95,13 +95,8 @@ function keyRepository(db: Database): KeyRepository {
     async setLimits(keyId, { maxConcurrency, tokensPer5h, tokensPerMonth, requestsPerMinute }) {
       await timed(db.update(apiKeys).set({ maxConcurrency, tokensPer5h, tokensPerMonth, requestsPerMinute }).where(eq(apiKeys.id, keyId)));
     },
-    async setModels(keyId, models) {
-      await timed(
-        db
-          .update(apiKeys)
-          .set({ models: modelsText(models) })
-          .where(eq(apiKeys.id, keyId)),
-      );
+    async setLists(keyId, lists) {
+      await timed(db.update(apiKeys).set(keyListColumns(lists)).where(eq(apiKeys.id, keyId)));
     },
     async limited() {
       return await timed(
@@ -138,6 +133,7 @@ function keyRepository(db: Database): KeyRepository {
             tokensPerMonth: apiKeys.tokensPerMonth,
             requestsPerMinute: apiKeys.requestsPerMinute,
             models: apiKeys.models,
+            networks: apiKeys.networks,
           })
           .from(apiKeys)
           .innerJoin(organizations, eq(organizations.id, apiKeys.organizationId))
@@ -145,7 +141,7 @@ function keyRepository(db: Database): KeyRepository {
           .limit(1),
       );
       const row = rows[0];
-      return row && withModelList(row);
+      return row && withKeyLists(row);
     },
   };
 }

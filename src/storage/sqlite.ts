@@ -33,7 +33,7 @@ import type {
   UsageRepository,
   UsageReportRow,
 } from "./types";
-import { modelsText, withModelList } from "./key-models";
+import { keyListColumns, withKeyLists, type KeyListColumns } from "./key-lists";
 
 /** The partial index of keys with caps answers only a query with its own condition. */
 const limitedCondition = "max_concurrency IS NOT NULL OR tokens_per_5h IS NOT NULL OR tokens_per_month IS NOT NULL OR requests_per_minute IS NOT NULL";
@@ -62,33 +62,27 @@ function organizationRepository({ db }: DatabaseHandle): OrganizationRepository 
 }
 
 function keyRepository({ db, sqlite }: DatabaseHandle): KeyRepository {
-  // The models column as stored (see key-models.ts), read back as a list below.
-  const lookup = sqlite.query<Omit<KeyCredentials, "models"> & { models: string | null }, [string]>(
+  // The lists as stored (see key-lists.ts), read back below.
+  const lookup = sqlite.query<Omit<KeyCredentials, keyof KeyListColumns> & KeyListColumns, [string]>(
     `SELECT k.hash AS hash, k.id AS keyId, o.id AS organizationId, o.name AS organizationName,
             o.status AS organizationStatus, o.plan AS planId, k.expires_at AS expiresAt, k.revoked_at AS revokedAt,
             k.max_concurrency AS maxConcurrency, k.tokens_per_5h AS tokensPer5h, k.tokens_per_month AS tokensPerMonth,
-            k.requests_per_minute AS requestsPerMinute, k.models AS models
+            k.requests_per_minute AS requestsPerMinute, k.models AS models, k.networks AS networks
        FROM api_keys k JOIN organizations o ON o.id = k.organization_id
       WHERE k.hash = ?`,
   );
   return {
     async insert(row) {
       db.insert(apiKeys)
-        .values({ ...row, models: modelsText(row.models) })
+        .values({ ...row, ...keyListColumns(row) })
         .run();
     },
     async listForOrganization(organizationId): Promise<ApiKeyInfo[]> {
-      return db
-        .select(shownKeyColumns)
-        .from(apiKeys)
-        .where(eq(apiKeys.organizationId, organizationId))
-        .orderBy(asc(apiKeys.createdAt))
-        .all()
-        .map(withModelList);
+      return db.select(shownKeyColumns).from(apiKeys).where(eq(apiKeys.organizationId, organizationId)).orderBy(asc(apiKeys.createdAt)).all().map(withKeyLists);
     },
     async find(keyId) {
       const row = db.select(shownKeyColumns).from(apiKeys).where(eq(apiKeys.id, keyId)).get();
-      return row && withModelList(row);
+      return row && withKeyLists(row);
     },
     async revoke(keyId, at) {
       db.update(apiKeys).set({ revokedAt: at }).where(eq(apiKeys.id, keyId)).run();
@@ -99,11 +93,8 @@ function keyRepository({ db, sqlite }: DatabaseHandle): KeyRepository {
     async setLimits(keyId, { maxConcurrency, tokensPer5h, tokensPerMonth, requestsPerMinute }) {
       db.update(apiKeys).set({ maxConcurrency, tokensPer5h, tokensPerMonth, requestsPerMinute }).where(eq(apiKeys.id, keyId)).run();
     },
-    async setModels(keyId, models) {
-      db.update(apiKeys)
-        .set({ models: modelsText(models) })
-        .where(eq(apiKeys.id, keyId))
-        .run();
+    async setLists(keyId, lists) {
+      db.update(apiKeys).set(keyListColumns(lists)).where(eq(apiKeys.id, keyId)).run();
     },
     async limited() {
       return sqlite
@@ -116,7 +107,7 @@ function keyRepository({ db, sqlite }: DatabaseHandle): KeyRepository {
     },
     async credentials(hash) {
       const row = lookup.get(hash);
-      return row ? withModelList(row) : undefined;
+      return row ? withKeyLists(row) : undefined;
     },
   };
 }

@@ -3,6 +3,7 @@
 import type { LedgerRow } from "../ledger/ledger";
 import type { AuditActor, AuditEntry } from "../modules/audit/entry";
 import type { RequestLogRow } from "../modules/requests/row";
+import type { KeyLists } from "./key-lists";
 
 export type { AuditActor, AuditEntry, RequestLogRow };
 
@@ -38,6 +39,8 @@ export interface ApiKey extends KeyLimits {
   id: string;
   /** The models the key may call (ids, within its plan's); null: every model of its plan. */
   models: string[] | null;
+  /** The networks the key may be used from (addresses and CIDR ranges); null: anywhere. */
+  networks: string[] | null;
   organizationId: string;
   name: string;
   prefix: string;
@@ -57,6 +60,8 @@ export interface KeyCredentials extends KeyLimits {
   hash: string;
   /** The models the key may call; null: every model of its plan. */
   models: string[] | null;
+  /** The networks the key may be used from; null: anywhere. */
+  networks: string[] | null;
   keyId: string;
   organizationId: string;
   organizationName: string;
@@ -199,8 +204,8 @@ export interface KeyRepository {
   revoke(keyId: string, at: number): Promise<void>;
   setLimits(keyId: string, limits: KeyLimits): Promise<void>;
   setExpiry(keyId: string, expiresAt: number | null): Promise<void>;
-  /** Sets the models a key may call; null: every model of its plan. */
-  setModels(keyId: string, models: string[] | null): Promise<void>;
+  /** Sets the models a key may call and the networks it may be used from; null: no restriction. */
+  setLists(keyId: string, lists: KeyLists): Promise<void>;
   /** Every key with a cap of its own (a partial index holds only them). */
   limited(): Promise<LimitedKey[]>;
   /** The key with this hash and its organization, for authentication. */

@@ -12,6 +12,7 @@ describe("serveSettings", () => {
       metricsToken: undefined,
       tracing: undefined,
       keyFileCheckMs: 5000,
+      trustedProxies: undefined,
     };
     expect(serveSettings({})).toEqual(defaults);
     expect(serveSettings({ SLUICE_HOST: "", SLUICE_PORT: "", SLUICE_DRAIN_MS: " ", SLUICE_LOG_LEVEL: "", SLUICE_METRICS_TOKEN: "" })).toEqual(defaults);
@@ -26,6 +27,7 @@ describe("serveSettings", () => {
       metricsToken: "t",
       tracing: undefined,
       keyFileCheckMs: 5000,
+      trustedProxies: undefined,
     });
     expect(serveSettings({ SLUICE_PORT: "65535", SLUICE_DRAIN_MS: "3600000", SLUICE_LOG_LEVEL: "WARN" })).toMatchObject({
       port: 65_535,
@@ -50,6 +52,14 @@ describe("serveSettings", () => {
       expect(() => serveSettings({ [name]: value })).toThrow(ConfigError);
       expect(() => serveSettings({ [name]: value })).toThrow(`${name} must be`);
       expect(() => serveSettings({ [name]: value })).toThrow(`"${value}"`);
+    }
+  });
+
+  test("SLUICE_TRUSTED_PROXIES: addresses and CIDR ranges separated by commas, each checked", () => {
+    expect(serveSettings({ SLUICE_TRUSTED_PROXIES: " 10.0.0.0/8, 127.0.0.1 ,::1,10.0.0.0/8" }).trustedProxies).toEqual(["10.0.0.0/8", "127.0.0.1", "::1"]);
+    for (const value of ["10.0.0.0/33", "proxy.internal", "10.0.0.1,", "10.0.0.0/8/8", "2001:db8::/129", "10.0.0.0/-1"]) {
+      expect(() => serveSettings({ SLUICE_TRUSTED_PROXIES: value })).toThrow(ConfigError);
+      expect(() => serveSettings({ SLUICE_TRUSTED_PROXIES: value })).toThrow("SLUICE_TRUSTED_PROXIES: ");
     }
   });
 });

@@ -47,6 +47,7 @@ function insertKey(id: string, organizationId: string, name: string, hash: strin
     tokensPerMonth,
     requestsPerMinute: null,
     models: null,
+    networks: null,
   });
 }
 
@@ -87,14 +88,17 @@ test("ledger rows, aggregates, hourly series, refusals, last use and credentials
   expect((await storage.keys.credentials("h1"))?.organizationName).toBe("acme");
   // A key's models: a list in, the same list out, through every read; null again is every model of the plan.
   expect((await storage.keys.credentials("h1"))?.models).toBeNull();
-  await storage.keys.setModels("key_1", ["m", "other"]);
+  await storage.keys.setLists("key_1", { models: ["m", "other"], networks: ["10.0.0.0/8"] });
   expect((await storage.keys.credentials("h1"))?.models).toEqual(["m", "other"]);
   expect((await storage.keys.find("key_1"))?.models).toEqual(["m", "other"]);
   expect(
     (await storage.keys.listForOrganization((await storage.keys.find("key_1"))?.organizationId as string)).find((key) => key.id === "key_1")?.models,
   ).toEqual(["m", "other"]);
-  await storage.keys.setModels("key_1", null);
+  expect((await storage.keys.credentials("h1"))?.networks).toEqual(["10.0.0.0/8"]);
+  expect((await storage.keys.find("key_1"))?.networks).toEqual(["10.0.0.0/8"]);
+  await storage.keys.setLists("key_1", { models: null, networks: null });
   expect((await storage.keys.find("key_1"))?.models).toBeNull();
+  expect((await storage.keys.credentials("h1"))?.networks).toBeNull();
   // A reset: what ended before it stops counting; the aggregates are rebuilt from the rows after it.
   await storage.usage.reset("org_1", now);
   expect((await storage.usage.read(now)).get("org_1")).toBeUndefined();

@@ -19,6 +19,7 @@ import usageKeyMonths from "./0013_usage_key_months.sql" with { type: "text" };
 import tokenKinds from "./0014_token_kinds.sql" with { type: "text" };
 import consoleTokenLastUsed from "./0015_console_token_last_used.sql" with { type: "text" };
 import keyRequestsPerMinute from "./0016_key_requests_per_minute.sql" with { type: "text" };
+import keyNetworks from "./0017_key_networks.sql" with { type: "text" };
 
 export interface EmbeddedMigration {
   tag: string;
@@ -43,6 +44,7 @@ const sqlByTag: Record<string, string> = {
   "0014_token_kinds": tokenKinds,
   "0015_console_token_last_used": consoleTokenLastUsed,
   "0016_key_requests_per_minute": keyRequestsPerMinute,
+  "0017_key_networks": keyNetworks,
 };
 
 export const journalTags: string[] = journal.entries.map((entry) => entry.tag);

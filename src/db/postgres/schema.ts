@@ -33,6 +33,8 @@ export const apiKeys = pgTable(
     requestsPerMinute: bigint("requests_per_minute", { mode: "number" }),
     /** The models the key may call, a JSON array of model ids within its plan's; null: every model of the plan. */
     models: text("models"),
+    /** The networks the key may be used from, a JSON array of addresses and CIDR ranges; null: anywhere. */
+    networks: text("networks"),
   },
   (table) => [
     index("api_keys_organization_idx").on(table.organizationId),

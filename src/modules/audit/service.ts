@@ -54,6 +54,6 @@ export class AuditLog {
 /** The fields whose values differ between `before` and `after`, as [old, new]; null when nothing changed. */
 export function changedFields<T extends object>(before: T, after: T, fields: readonly (keyof T & string)[]): Record<string, [unknown, unknown]> | null {
   const changes: Record<string, [unknown, unknown]> = {};
-  for (const field of fields) if (before[field] !== after[field]) changes[field] = [before[field], after[field]];
+  for (const field of fields) if (!Bun.deepEquals(before[field], after[field])) changes[field] = [before[field], after[field]];
   return Object.keys(changes).length > 0 ? changes : null;
 }

@@ -1,4 +1,7 @@
 import { Elysia } from "elysia";
+import { SluiceError } from "../../errors";
+import { clientAddress, type RequestServer } from "../../http/client-address";
+import { listHas } from "../keys/networks";
 import { recordOf } from "../observability/request-record";
 import type { AuthService, Caller } from "./service";
 
@@ -10,18 +13,29 @@ export function bearerKey(request: Request): string | undefined {
 
 /**
  * The caller of a request, noted in its record (for the log line and metrics); throws 401/403 as SluiceErrors. The
- * key is the bearer token unless the API reads it from a header of its own (Anthropic's `x-api-key`).
+ * key is the bearer token unless the API reads it from a header of its own (Anthropic's `x-api-key`). A key bound to
+ * networks is refused (401 ip_not_authorized) from any other address.
  */
-export function authenticateRequest(auth: AuthService, request: Request, key = bearerKey(request)): Caller | Promise<Caller> {
+export function authenticateRequest(auth: AuthService, request: Request, server: RequestServer, key = bearerKey(request)): Caller | Promise<Caller> {
   const caller = auth.authenticate(key);
-  return caller instanceof Promise ? caller.then((found) => noteCaller(request, found)) : noteCaller(request, caller);
+  return caller instanceof Promise ? caller.then((found) => admitted(auth, request, server, found)) : admitted(auth, request, server, caller);
 }
 
-function noteCaller(request: Request, caller: Caller): Caller {
+function admitted(auth: AuthService, request: Request, server: RequestServer, caller: Caller): Caller {
   const record = recordOf(request);
   if (record) {
     record.organizationId = caller.organizationId;
     record.keyId = caller.keyId;
+  }
+  if (caller.keyNetworks) {
+    const address = clientAddress(request, server, auth.trustedProxies);
+    if (record) record.clientAddress = address;
+    if (address === undefined || !listHas(caller.keyNetworks, address)) {
+      throw new SluiceError(
+        "ip_not_authorized",
+        `This API key cannot be used from ${address === undefined ? "an unknown address" : `the address ${address}`}: it is bound to other networks.`,
+      );
+    }
   }
   return caller;
 }
@@ -39,7 +53,9 @@ export const anthropicAuthPlugin = (auth: AuthService) => callerPlugin("anthropi
 
 // Elysia keeps one plugin per name: each way of reading the key needs a name of its own.
 function callerPlugin(name: string, auth: AuthService, keyOf: (request: Request) => string | undefined) {
-  return new Elysia({ name }).resolve({ as: "scoped" }, async ({ request }) => ({ caller: await authenticateRequest(auth, request, keyOf(request)) }));
+  return new Elysia({ name }).resolve({ as: "scoped" }, async ({ request, server }) => ({
+    caller: await authenticateRequest(auth, request, server, keyOf(request)),
+  }));
 }
 
 /** Anthropic's clients send the key in `x-api-key`; a bearer token is taken as well. */

@@ -1,8 +1,10 @@
+import type { BlockList } from "node:net";
 import type { PlanConfig } from "../../config/schema";
 import { SluiceError } from "../../errors";
 import type { ChangeFeed, KeyCredentials, KeyLimits, KeyRepository } from "../../storage/types";
 import type { Limits } from "../admission/store";
 import { hashesEqual, hashKeySecret, keyPrefix } from "../keys/secret";
+import { networkList } from "../keys/networks";
 import { hasLimits } from "../keys/service";
 
 /** Who is asking: the key, its organization and the organization's plan. */
@@ -15,6 +17,8 @@ export interface Caller {
   keyLimits?: Limits;
   /** The models the key may call within its plan's, when it names them (see ModelRegistry). */
   keyModels?: ReadonlySet<string>;
+  /** The networks the key may be used from, when it names them (see authenticateRequest). */
+  keyNetworks?: BlockList;
 }
 
 /** A key's caps as admission reads them; undefined when it has none (most keys: no object is made for them). */
@@ -68,9 +72,8 @@ export class AuthService {
     private readonly plans: ReadonlyMap<string, PlanConfig>,
     /** Writes [key id, time] pairs of last use; off the request path (the ledger's writer), as it is a write. */
     private readonly touchKeys: (entries: [string, number][]) => void,
-    /** Turns a failure to look for changes (Redis down) into the caller's error. */
-    private readonly unavailable: (cause: unknown) => SluiceError = (cause) =>
-      new SluiceError("server_overloaded", "Keys cannot be checked right now. Retry shortly.", { retryAfterSeconds: 2, cause }),
+    /** The proxies whose `X-Forwarded-For` names the caller (SLUICE_TRUSTED_PROXIES; see clientAddress). */
+    readonly trustedProxies?: BlockList,
   ) {
     changes.onChange(() => this.cache.clear());
     this.flushTimer = setInterval(() => this.flushLastUsed(), lastUsedFlushMs);
@@ -169,7 +172,13 @@ export class AuthService {
       plan,
       keyLimits: keyLimitsOf(record),
       keyModels: record.models === null ? undefined : new Set(record.models),
+      keyNetworks: record.networks === null ? undefined : networkList(record.networks),
     };
+  }
+
+  /** A failure to look for changes (Redis down), as the caller's error. */
+  private unavailable(cause: unknown): SluiceError {
+    return new SluiceError("server_overloaded", "Keys cannot be checked right now. Retry shortly.", { retryAfterSeconds: 2, cause });
   }
 
   /** Forgets cached keys; for writes made through this process's own connection. */

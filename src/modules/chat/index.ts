@@ -1,6 +1,7 @@
 import { Elysia } from "elysia";
 import { SluiceError, invalidRequest } from "../../errors";
 import { readBodyText } from "../../http/read-body";
+import type { RequestServer } from "../../http/client-address";
 import { sseResponse } from "../../http/sse-response";
 import { authenticateRequest, bearerKey } from "../auth/index";
 import type { AuthService } from "../auth/service";
@@ -96,13 +97,13 @@ class UpstreamAbort extends AbortController {
 export function answerHandler(chat: ChatService, auth: AuthService, options: ChatRouteOptions, dialect: Dialect) {
   // Needs nothing of a request: made once per route, not once per answer.
   const streamEnded = () => options.lifecycle.openAnswers--;
-  return async ({ request }: { request: Request }): Promise<Response> => {
+  return async ({ request, server }: { request: Request; server?: RequestServer }): Promise<Response> => {
     const record = recordOf(request) as RequestRecord;
     const lifecycle = options.lifecycle;
     let opened = false;
     let streaming = false;
     try {
-      const authenticated = authenticateRequest(auth, request, dialect.key(request));
+      const authenticated = authenticateRequest(auth, request, server, dialect.key(request));
       const caller = authenticated instanceof Promise ? await authenticated : authenticated;
       if (lifecycle.draining) {
         throw new SluiceError("server_overloaded", "The server is restarting and takes no new requests. Retry shortly.", { retryAfterSeconds: 2 });

@@ -35,6 +35,12 @@ export const KeyLimitsBody = Type.Object({
       expected: "a list of model ids, or null for every model of the plan",
     }),
   ),
+  /** The addresses and CIDR ranges the key may be used from; null: anywhere; absent: unchanged. */
+  networks: Type.Optional(
+    Type.Union([Type.Array(Type.String({ maxLength: 50 }), { maxItems: 50 }), Type.Null()], {
+      expected: "a list of IP addresses and CIDR ranges, or null for anywhere",
+    }),
+  ),
 });
 
 /** 90s, 30m, 12h or 30d; absent, null or empty for a key or token that never expires. */

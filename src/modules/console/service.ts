@@ -4,6 +4,7 @@ import type { AdmissionStore } from "../admission/store";
 import type { AuthService } from "../auth/service";
 import { parseDuration, parseGrace, parseTimeBound, timeBoundForms } from "../keys/duration";
 import { checkOutcome, defaultPageSize, maxPageSize, type RequestLogPage, type RequestLogService } from "../requests/service";
+import { checkKeyNetworks } from "../keys/networks";
 import { capsOf, checkKeyModels, KeyError, type ApiKeyInfo, type KeyService } from "../keys/service";
 import type { ModelRegistry } from "../models/registry";
 import { OrganizationExistsError, organizationStatuses, type Organization, type OrganizationService, type OrganizationStatus } from "../organizations/service";
@@ -161,6 +162,17 @@ export class ConsoleService {
     }
   }
 
+  /** A key's networks as the body gives them, checked (400 naming `networks` otherwise). */
+  private keyNetworks(networks: string[] | null | undefined): string[] | null | undefined {
+    if (networks === undefined) return undefined;
+    try {
+      return checkKeyNetworks(networks);
+    } catch (error) {
+      if (error instanceof KeyError) throw invalidRequest(`${error.message}.`, "networks");
+      throw error;
+    }
+  }
+
   /** A member's own organization's keys, or (operators) those of the organization named. */
   async listKeys(actor: Actor, organizationId?: string): Promise<ApiKeyInfo[]> {
     return await this.deps.keys.listForOrganization((await this.organizationFor(actor, organizationId)).id);
@@ -184,17 +196,19 @@ export class ConsoleService {
     if (!name) throw invalidRequest("Give the key a label (at most 100 characters).", "name");
     const expiresInMs = expiryOf(input.expires_in);
     const models = this.keyModels(organization.plan, input.models) ?? null;
-    return await this.deps.keys.create({ organizationId: organization.id, name, expiresInMs, limits: limitsOf(input), models }, auditActor(actor));
+    const networks = this.keyNetworks(input.networks) ?? null;
+    return await this.deps.keys.create({ organizationId: organization.id, name, expiresInMs, limits: limitsOf(input), models, networks }, auditActor(actor));
   }
 
   /**
-   * Sets a key's own caps (all three: absent or null is none) and, when given, its models (null: every model of the
-   * plan); the next request is held to them.
+   * Sets a key's own caps (all four: absent or null is none) and, when given, its models (null: every model of the
+   * plan) and networks (null: anywhere); the next request is held to them.
    */
   async setKeyLimits(actor: Actor, keyId: string, input: KeyLimitsInput): Promise<ApiKeyInfo> {
     const { organization } = await this.keyFor(actor, keyId);
     const models = this.keyModels(organization.plan, input.models);
-    if (models !== undefined) await this.deps.keys.setModels(keyId, models, auditActor(actor));
+    const networks = this.keyNetworks(input.networks);
+    if (models !== undefined || networks !== undefined) await this.deps.keys.setLists(keyId, { models, networks }, auditActor(actor));
     const updated = await this.deps.keys.setLimits(keyId, limitsOf(input), auditActor(actor));
     this.deps.auth.invalidate();
     // The caps hold from the key's next request, counting what it used before: its usage into the store that

@@ -2,9 +2,13 @@ import { requestRate } from "../../config/schema";
 import { randomId } from "../../ids";
 import type { ApiKey, ApiKeyInfo, ChangeFeed, KeyLimits, KeyRepository } from "../../storage/types";
 import { changedFields, type AuditActor, type AuditLog } from "../audit/service";
+import type { KeyLists } from "../../storage/key-lists";
+import { KeyError } from "./errors";
+import { checkKeyNetworks } from "./networks";
 import { generateKeySecret, hashKeySecret, shownPrefix } from "./secret";
 
-export type { ApiKeyInfo, KeyLimits };
+export { KeyError };
+export type { ApiKeyInfo, KeyLimits, KeyLists };
 
 export const noLimits: KeyLimits = { maxConcurrency: null, tokensPer5h: null, tokensPerMonth: null, requestsPerMinute: null };
 
@@ -39,10 +43,6 @@ function checkLimits(limits: KeyLimits): { field: keyof KeyLimits; message: stri
     return { field: "requestsPerMinute", message: `requestsPerMinute must be at most ${maxRequestsPerMinute.toLocaleString("en-US")}, or none` };
   }
   return undefined;
-}
-
-export class KeyError extends Error {
-  override name = "KeyError";
 }
 
 /**
@@ -80,6 +80,8 @@ export class KeyService {
       expiresInMs?: number;
       limits?: KeyLimits;
       models?: string[] | null;
+      /** Checked here (checkKeyNetworks): unlike models, they need no configuration to check. */
+      networks?: string[] | null;
       now?: number;
       /** The key this one replaces (see rotate), for the audit trail. */
       rotatedFrom?: string;
@@ -90,6 +92,7 @@ export class KeyService {
     const limits = input.limits ?? noLimits;
     const wrong = checkLimits(limits);
     if (wrong) throw new KeyError(wrong.message);
+    const networks = checkKeyNetworks(input.networks ?? null);
     const secret = generateKeySecret();
     const row: ApiKey = {
       id: randomId("key_", 12),
@@ -103,6 +106,7 @@ export class KeyService {
       revokedAt: null,
       ...limits,
       models: input.models ?? null,
+      networks,
     };
     await this.repository.insert(row);
     const { hash: _hash, ...key } = row;
@@ -114,6 +118,7 @@ export class KeyService {
         expiresAt: [null, key.expiresAt],
         ...(hasLimits(limits) ? Object.fromEntries(capFields.map((field) => [field, [null, limits[field]]])) : {}),
         ...(row.models === null ? {} : { models: [null, row.models] }),
+        ...(networks === null ? {} : { networks: [null, networks] }),
         ...(input.rotatedFrom === undefined ? {} : { rotatedFrom: [null, input.rotatedFrom] }),
       },
     });
@@ -143,6 +148,7 @@ export class KeyService {
         expiresInMs: input.expiresInMs ?? (existing.expiresAt === null ? undefined : existing.expiresAt - existing.createdAt),
         limits: capsOf(existing),
         models: existing.models,
+        networks: existing.networks,
         now,
         rotatedFrom: keyId,
       },
@@ -186,17 +192,24 @@ export class KeyService {
   }
 
   /**
-   * Changes the models a key may call (null: every model of its plan; check them with checkKeyModels first); every
-   * instance applies them from its next request.
+   * Changes the models a key may call (check them with checkKeyModels first) and the networks it may be used from,
+   * those given (null: every model of its plan; anywhere; undefined: as they are); every instance applies them from
+   * its next request.
    */
-  async setModels(keyId: string, models: string[] | null, actor: AuditActor): Promise<ApiKeyInfo> {
+  async setLists(keyId: string, lists: Partial<KeyLists>, actor: AuditActor): Promise<ApiKeyInfo> {
     const existing = await this.find(keyId);
     if (!existing) throw new KeyError(`no key with id "${keyId}"`);
-    if (Bun.deepEquals(existing.models, models)) return existing;
-    await this.repository.setModels(keyId, models);
+    const updated: ApiKeyInfo = {
+      ...existing,
+      models: lists.models === undefined ? existing.models : lists.models,
+      networks: lists.networks === undefined ? existing.networks : checkKeyNetworks(lists.networks),
+    };
+    const changed = changedFields(existing, updated, ["models", "networks"]);
+    if (!changed) return existing;
+    await this.repository.setLists(keyId, { models: updated.models, networks: updated.networks });
     await this.changes?.announce();
-    await this.audit.record(actor, "key.updated", keyId, { organizationId: existing.organizationId, changes: { models: [existing.models, models] } });
-    return { ...existing, models };
+    await this.audit.record(actor, "key.updated", keyId, { organizationId: existing.organizationId, changes: changed });
+    return updated;
   }
 
   /** Revokes a key; revoking twice keeps the first revocation time. */

@@ -67,6 +67,7 @@ export function finishRecord(record: RequestRecord, metrics: Metrics, logger: Lo
     code: record.code ?? null,
     organization_id: record.organizationId ?? null,
     key_id: record.keyId ?? null,
+    client_ip: record.clientAddress ?? null,
     model: record.model ?? null,
     fallback_from: record.fallbackFrom ?? null,
     upstream_server: record.upstreamServer ?? null,

@@ -13,6 +13,8 @@ export interface RequestRecord {
   upstreamServer?: string;
   organizationId?: string;
   keyId?: string;
+  /** The caller's address, when its key is bound to networks (finding it costs about 1 µs: see clientAddress). */
+  clientAddress?: string;
   status?: number;
   code?: string;
   outcome?: string;
@@ -50,6 +52,7 @@ export function startRecord(request: Request, requestId: string, route: string):
     upstreamServer: undefined,
     organizationId: undefined,
     keyId: undefined,
+    clientAddress: undefined,
     status: undefined,
     code: undefined,
     outcome: undefined,

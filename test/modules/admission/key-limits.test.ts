@@ -188,7 +188,7 @@ describe("caps over time", () => {
         );
       const updated = cli("update", key.id, "--tokens-per-5h", "50", "--max-concurrency", "1");
       expect(updated.code).toBe(0);
-      expect(updated.stdout).toBe(`${key.id}\t1\t50\t-\t-\tall\n`);
+      expect(updated.stdout).toBe(`${key.id}\t1\t50\t-\t-\tall\tany\n`);
       // 60 tokens used before the cap existed: already over it.
       const refused = await post(sluice, secret);
       expect(refused.status).toBe(429);
@@ -204,7 +204,7 @@ describe("caps over time", () => {
         listed
           .split("\n")
           .find((line) => line.startsWith(key.id))
-          ?.endsWith("\t1\t-\t-\t-\tall"),
+          ?.endsWith("\t1\t-\t-\t-\tall\tany"),
       ).toBe(true);
       const audit = sluice.database.sqlite
         .query<{ changes: string }, [string]>("SELECT changes FROM audit_log WHERE action = 'key.updated' AND target = ? ORDER BY id")
@@ -232,7 +232,7 @@ describe("a key's requests per minute", () => {
             ...args,
           );
         const updated = cli("update", key.id, "--requests-per-minute", "2");
-        expect(updated.stdout).toBe(`${key.id}\t-\t-\t-\t2\tall\n`);
+        expect(updated.stdout).toBe(`${key.id}\t-\t-\t-\t2\tall\tany\n`);
         // The key's bucket starts full when its cap is set; the plan's already holds one request fewer.
         const second = await post(sluice, secret);
         expect([second.headers.get("x-ratelimit-limit-requests"), second.headers.get("x-ratelimit-remaining-requests")]).toEqual(["2", "1"]);

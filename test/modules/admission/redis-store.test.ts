@@ -244,6 +244,7 @@ test("a Redis that lost its data: the rebuild replays the last minute's recorded
     tokensPerMonth: null,
     requestsPerMinute: 2,
     models: null,
+    networks: null,
   });
   const ledger = services.storage.openLedger();
   const now = Date.now();

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import Anthropic from "@anthropic-ai/sdk";
 import { join } from "node:path";
 import { checkKeyModels, KeyError } from "../../../src/modules/keys/service";
-import { modelsOf } from "../../../src/storage/key-models";
+import { listOf } from "../../../src/storage/key-lists";
 import { ConsoleClient, consolePassword } from "../console/console-client";
 import { sluiceCommand, sluiceEnvironment } from "../../support/sluice-process";
 import { fakeModel, startSluice, temporaryDirectory, testActor, useFakeUpstream, type TestSluice } from "../../helpers";
@@ -58,7 +58,7 @@ test("checkKeyModels: ids checked against those known, repeats dropped, null for
   expect(() => checkKeyModels(["a", ""], ["a"])).toThrow("give at least one model id");
   expect(() => checkKeyModels(["a", "z", "y"], ["a", "b"])).toThrow('unknown models "z", "y": expected one of a, b');
   // What a hand-written column holds that is not a list of ids allows no model, never every one.
-  expect([modelsOf('["a"]'), modelsOf(null), modelsOf("{"), modelsOf('"a"'), modelsOf("[1]")]).toEqual([["a"], null, [], [], []]);
+  expect([listOf('["a"]'), listOf(null), listOf("{"), listOf('"a"'), listOf("[1]")]).toEqual([["a"], null, [], [], []]);
 });
 
 describe("a key limited to one model of its plan", () => {
@@ -100,11 +100,11 @@ describe("a key limited to one model of its plan", () => {
   test("a change of its models applies to the key's very next request (the cached caller is dropped), and is audited", async () => {
     const key = await keyFor(["small"]);
     expect(await statusOf(key.secret, "large")).toBe(404);
-    await sluice.keys.setModels(key.id, ["small", "large"], testActor);
+    await sluice.keys.setLists(key.id, { models: ["small", "large"] }, testActor);
     expect(await statusOf(key.secret, "large")).toBe(200);
-    await sluice.keys.setModels(key.id, null, testActor);
+    await sluice.keys.setLists(key.id, { models: null }, testActor);
     expect(await statusOf(key.secret, "large")).toBe(200);
-    await sluice.keys.setModels(key.id, ["small"], testActor);
+    await sluice.keys.setLists(key.id, { models: ["small"] }, testActor);
     expect(await statusOf(key.secret, "large")).toBe(404);
     const entries = (await sluice.audit.list({ limit: 100 })).filter((entry) => entry.target === key.id);
     expect(entries.map((entry) => [entry.action, entry.changes?.models])).toEqual([
@@ -151,10 +151,11 @@ describe("setting a key's models", () => {
       expect(sluiceCommand(environment, "org", "create", "acme").code).toBe(0);
       const created = sluiceCommand(environment, "key", "create", "--org", "acme", "--models", "small");
       expect(created.code).toBe(0);
-      const listed = () => sluiceCommand(environment, "key", "list", "--org", "acme").stdout.trim().split("\t").at(-1);
+      // Models are the last column but one (networks are the last).
+      const listed = () => sluiceCommand(environment, "key", "list", "--org", "acme").stdout.trim().split("\t").at(-2);
       expect(listed()).toBe("small");
       const keyId = created.stderr.match(/created key (key_[\w-]+)/)?.[1] as string;
-      expect(sluiceCommand(environment, "key", "update", keyId, "--models", "small,large").stdout.trim().split("\t").at(-1)).toBe("small,large");
+      expect(sluiceCommand(environment, "key", "update", keyId, "--models", "small,large").stdout.trim().split("\t").at(-2)).toBe("small,large");
       expect(sluiceCommand(environment, "key", "update", keyId, "--models", "all").code).toBe(0);
       expect(listed()).toBe("all");
       const unknown = sluiceCommand(environment, "key", "update", keyId, "--models", "huge");

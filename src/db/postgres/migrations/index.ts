@@ -12,6 +12,7 @@ import usageKeyMonths from "./0006_usage_key_months.sql" with { type: "text" };
 import tokenKinds from "./0007_token_kinds.sql" with { type: "text" };
 import consoleTokenLastUsed from "./0008_console_token_last_used.sql" with { type: "text" };
 import keyRequestsPerMinute from "./0009_key_requests_per_minute.sql" with { type: "text" };
+import keyNetworks from "./0010_key_networks.sql" with { type: "text" };
 import type { EmbeddedMigration } from "../../migrations/index";
 
 const sqlByTag: Record<string, string> = {
@@ -25,6 +26,7 @@ const sqlByTag: Record<string, string> = {
   "0007_token_kinds": tokenKinds,
   "0008_console_token_last_used": consoleTokenLastUsed,
   "0009_key_requests_per_minute": keyRequestsPerMinute,
+  "0010_key_networks": keyNetworks,
 };
 
 export const postgresJournalTags: string[] = journal.entries.map((entry) => entry.tag);

@@ -1,5 +1,5 @@
-// A key's own caps inside the organization's plan, and the models it may call: the fields of the key form, a summary,
-// and the form that changes them.
+// A key's own caps inside the organization's plan, the models it may call and the networks it may be used from: the
+// fields of the key form, a summary, and the form that changes them.
 import { useState } from "preact/hooks";
 import { api } from "./api";
 import { ErrorText } from "./error-text";
@@ -11,6 +11,8 @@ export interface Caps {
   requestsPerMinute: number | null;
   /** Null: every model of the plan. */
   models: string[] | null;
+  /** Null: anywhere. */
+  networks: string[] | null;
 }
 
 const fields = [
@@ -27,12 +29,18 @@ export function capsBody(form: FormData): Record<string, number | string[] | nul
     const value = String(form.get(name) ?? "").trim();
     body[name] = value === "" ? null : Number(value);
   }
-  const models = String(form.get("models") ?? "")
-    .split(",")
-    .map((id) => id.trim())
-    .filter(Boolean);
-  body.models = models.length === 0 ? null : models;
+  body.models = listOf(form, "models");
+  body.networks = listOf(form, "networks");
   return body;
+}
+
+/** A field of entries separated by commas; null when empty. */
+function listOf(form: FormData, name: string): string[] | null {
+  const entries = String(form.get(name) ?? "")
+    .split(",")
+    .map((entry) => entry.trim())
+    .filter(Boolean);
+  return entries.length === 0 ? null : entries;
 }
 
 /**
@@ -52,6 +60,10 @@ export function CapsFields({ caps, label, planModels }: { caps?: Caps; label?: s
         Models (optional, separated by commas: {planModels.join(", ") || "none in the plan"})
         <input name="models" placeholder="every model of the plan" defaultValue={caps?.models?.join(", ") ?? ""} />
       </label>
+      <label>
+        Networks (optional, addresses and CIDR ranges separated by commas, such as 203.0.113.7, 10.0.0.0/8)
+        <input name="networks" placeholder="anywhere" defaultValue={caps?.networks?.join(", ") ?? ""} />
+      </label>
     </>
   );
 }
@@ -63,6 +75,7 @@ export function capsSummary(caps: Caps): string {
   if (caps.tokensPerMonth !== null) parts.push(`${caps.tokensPerMonth.toLocaleString()} / month`);
   if (caps.requestsPerMinute !== null) parts.push(`${caps.requestsPerMinute.toLocaleString()} requests / min`);
   if (caps.models !== null) parts.push(`only ${caps.models.join(", ")}`);
+  if (caps.networks !== null) parts.push(`from ${caps.networks.join(", ")}`);
   return parts.length > 0 ? parts.join(" · ") : "plan only";
 }
 

@@ -1,0 +1,251 @@
+// A key bound to networks: used from any other address, every API refuses it with 401 ip_not_authorized before its
+// body is read; behind trusted proxies the address is the one they forwarded for; the CLI and the console set the
+// networks, checked; a change applies to the key's next request and is audited; a rotation keeps them.
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import Anthropic from "@anthropic-ai/sdk";
+import { join } from "node:path";
+import OpenAI from "openai";
+import { KeyError } from "../../../src/modules/keys/errors";
+import { checkKeyNetworks, listHas, maxKeyNetworks, networkList } from "../../../src/modules/keys/networks";
+import { ConsoleClient, consolePassword } from "../console/console-client";
+import { sluiceCommand, sluiceEnvironment } from "../../support/sluice-process";
+import { capturingLogger, eventually, fakeModel, startSluice, temporaryDirectory, testActor, useFakeUpstream, type TestSluice } from "../../helpers";
+
+const upstream = useFakeUpstream();
+const messages = [{ role: "user" as const, content: "Hello" }];
+
+test("checkKeyNetworks: addresses and CIDR ranges of both families, trimmed, repeats dropped; anything else refused by name", () => {
+  expect(checkKeyNetworks([" 10.0.0.0/8", "203.0.113.7", "2001:db8::/32", "10.0.0.0/8", "::1"])).toEqual(["10.0.0.0/8", "203.0.113.7", "2001:db8::/32", "::1"]);
+  expect(checkKeyNetworks(null)).toBeNull();
+  expect(() => checkKeyNetworks([])).toThrow(KeyError);
+  expect(() => checkKeyNetworks(["10.0.0.1", " "])).toThrow("give at least one address or CIDR range");
+  for (const wrong of ["10.0.0.0/33", "10.0.0/8", "example.com", "10.0.0.0/", "10.0.0.0/8/8", "2001:db8::/129", "10.0.0.0/+8", "10.0.0.0/0x8", "1.2.3.4:80"]) {
+    expect(() => checkKeyNetworks(["10.0.0.1", wrong])).toThrow(`"${wrong}" is not an IP address or CIDR range`);
+  }
+  const many = Array.from({ length: maxKeyNetworks + 1 }, (_, index) => `10.0.${index}.0/24`);
+  expect(() => checkKeyNetworks(many)).toThrow(`at most ${maxKeyNetworks}`);
+  expect(checkKeyNetworks(many.slice(1))).toHaveLength(maxKeyNetworks);
+});
+
+test("networkList: an address matches its range, of either family, and an IPv4 address written as IPv4-mapped IPv6; what is not an entry allows nothing", () => {
+  const list = networkList(["10.0.0.0/8", "203.0.113.7", "2001:db8::/32", "not a network"]);
+  const has = (address: string) => listHas(list, address);
+  expect([has("10.255.0.1"), has("11.0.0.1"), has("203.0.113.7"), has("203.0.113.8")]).toEqual([true, false, true, false]);
+  expect([has("2001:db8::1"), has("2001:db9::1"), has("::ffff:10.1.2.3"), has("not an address")]).toEqual([true, false, true, false]);
+  expect(listHas(networkList(["not a network"]), "10.0.0.1")).toBe(false);
+});
+
+/** The status and error of an OpenAI SDK call that failed; status 0 when it succeeded. */
+async function refusal(call: () => Promise<unknown>): Promise<{ status: number; code?: string | null; message?: string }> {
+  try {
+    await call();
+    return { status: 0 };
+  } catch (error) {
+    const failed = error as { status?: number; code?: string | null; error?: { message?: string } };
+    return { status: failed.status ?? -1, code: failed.code, message: failed.error?.message };
+  }
+}
+
+describe("a key bound to networks, on a server with no trusted proxy (the tests' requests come from 127.0.0.1)", () => {
+  let sluice: TestSluice;
+  let organizationId: string;
+  const logs = capturingLogger();
+
+  beforeAll(async () => {
+    sluice = await startSluice({ models: [fakeModel(upstream.url, "m", "usage-10-5")] }, { logger: logs.logger });
+    organizationId = (await sluice.organizations.findByName("acme"))?.id as string;
+  });
+  afterAll(async () => {
+    await sluice.stop();
+  });
+
+  /** The last log line of a key's requests (of this status, when given), once the logger has written it. */
+  async function logLineOf(keyId: string, status?: number): Promise<Record<string, unknown>> {
+    const find = () => logs.lines.findLast((entry) => entry.message === "request" && entry.key_id === keyId && (status === undefined || entry.status === status));
+    await eventually(() => find() !== undefined);
+    return find() as Record<string, unknown>;
+  }
+
+  async function keyFor(networks: string[] | null): Promise<{ id: string; secret: string }> {
+    const { key, secret } = await sluice.keys.create({ organizationId, name: "bound", networks }, testActor);
+    return { id: key.id, secret };
+  }
+
+  test("from inside its networks every API answers: chat, Responses, Messages, count_tokens, models, embeddings", async () => {
+    const key = await keyFor(["192.0.2.0/24", "127.0.0.0/8"]);
+    const client = sluice.client({ apiKey: key.secret });
+    expect((await client.chat.completions.create({ model: "m", messages })).choices).toHaveLength(1);
+    expect((await client.responses.create({ model: "m", input: "Hi" })).status).toBe("completed");
+    expect((await client.models.list()).data.map((model) => model.id)).toEqual(["m"]);
+    expect((await client.embeddings.create({ model: "m", input: "Hi" })).data).toHaveLength(1);
+    const anthropic = new Anthropic({ baseURL: sluice.url, apiKey: key.secret, maxRetries: 0 });
+    expect((await anthropic.messages.create({ model: "m", max_tokens: 10, messages })).type).toBe("message");
+    expect((await anthropic.messages.countTokens({ model: "m", messages })).input_tokens).toBeGreaterThan(0);
+    expect((await logLineOf(key.id)).client_ip).toBe("127.0.0.1");
+  });
+
+  test("from outside them every API refuses it: 401 ip_not_authorized naming the address, nothing sent upstream, the address in the log line", async () => {
+    const key = await keyFor(["10.0.0.0/8", "2001:db8::/32"]);
+    const client = sluice.client({ apiKey: key.secret, maxRetries: 0 });
+    const calls = upstream.bodies.length;
+    const refused = await refusal(() => client.chat.completions.create({ model: "m", messages }));
+    expect(refused).toEqual({
+      status: 401,
+      code: "ip_not_authorized",
+      message: "This API key cannot be used from the address 127.0.0.1: it is bound to other networks.",
+    });
+    expect((await refusal(() => client.chat.completions.create({ model: "m", messages, stream: true }))).code).toBe("ip_not_authorized");
+    expect((await refusal(() => client.responses.create({ model: "m", input: "Hi" }))).code).toBe("ip_not_authorized");
+    expect((await refusal(() => client.completions.create({ model: "m", prompt: "Hi" }))).code).toBe("ip_not_authorized");
+    expect((await refusal(() => client.models.list())).code).toBe("ip_not_authorized");
+    expect((await refusal(() => client.embeddings.create({ model: "m", input: "Hi" }))).code).toBe("ip_not_authorized");
+    const anthropic = new Anthropic({ baseURL: sluice.url, apiKey: key.secret, maxRetries: 0 });
+    for (const call of [
+      () => anthropic.messages.create({ model: "m", max_tokens: 10, messages }),
+      () => anthropic.messages.countTokens({ model: "m", messages }),
+    ]) {
+      const error = (await call().catch((caught: unknown) => caught)) as InstanceType<typeof Anthropic.APIError>;
+      expect(error.status).toBe(401);
+      expect((error.error as { error: { type: string } }).error.type).toBe("authentication_error");
+    }
+    expect(upstream.bodies.length).toBe(calls);
+    expect(await logLineOf(key.id, 401)).toMatchObject({ code: "ip_not_authorized", client_ip: "127.0.0.1" });
+  });
+
+  test("a change of its networks applies to the key's very next request (the cached caller is dropped), and is audited", async () => {
+    const key = await keyFor(["10.0.0.0/8"]);
+    const client = sluice.client({ apiKey: key.secret, maxRetries: 0 });
+    const status = async () => (await refusal(() => client.chat.completions.create({ model: "m", messages }))).status;
+    expect(await status()).toBe(401);
+    await sluice.keys.setLists(key.id, { networks: ["127.0.0.1"] }, testActor);
+    expect(await status()).toBe(0);
+    await sluice.keys.setLists(key.id, { networks: ["::1"] }, testActor);
+    expect(await status()).toBe(401);
+    await sluice.keys.setLists(key.id, { networks: null }, testActor);
+    expect(await status()).toBe(0);
+    // The same networks again change nothing, and record nothing.
+    await sluice.keys.setLists(key.id, { networks: null, models: null }, testActor);
+    const entries = (await sluice.audit.list({ limit: 100 })).filter((entry) => entry.target === key.id);
+    expect(entries.map((entry) => [entry.action, entry.changes?.networks])).toEqual([
+      ["key.updated", [["::1"], null]],
+      ["key.updated", [["127.0.0.1"], ["::1"]]],
+      ["key.updated", [["10.0.0.0/8"], ["127.0.0.1"]]],
+      ["key.created", [null, ["10.0.0.0/8"]]],
+    ]);
+  });
+
+  test("a rotated key keeps its networks", async () => {
+    const key = await keyFor(["10.0.0.0/8"]);
+    const rotated = await sluice.keys.rotate(key.id, { graceMs: 0 }, testActor);
+    expect(rotated.key.networks).toEqual(["10.0.0.0/8"]);
+    const client = sluice.client({ apiKey: rotated.secret, maxRetries: 0 });
+    expect((await refusal(() => client.chat.completions.create({ model: "m", messages }))).code).toBe("ip_not_authorized");
+  });
+
+  test("X-Forwarded-For from a peer that is not a trusted proxy is the caller's own word, and never read", async () => {
+    const key = await keyFor(["203.0.113.0/24"]);
+    const response = await sluice.post(
+      "/v1/chat/completions",
+      { model: "m", messages },
+      { authorization: `Bearer ${key.secret}`, "x-forwarded-for": "203.0.113.9" },
+    );
+    expect(response.status).toBe(401);
+    expect(((await response.json()) as { error: { message: string } }).error.message).toContain("127.0.0.1");
+  });
+
+  test("the console API: networks set at creation and changed with the caps, listed; a bad entry is 400 naming networks", async () => {
+    await sluice.accounts.createUser({ email: "member@example.com", password: consolePassword, role: "member", organizationId }, testActor);
+    const member = new ConsoleClient(sluice.url);
+    expect((await member.json("POST", "/signin", { email: "member@example.com", password: consolePassword })).status).toBe(200);
+    member.csrf = ((await member.json<{ csrfToken: string }>("GET", "/me")).body as { csrfToken: string }).csrfToken;
+    const created = await member.json<{ key: { id: string; networks: string[] | null }; secret: string }>("POST", "/keys", {
+      name: "office",
+      networks: ["10.0.0.0/8"],
+    });
+    expect(created.status).toBe(201);
+    expect(created.body.key.networks).toEqual(["10.0.0.0/8"]);
+    const client = sluice.client({ apiKey: created.body.secret, maxRetries: 0 });
+    expect((await refusal(() => client.chat.completions.create({ model: "m", messages }))).code).toBe("ip_not_authorized");
+    const keyId = created.body.key.id;
+    const updated = await member.json<{ networks: string[] | null }>("POST", `/keys/${keyId}/limits`, { networks: ["127.0.0.1", "::1"] });
+    expect(updated).toMatchObject({ status: 200, body: { networks: ["127.0.0.1", "::1"] } });
+    expect((await refusal(() => client.chat.completions.create({ model: "m", messages }))).status).toBe(0);
+    // Caps changed without `networks` leave them as they are.
+    expect((await member.json("POST", `/keys/${keyId}/limits`, { max_concurrency: 2 })).body).toMatchObject({ networks: ["127.0.0.1", "::1"] });
+    const listed = await member.json<{ id: string; networks: string[] | null }[]>("GET", "/keys");
+    expect(listed.body.find((key) => key.id === keyId)?.networks).toEqual(["127.0.0.1", "::1"]);
+    for (const networks of [["10.0.0.0/33"], [], "10.0.0.0/8", Array.from({ length: 51 }, (_, index) => `10.${index}.0.0/16`)]) {
+      const wrong = await member.json<{ error: { param: string; code: string } }>("POST", `/keys/${keyId}/limits`, { networks });
+      expect(wrong.status).toBe(400);
+      expect(wrong.body.error.param).toBe("networks");
+    }
+    expect((await member.json("POST", `/keys/${keyId}/limits`, { networks: null })).body).toMatchObject({ networks: null });
+  });
+});
+
+describe("behind trusted proxies (SLUICE_TRUSTED_PROXIES = 127.0.0.1 and 10.0.0.0/8)", () => {
+  let sluice: TestSluice;
+  let secret: string;
+
+  beforeAll(async () => {
+    sluice = await startSluice({ models: [fakeModel(upstream.url, "m", "usage-10-5")] }, { trustedProxies: ["127.0.0.1", "10.0.0.0/8"] });
+    const organizationId = (await sluice.organizations.findByName("acme"))?.id as string;
+    secret = (await sluice.keys.create({ organizationId, name: "office", networks: ["203.0.113.0/24"] }, testActor)).secret;
+  });
+  afterAll(async () => {
+    await sluice.stop();
+  });
+
+  async function sentThrough(forwardedFor: string | undefined): Promise<{ status: number; message?: string }> {
+    const client = new OpenAI({
+      baseURL: `${sluice.url}/v1`,
+      apiKey: secret,
+      maxRetries: 0,
+      defaultHeaders: forwardedFor === undefined ? {} : { "x-forwarded-for": forwardedFor },
+    });
+    const refused = await refusal(() => client.chat.completions.create({ model: "m", messages }));
+    return refused.status === 0 ? { status: 0 } : { status: refused.status, message: refused.message };
+  }
+
+  test("the address is the first hop from the right that no trusted proxy vouches for", async () => {
+    expect(await sentThrough("203.0.113.9")).toEqual({ status: 0 });
+    // Through two proxies of ours: the one on 10.1.1.1 forwarded for the caller.
+    expect(await sentThrough("203.0.113.9, 10.1.1.1")).toEqual({ status: 0 });
+    // Whatever the caller wrote on the left of the first hop we trust is not read.
+    expect(await sentThrough("198.51.100.1, 203.0.113.9")).toEqual({ status: 0 });
+    expect((await sentThrough("203.0.113.9, 198.51.100.1")).message).toContain("the address 198.51.100.1");
+    expect((await sentThrough("::ffff:198.51.100.2")).message).toContain("the address 198.51.100.2");
+  });
+
+  test("no header, or a hop that is not an address: the address is the last proxy's own", async () => {
+    expect((await sentThrough(undefined)).message).toContain("the address 127.0.0.1");
+    expect((await sentThrough("203.0.113.9, unknown")).message).toContain("the address 127.0.0.1");
+    expect((await sentThrough("203.0.113.9, 10.1.1.1, _hidden")).message).toContain("the address 127.0.0.1");
+    // Every hop a trusted proxy: the furthest one is all that is known.
+    expect((await sentThrough("10.2.2.2, 10.1.1.1")).message).toContain("the address 10.2.2.2");
+  });
+});
+
+test("sluice key create --networks, key update --networks (any for anywhere), listed last; a bad entry exits 2 naming it", async () => {
+  const directory = temporaryDirectory();
+  try {
+    const configPath = join(directory.path, "sluice.toml");
+    await Bun.write(configPath, `[[models]]\nid = "m"\nbackend = "openai"\nbase_url = "${upstream.url}"\n[[plans]]\nid = "default"\nmodels = ["*"]\n`);
+    const environment = sluiceEnvironment(join(directory.path, "sluice.db"), configPath);
+    expect(sluiceCommand(environment, "org", "create", "acme").code).toBe(0);
+    const created = sluiceCommand(environment, "key", "create", "--org", "acme", "--networks", "10.0.0.0/8, 2001:db8::/32");
+    expect(created.code).toBe(0);
+    const listed = () => sluiceCommand(environment, "key", "list", "--org", "acme").stdout.trim().split("\t").at(-1);
+    expect(listed()).toBe("10.0.0.0/8,2001:db8::/32");
+    const keyId = created.stderr.match(/created key (key_[\w-]+)/)?.[1] as string;
+    expect(sluiceCommand(environment, "key", "update", keyId, "--networks", "203.0.113.7").stdout.trim().split("\t").at(-1)).toBe("203.0.113.7");
+    expect(sluiceCommand(environment, "key", "update", keyId, "--networks", "any").code).toBe(0);
+    expect(listed()).toBe("any");
+    const wrong = sluiceCommand(environment, "key", "update", keyId, "--networks", "10.0.0.0/40");
+    expect(wrong.code).toBe(2);
+    expect(wrong.stderr).toContain('"10.0.0.0/40" is not an IP address or CIDR range');
+    expect(listed()).toBe("any");
+  } finally {
+    directory.remove();
+  }
+});
