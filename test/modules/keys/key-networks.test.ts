@@ -61,7 +61,8 @@ describe("a key bound to networks, on a server with no trusted proxy (the tests'
 
   /** The last log line of a key's requests (of this status, when given), once the logger has written it. */
   async function logLineOf(keyId: string, status?: number): Promise<Record<string, unknown>> {
-    const find = () => logs.lines.findLast((entry) => entry.message === "request" && entry.key_id === keyId && (status === undefined || entry.status === status));
+    const find = () =>
+      logs.lines.findLast((entry) => entry.message === "request" && entry.key_id === keyId && (status === undefined || entry.status === status));
     await eventually(() => find() !== undefined);
     return find() as Record<string, unknown>;
   }
