@@ -106,6 +106,17 @@ export async function failureOf(answer: Promise<unknown>): Promise<APIError> {
   )) as APIError;
 }
 
+/** The status and error of an OpenAI SDK call that failed; status 0 when it succeeded. */
+export async function refusal(call: () => Promise<unknown>): Promise<{ status: number; code?: string | null; message?: string }> {
+  try {
+    await call();
+    return { status: 0 };
+  } catch (error) {
+    const failed = error as { status?: number; code?: string | null; error?: { message?: string } };
+    return { status: failed.status ?? -1, code: failed.code, message: failed.error?.message };
+  }
+}
+
 /** A logger whose lines a test reads back, each line parsed. */
 export function capturingLogger(): { logger: Logger; lines: Record<string, unknown>[] } {
   const lines: Record<string, unknown>[] = [];

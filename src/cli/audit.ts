@@ -22,7 +22,15 @@ export async function runAudit(args: string[]): Promise<number> {
             .map(([field, [before, after]]) => `${field}: ${JSON.stringify(before)} -> ${JSON.stringify(after)}`)
             .join("; ")
         : "-";
-      console.log([formatTime(entry.at), `${entry.actor} (${entry.actorKind})`, entry.action, entry.target, changes].join("\t"));
+      console.log(
+        [
+          formatTime(entry.at),
+          `${entry.actor} (${entry.address ? `${entry.actorKind}, ${entry.address}` : entry.actorKind})`,
+          entry.action,
+          entry.target,
+          changes,
+        ].join("\t"),
+      );
     }
   });
   return 0;

@@ -20,6 +20,7 @@ import tokenKinds from "./0014_token_kinds.sql" with { type: "text" };
 import consoleTokenLastUsed from "./0015_console_token_last_used.sql" with { type: "text" };
 import keyRequestsPerMinute from "./0016_key_requests_per_minute.sql" with { type: "text" };
 import keyNetworks from "./0017_key_networks.sql" with { type: "text" };
+import auditAddress from "./0018_audit_address.sql" with { type: "text" };
 
 export interface EmbeddedMigration {
   tag: string;
@@ -45,6 +46,7 @@ const sqlByTag: Record<string, string> = {
   "0015_console_token_last_used": consoleTokenLastUsed,
   "0016_key_requests_per_minute": keyRequestsPerMinute,
   "0017_key_networks": keyNetworks,
+  "0018_audit_address": auditAddress,
 };
 
 export const journalTags: string[] = journal.entries.map((entry) => entry.tag);

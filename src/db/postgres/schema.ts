@@ -84,6 +84,7 @@ export const auditLog = pgTable(
     target: text("target").notNull(),
     organizationId: text("organization_id"),
     changes: text("changes"),
+    address: text("address"),
   },
   (table) => [index("audit_log_at_idx").on(table.at)],
 );

@@ -26,6 +26,8 @@ export type AuditAction = (typeof auditActions)[number];
 export interface AuditActor {
   kind: "console" | "token" | "cli" | "server";
   name: string;
+  /** The address a console change or sign-in came from; none for the CLI and the server. */
+  address?: string;
 }
 
 /** One administrative change or sign-in. `changes` maps a field to [old, new] (old null for what was created). */
@@ -38,4 +40,6 @@ export interface AuditEntry {
   target: string;
   organizationId: string | null;
   changes: Record<string, [unknown, unknown]> | null;
+  /** The actor's address (console changes and sign-ins), null otherwise. */
+  address: string | null;
 }

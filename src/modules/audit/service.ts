@@ -43,6 +43,7 @@ export class AuditLog {
       target,
       organizationId: details.organizationId ?? null,
       changes: details.changes ?? null,
+      address: actor.address ?? null,
     });
   }
 

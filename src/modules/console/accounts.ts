@@ -14,6 +14,8 @@ export interface Actor {
   csrfToken: string;
   /** Set when the request came with a console token rather than a session: the token's name. */
   tokenName?: string;
+  /** The address the request came from, for the audit trail (see clientAddress). */
+  address?: string;
 }
 
 const sessionLifetimeMs = 7 * 24 * 3_600_000;
@@ -78,10 +80,10 @@ export class AccountService {
   }
 
   /** Checks the password (slowly, on purpose) and opens a session; 401 on a mismatch, 429 after repeated ones. */
-  async signIn(emailInput: string, password: string, now = Date.now()): Promise<{ token: string; actor: Actor }> {
+  async signIn(emailInput: string, password: string, address?: string, now = Date.now()): Promise<{ token: string; actor: Actor }> {
     const email = emailInput.trim().toLowerCase();
     const failure = await this.repository.failures(email);
-    const attempt: AuditActor = { kind: "console", name: email };
+    const attempt: AuditActor = { kind: "console", name: email, address };
     if (failure && now - failure.since < failureWindowMs && failure.count >= maxFailures) {
       await this.audit.record(attempt, "signin.failed", email, { changes: { reason: [null, "too many failed attempts"] } });
       throw new SluiceError("too_many_sign_in_attempts", "Too many failed sign-ins for this account. Try again later.", {

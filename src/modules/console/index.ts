@@ -1,5 +1,7 @@
+import type { BlockList } from "node:net";
 import { Elysia } from "elysia";
 import { SluiceError } from "../../errors";
+import { clientAddress } from "../../http/client-address";
 import { bearerKey } from "../auth/index";
 import { secretsEqual } from "../keys/secret";
 import type { AccountService, Actor } from "./accounts";
@@ -41,18 +43,18 @@ export const securityHeaders: Readonly<Record<string, string>> = {
  * SameSite=Strict cookie; every change also needs the session's CSRF token in `x-csrf-token`. Scripts use a console
  * token instead (`Authorization: Bearer sluice-console-…`), which acts as its account.
  */
-export const consoleRoutes = (service: ConsoleService, accounts: AccountService) =>
+export const consoleRoutes = (service: ConsoleService, accounts: AccountService, trustedProxies: BlockList | undefined) =>
   new Elysia({ name: "console" }).group("/console/api", (api) =>
     api
       .get("/sign-up", () => service.signUpSetting())
-      .post("/signup", async ({ request, set }) => {
-        await service.signUp(await readConsoleBody(request, SignUpBody));
+      .post("/signup", async ({ request, server, set }) => {
+        await service.signUp(await readConsoleBody(request, SignUpBody), clientAddress(request, server, trustedProxies));
         set.status = 201;
         return { ok: true };
       })
-      .post("/signin", async ({ request, cookie }) => {
+      .post("/signin", async ({ request, server, cookie }) => {
         const body = await readConsoleBody(request, SignInBody);
-        const { token, actor } = await accounts.signIn(body.email, body.password);
+        const { token, actor } = await accounts.signIn(body.email, body.password, clientAddress(request, server, trustedProxies));
         cookie[sessionCookie]?.set({
           value: token,
           httpOnly: true,
@@ -63,20 +65,20 @@ export const consoleRoutes = (service: ConsoleService, accounts: AccountService)
         });
         return service.me(actor);
       })
-      .resolve(async ({ cookie, request }) => {
+      .resolve(async ({ cookie, request, server }) => {
         // A console token (scripts, provisioning) rather than a session: no cookie, so no CSRF token either.
         const token = bearerKey(request);
         if (token !== undefined) {
           const actor = await accounts.tokens.actorOf(token);
           if (!actor) throw new SluiceError("not_signed_in", "This console token is not valid: revoked, expired or mistyped.");
-          return { actor };
+          return { actor: { ...actor, address: clientAddress(request, server, trustedProxies) } };
         }
         const actor = await accounts.actorOf(cookie[sessionCookie]?.value as string | undefined);
         if (!actor) throw new SluiceError("not_signed_in", "Sign in first.");
         if (request.method !== "GET" && !secretsEqual(request.headers.get("x-csrf-token") ?? "", actor.csrfToken)) {
           throw new SluiceError("csrf_token_invalid", "Missing or wrong CSRF token; reload the page.");
         }
-        return { actor: actor as Actor };
+        return { actor: { ...actor, address: clientAddress(request, server, trustedProxies) } as Actor };
       })
       .post("/signout", async ({ actor, cookie }) => {
         requireSession(actor);

@@ -74,7 +74,9 @@ function pageSize(limit: string | undefined): number {
 }
 
 function auditActor(actor: Actor): AuditActor {
-  return actor.tokenName === undefined ? { kind: "console", name: actor.email } : { kind: "token", name: `${actor.email} [${actor.tokenName}]` };
+  return actor.tokenName === undefined
+    ? { kind: "console", name: actor.email, address: actor.address }
+    : { kind: "token", name: `${actor.email} [${actor.tokenName}]`, address: actor.address };
 }
 
 function forbidden(): SluiceError {
@@ -115,7 +117,7 @@ export class ConsoleService {
   }
 
   /** Sign-up creates the organization on the waitlist and its first member; 403 when sign-up is closed. */
-  async signUp(input: SignUp): Promise<void> {
+  async signUp(input: SignUp, address?: string): Promise<void> {
     if (!this.deps.signUpOpen()) throw new SluiceError("forbidden", "Sign-up is closed here: ask an operator for an account.");
     const name = input.organization.trim();
     if (!name || name.length > 100) throw invalidRequest("Enter your organization's name (at most 100 characters).", "organization");
@@ -123,7 +125,7 @@ export class ConsoleService {
     const email = await this.deps.accounts.checkNewAccount(input.email, input.password);
     if (await this.deps.organizations.findByName(name)) throw invalidRequest("An organization with this name already exists.", "organization");
     // The new member is the actor of its own sign-up.
-    const actor: AuditActor = { kind: "console", name: email };
+    const actor: AuditActor = { kind: "console", name: email, address };
     const organization = await this.newOrganization({ name, plan: "default", status: "waitlist" }, actor, "organization");
     await this.deps.accounts.createUser({ email, password: input.password, role: "member", organizationId: organization.id }, actor);
   }

@@ -61,15 +61,16 @@ describe("changes made in the console", () => {
 
     // Oldest first, to read in the order it happened.
     const entries = (await trail(admin, `?organization=${organization.id}`)).entries.reverse();
-    const summary = entries.map((entry) => [entry.actorKind, entry.actor, entry.action, entry.target]);
+    const summary = entries.map((entry) => [entry.actorKind, entry.actor, entry.action, entry.target, entry.address]);
+    // Each with the address it came from: the tests' requests come from 127.0.0.1.
     expect(summary).toEqual([
-      ["console", "ada@example.com", "organization.created", "Audit Co"],
-      ["console", "ada@example.com", "account.created", "ada@example.com"],
-      ["console", "ada@example.com", "signin.succeeded", "ada@example.com"],
-      ["console", "op@example.com", "organization.updated", "Audit Co"],
-      ["console", "op@example.com", "organization.updated", "Audit Co"],
-      ["console", "ada@example.com", "key.created", created.key.id],
-      ["console", "ada@example.com", "key.revoked", created.key.id],
+      ["console", "ada@example.com", "organization.created", "Audit Co", "127.0.0.1"],
+      ["console", "ada@example.com", "account.created", "ada@example.com", "127.0.0.1"],
+      ["console", "ada@example.com", "signin.succeeded", "ada@example.com", "127.0.0.1"],
+      ["console", "op@example.com", "organization.updated", "Audit Co", "127.0.0.1"],
+      ["console", "op@example.com", "organization.updated", "Audit Co", "127.0.0.1"],
+      ["console", "ada@example.com", "key.created", created.key.id, "127.0.0.1"],
+      ["console", "ada@example.com", "key.revoked", created.key.id, "127.0.0.1"],
     ]);
     const byAction = (action: string) => entries.filter((entry) => entry.action === action);
     expect(byAction("organization.updated").map((entry) => entry.changes)).toEqual([{ status: ["waitlist", "active"] }, { plan: ["default", "pro"] }]);
@@ -77,7 +78,11 @@ describe("changes made in the console", () => {
     expect(byAction("key.created")[0]?.changes).toMatchObject({ name: [null, "laptop"] });
     // The failed sign-in names no organization: it is found by action.
     const failed = (await trail(admin, "?action=signin.failed")).entries;
-    expect(failed.map((entry) => [entry.actor, entry.changes])).toContainEqual(["ada@example.com", { reason: [null, "wrong email or password"] }]);
+    expect(failed.map((entry) => [entry.actor, entry.changes, entry.address])).toContainEqual([
+      "ada@example.com",
+      { reason: [null, "wrong email or password"] },
+      "127.0.0.1",
+    ]);
     // Never a secret, never a password: not in any column of any entry.
     const everything = JSON.stringify(sluice.database.sqlite.query("SELECT * FROM audit_log").all());
     expect(everything).not.toContain(created.secret);
@@ -126,10 +131,12 @@ describe("changes made with the CLI", () => {
     expect(cli("operator", "create", "second-op@example.com").code).toBe(0);
 
     const rows = sluice.database.sqlite
-      .query<{ actor_kind: string; actor: string; action: string; target: string; changes: string | null }, []>(
-        "SELECT actor_kind, actor, action, target, changes FROM audit_log WHERE actor_kind = 'cli' AND actor <> 'test' ORDER BY id",
+      .query<{ actor_kind: string; actor: string; action: string; target: string; changes: string | null; address: string | null }, []>(
+        "SELECT actor_kind, actor, action, target, changes, address FROM audit_log WHERE actor_kind = 'cli' AND actor <> 'test' ORDER BY id",
       )
       .all();
+    // A command has no address.
+    expect(rows.every((row) => row.address === null)).toBe(true);
     expect(rows.map((row) => [row.actor_kind, row.actor, row.action, row.target])).toEqual([
       ["cli", user, "organization.created", "cli-co"],
       ["cli", user, "organization.updated", "cli-co"],
@@ -148,6 +155,8 @@ describe("changes made with the CLI", () => {
     // Newest first.
     expect(lines[1]).toContain(`${user} (cli)\taccount.created\tsecond-op@example.com`);
     expect(printed.stdout).toContain('status: "waitlist" -> "active"');
+    // A console change shows where it came from.
+    expect(printed.stdout).toContain("ada@example.com (console, 127.0.0.1)\tsignin.succeeded");
     const filtered = cli("audit", "--action", "key.revoked", "--org", "cli-co");
     expect(
       filtered.stdout

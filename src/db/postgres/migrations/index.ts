@@ -13,6 +13,7 @@ import tokenKinds from "./0007_token_kinds.sql" with { type: "text" };
 import consoleTokenLastUsed from "./0008_console_token_last_used.sql" with { type: "text" };
 import keyRequestsPerMinute from "./0009_key_requests_per_minute.sql" with { type: "text" };
 import keyNetworks from "./0010_key_networks.sql" with { type: "text" };
+import auditAddress from "./0011_audit_address.sql" with { type: "text" };
 import type { EmbeddedMigration } from "../../migrations/index";
 
 const sqlByTag: Record<string, string> = {
@@ -27,6 +28,7 @@ const sqlByTag: Record<string, string> = {
   "0008_console_token_last_used": consoleTokenLastUsed,
   "0009_key_requests_per_minute": keyRequestsPerMinute,
   "0010_key_networks": keyNetworks,
+  "0011_audit_address": auditAddress,
 };
 
 export const postgresJournalTags: string[] = journal.entries.map((entry) => entry.tag);

@@ -196,7 +196,7 @@ export function AuditPage() {
               <tr key={entry.id}>
                 <td>{new Date(entry.at).toLocaleString()}</td>
                 <td>
-                  {entry.actor} ({entry.actorKind})
+                  {entry.actor} ({entry.address ? `${entry.actorKind}, ${entry.address}` : entry.actorKind})
                 </td>
                 <td>{entry.action}</td>
                 <td>{entry.target}</td>

@@ -1,0 +1,85 @@
+// The address a request comes from (src/http/client-address.ts) behind trusted proxies: X-Forwarded-For read from the
+// right past them, for keys bound to networks and for the console's audit trail.
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import OpenAI from "openai";
+import { ConsoleClient, consolePassword } from "../modules/console/console-client";
+import { fakeModel, refusal, startSluice, testActor, useFakeUpstream, type TestSluice } from "../helpers";
+
+const upstream = useFakeUpstream();
+const messages = [{ role: "user" as const, content: "Hello" }];
+
+describe("behind trusted proxies (SLUICE_TRUSTED_PROXIES = 127.0.0.1 and 10.0.0.0/8)", () => {
+  let sluice: TestSluice;
+  let secret: string;
+
+  beforeAll(async () => {
+    sluice = await startSluice({ models: [fakeModel(upstream.url, "m", "usage-10-5")] }, { trustedProxies: ["127.0.0.1", "10.0.0.0/8"] });
+    const organizationId = (await sluice.organizations.findByName("acme"))?.id as string;
+    secret = (await sluice.keys.create({ organizationId, name: "office", networks: ["203.0.113.0/24"] }, testActor)).secret;
+  });
+  afterAll(async () => {
+    await sluice.stop();
+  });
+
+  async function sentThrough(forwardedFor: string | undefined): Promise<{ status: number; message?: string }> {
+    const client = new OpenAI({
+      baseURL: `${sluice.url}/v1`,
+      apiKey: secret,
+      maxRetries: 0,
+      defaultHeaders: forwardedFor === undefined ? {} : { "x-forwarded-for": forwardedFor },
+    });
+    const refused = await refusal(() => client.chat.completions.create({ model: "m", messages }));
+    return refused.status === 0 ? { status: 0 } : { status: refused.status, message: refused.message };
+  }
+
+  test("the address is the first hop from the right that no trusted proxy vouches for", async () => {
+    expect(await sentThrough("203.0.113.9")).toEqual({ status: 0 });
+    // Through two proxies of ours: the one on 10.1.1.1 forwarded for the caller.
+    expect(await sentThrough("203.0.113.9, 10.1.1.1")).toEqual({ status: 0 });
+    // Whatever the caller wrote on the left of the first hop we trust is not read.
+    expect(await sentThrough("198.51.100.1, 203.0.113.9")).toEqual({ status: 0 });
+    expect((await sentThrough("203.0.113.9, 198.51.100.1")).message).toContain("the address 198.51.100.1");
+    expect((await sentThrough("::ffff:198.51.100.2")).message).toContain("the address 198.51.100.2");
+  });
+
+  test("no header, or a hop that is not an address: the address is the last proxy's own", async () => {
+    expect((await sentThrough(undefined)).message).toContain("the address 127.0.0.1");
+    expect((await sentThrough("203.0.113.9, unknown")).message).toContain("the address 127.0.0.1");
+    expect((await sentThrough("203.0.113.9, 10.1.1.1, _hidden")).message).toContain("the address 127.0.0.1");
+    // Every hop a trusted proxy: the furthest one is all that is known.
+    expect((await sentThrough("10.2.2.2, 10.1.1.1")).message).toContain("the address 10.2.2.2");
+  });
+
+  test("the console's audit trail records the forwarded address of a sign-in, failed or not, and of a change", async () => {
+    await sluice.accounts.createUser({ email: "op@example.com", password: consolePassword, role: "operator", organizationId: null }, testActor);
+    const forwarded = (address: string) => ({ "x-forwarded-for": `${address}, 10.1.1.1` });
+    const signIn = (password: string, address: string) =>
+      fetch(`${sluice.url}/console/api/signin`, {
+        method: "POST",
+        headers: { "content-type": "application/json", ...forwarded(address) },
+        body: JSON.stringify({ email: "op@example.com", password }),
+      });
+    expect((await signIn("not the password", "198.51.100.7")).status).toBe(401);
+    const signedIn = await signIn(consolePassword, "203.0.113.5");
+    expect(signedIn.status).toBe(200);
+    const cookie = (signedIn.headers.get("set-cookie") as string).split(";")[0] as string;
+    const { csrfToken } = (await signedIn.json()) as { csrfToken: string };
+    const created = await fetch(`${sluice.url}/console/api/operator/organizations`, {
+      method: "POST",
+      headers: { "content-type": "application/json", cookie, "x-csrf-token": csrfToken, ...forwarded("203.0.113.6") },
+      body: JSON.stringify({ name: "forwarded co" }),
+    });
+    expect(created.status).toBe(201);
+    const operator = new ConsoleClient(sluice.url);
+    await operator.signIn("op@example.com", consolePassword);
+    const entries = (await operator.json<{ entries: { action: string; address: string | null }[] }>("GET", "/operator/audit?actor=op@example.com")).body
+      .entries;
+    expect(entries.map((entry) => [entry.action, entry.address]).reverse()).toEqual([
+      ["signin.failed", "198.51.100.7"],
+      ["signin.succeeded", "203.0.113.5"],
+      ["organization.created", "203.0.113.6"],
+      // The ConsoleClient's own, with no header: the proxy's address is all there is.
+      ["signin.succeeded", "127.0.0.1"],
+    ]);
+  });
+});
