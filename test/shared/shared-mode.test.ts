@@ -578,7 +578,7 @@ describe("what operators see, on PostgreSQL", () => {
           ["cli", "account.created", "op@example.com"],
           ["console", "signin.succeeded", "op@example.com"],
         ]);
-        expect(cluster.cli("audit", "--action", "signin.succeeded").stdout).toContain("op@example.com (console)\tsignin.succeeded");
+        expect(cluster.cli("audit", "--action", "signin.succeeded").stdout).toContain("op@example.com (console, 127.0.0.1)\tsignin.succeeded");
       },
       2,
     );
