@@ -2,6 +2,7 @@ import type { Config } from "../config/schema";
 import { restoreKeyFromLedger } from "../modules/admission/ledger-usage";
 import { RedisAdmissionStore } from "../modules/admission/redis-store";
 import { parseDuration, parseGrace } from "../modules/keys/duration";
+import { networksOption } from "./org";
 import { capsOf, checkKeyModels, noLimits, type ApiKeyInfo, type KeyLimits } from "../modules/keys/service";
 import { formatTime, withCliContext } from "./context";
 import { UsageError, parseCommand } from "./usage";
@@ -41,11 +42,6 @@ function modelsOption(value: string, config: Config): string[] | null {
     value === "all" ? null : value.split(","),
     config.models.map((model) => model.id),
   );
-}
-
-/** `--networks 10.0.0.0/8,203.0.113.7`: those addresses and ranges (checked by the key service); `--networks any`: anywhere (null). */
-function networksOption(value: string): string[] | null {
-  return value === "any" ? null : value.split(",");
 }
 
 /** `--expires-in 90s|30m|12h|30d` in milliseconds; undefined when not given. */
@@ -88,7 +84,7 @@ export async function runKey(args: string[]): Promise<number> {
     await withCliContext(async (context) => {
       const org = await context.organizations.requireByName(organizationName);
       const models = values.models === undefined ? null : modelsOption(values.models, context.config);
-      const networks = values.networks === undefined ? null : networksOption(values.networks);
+      const networks = networksOption(values.networks) ?? null;
       const { key, secret } = await context.keys.create({ organizationId: org.id, name: values.name, expiresInMs, limits, models, networks }, context.actor);
       console.error(`created key ${key.id} "${key.name}" for ${org.name}, expires ${formatTime(key.expiresAt)}`);
       console.error("this is the only time the key is shown; store it now:");
@@ -106,7 +102,7 @@ export async function runKey(args: string[]): Promise<number> {
       const existing = await context.keys.find(keyId);
       if (modelsValue !== undefined || networksValue !== undefined) {
         const models = modelsValue === undefined ? undefined : modelsOption(modelsValue, context.config);
-        const networks = networksValue === undefined ? undefined : networksOption(networksValue);
+        const networks = networksOption(networksValue);
         await context.keys.setLists(keyId, { models, networks }, context.actor);
       }
       const updated = await context.keys.setLimits(keyId, limitsOf(limitValues, existing ?? noLimits), context.actor);

@@ -10,7 +10,17 @@ function statusOf(value: string | undefined): OrganizationStatus | undefined {
   return value as OrganizationStatus;
 }
 
-const changeOptions = { plan: { type: "string" }, status: { type: "string" } } as const;
+const changeOptions = { plan: { type: "string" }, status: { type: "string" }, networks: { type: "string" } } as const;
+
+/** `--networks 10.0.0.0/8,203.0.113.7`: those addresses and ranges (checked by the service); `--networks any`: anywhere (null). */
+export function networksOption(value: string | undefined): string[] | null | undefined {
+  if (value === undefined) return undefined;
+  return value === "any" ? null : value.split(",");
+}
+
+function describeNetworks(networks: string[] | null): string {
+  return networks === null ? "any" : networks.join(",");
+}
 
 /** `sluice org create|update|list`. */
 export async function runOrg(args: string[]): Promise<number> {
@@ -19,7 +29,7 @@ export async function runOrg(args: string[]): Promise<number> {
     parseCommand(rest, {}, 0);
     await withCliContext(async (context) => {
       for (const org of await context.organizations.list()) {
-        console.log([org.id, org.name, org.plan, org.status, new Date(org.createdAt).toISOString()].join("\t"));
+        console.log([org.id, org.name, org.plan, org.status, new Date(org.createdAt).toISOString(), describeNetworks(org.networks)].join("\t"));
       }
     });
     return 0;
@@ -27,13 +37,14 @@ export async function runOrg(args: string[]): Promise<number> {
   if (action !== "create" && action !== "update") throw new UsageError(`unknown org command "${action ?? ""}"`);
   const { values, positionals } = parseCommand(rest, changeOptions, 1);
   const status = statusOf(values.status);
+  const networks = networksOption(values.networks);
   const name = positionals[0] as string;
   await withCliContext(async (context) => {
     const org =
       action === "create"
-        ? await context.organizations.create({ name, plan: values.plan, status }, context.actor)
-        : await context.organizations.update(name, { plan: values.plan, status }, context.actor);
-    console.log([org.id, org.name, org.plan, org.status].join("\t"));
+        ? await context.organizations.create({ name, plan: values.plan, status, networks }, context.actor)
+        : await context.organizations.update(name, { plan: values.plan, status, networks }, context.actor);
+    console.log([org.id, org.name, org.plan, org.status, describeNetworks(org.networks)].join("\t"));
   });
   return 0;
 }

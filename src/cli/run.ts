@@ -2,6 +2,7 @@ import { ConfigError } from "../config/load";
 import { DatabaseTooNewError } from "../db/migrate";
 import { BackendError } from "../storage/open";
 import { ListenError } from "../server";
+import { NetworkListError } from "../modules/keys/networks";
 import { KeyError } from "../modules/keys/service";
 import { OrganizationError } from "../modules/organizations/service";
 import { runKey } from "./key";
@@ -53,7 +54,7 @@ export async function runCommand(argv: string[]): Promise<number> {
       console.error(`sluice: ${error.message}\n\n${usageText}`);
       return 2;
     }
-    if (error instanceof OrganizationError || error instanceof KeyError) {
+    if (error instanceof OrganizationError || error instanceof KeyError || error instanceof NetworkListError) {
       console.error(`sluice: ${error.message}`);
       return 2;
     }

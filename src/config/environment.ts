@@ -1,8 +1,7 @@
 import type { LogLevel } from "../modules/observability/logger";
 import { tracingSettings, type TracingSettings } from "../tracing/settings";
 import { ConfigError } from "./load";
-import { KeyError } from "../modules/keys/errors";
-import { checkKeyNetworks } from "../modules/keys/networks";
+import { checkNetworks, NetworkListError } from "../modules/keys/networks";
 import { variable, wholeNumber, type Environment } from "./variables";
 
 export interface ServeSettings {
@@ -53,9 +52,9 @@ function trustedProxies(environment: Environment): string[] | undefined {
   const written = variable(environment, "SLUICE_TRUSTED_PROXIES");
   if (written === undefined) return undefined;
   try {
-    return checkKeyNetworks(written.split(",")) ?? undefined;
+    return checkNetworks(written.split(",")) ?? undefined;
   } catch (error) {
-    if (error instanceof KeyError) throw new ConfigError(`SLUICE_TRUSTED_PROXIES: ${error.message}`);
+    if (error instanceof NetworkListError) throw new ConfigError(`SLUICE_TRUSTED_PROXIES: ${error.message}`);
     throw error;
   }
 }

@@ -8,6 +8,8 @@ export const organizations = sqliteTable("organizations", {
   plan: text("plan").notNull(),
   status: text("status", { enum: ["active", "waitlist", "suspended"] }).notNull(),
   createdAt: integer("created_at").notNull(),
+  /** The networks its keys may be used from unless a key names its own, a JSON array as a key's; null: anywhere. */
+  networks: text("networks"),
 });
 
 export const apiKeys = sqliteTable(

@@ -35,3 +35,14 @@ export function clientAddress(request: Request, server: RequestServer, trustedPr
   }
   return address;
 }
+
+/**
+ * Whether a request came through a proxy Sluice does not trust: it carries `X-Forwarded-For` but its peer is not one
+ * of the trusted proxies. Its address is then likely the proxy's, shared by every caller behind it (or the header is
+ * the caller's own invention): not an address to hold one caller's failures against.
+ */
+export function forwardedByStranger(request: Request, server: RequestServer, trustedProxies: BlockList | undefined): boolean {
+  if (!request.headers.has("x-forwarded-for")) return false;
+  const peer = server?.requestIP(request)?.address;
+  return peer === undefined || !trustedProxies || !listHas(trustedProxies, plainAddress(peer));
+}

@@ -22,7 +22,7 @@ import type {
   UsageRepository,
 } from "./types";
 import { tokenUserSelection, usableToken, usedBefore } from "./token-columns";
-import { keyListColumns, withKeyLists } from "./key-lists";
+import { keyListColumns, listText, withCredentialLists, withKeyLists, withNetworkList } from "./key-lists";
 import { withTimeout } from "./with-timeout";
 
 type Database = BunSQLDatabase<typeof schema>;
@@ -56,19 +56,26 @@ const { hash: _hash, ...shownKeyColumns } = getTableColumns(apiKeys);
 function organizationRepository(db: Database): OrganizationRepository {
   return {
     async insert(row) {
-      await timed(db.insert(organizations).values(row));
+      await timed(db.insert(organizations).values({ ...row, networks: listText(row.networks ?? null) }));
     },
     async update(id, changes) {
-      await timed(db.update(organizations).set(changes).where(eq(organizations.id, id)));
+      await timed(
+        db
+          .update(organizations)
+          .set({ ...changes, networks: listText(changes.networks) })
+          .where(eq(organizations.id, id)),
+      );
     },
     async list() {
-      return await timed(db.select().from(organizations).orderBy(asc(organizations.createdAt)));
+      return (await timed(db.select().from(organizations).orderBy(asc(organizations.createdAt)))).map(withNetworkList);
     },
     async findById(id) {
-      return (await timed(db.select().from(organizations).where(eq(organizations.id, id)).limit(1)))[0];
+      const row = (await timed(db.select().from(organizations).where(eq(organizations.id, id)).limit(1)))[0];
+      return row && withNetworkList(row);
     },
     async findByName(name) {
-      return (await timed(db.select().from(organizations).where(eq(organizations.name, name)).limit(1)))[0];
+      const row = (await timed(db.select().from(organizations).where(eq(organizations.name, name)).limit(1)))[0];
+      return row && withNetworkList(row);
     },
   };
 }
@@ -134,6 +141,7 @@ function keyRepository(db: Database): KeyRepository {
             requestsPerMinute: apiKeys.requestsPerMinute,
             models: apiKeys.models,
             networks: apiKeys.networks,
+            organizationNetworks: organizations.networks,
           })
           .from(apiKeys)
           .innerJoin(organizations, eq(organizations.id, apiKeys.organizationId))
@@ -141,7 +149,7 @@ function keyRepository(db: Database): KeyRepository {
           .limit(1),
       );
       const row = rows[0];
-      return row && withKeyLists(row);
+      return row && withCredentialLists(row);
     },
   };
 }

@@ -33,7 +33,7 @@ import type {
   UsageRepository,
   UsageReportRow,
 } from "./types";
-import { keyListColumns, withKeyLists, type KeyListColumns } from "./key-lists";
+import { keyListColumns, listText, withCredentialLists, withKeyLists, withNetworkList, type KeyListColumns } from "./key-lists";
 
 /** The partial index of keys with caps answers only a query with its own condition. */
 const limitedCondition = "max_concurrency IS NOT NULL OR tokens_per_5h IS NOT NULL OR tokens_per_month IS NOT NULL OR requests_per_minute IS NOT NULL";
@@ -44,30 +44,40 @@ const { hash: _hash, ...shownKeyColumns } = getTableColumns(apiKeys);
 function organizationRepository({ db }: DatabaseHandle): OrganizationRepository {
   return {
     async insert(row) {
-      db.insert(organizations).values(row).run();
+      db.insert(organizations)
+        .values({ ...row, networks: listText(row.networks ?? null) })
+        .run();
     },
     async update(id, changes) {
-      db.update(organizations).set(changes).where(eq(organizations.id, id)).run();
+      db.update(organizations)
+        .set({ ...changes, networks: listText(changes.networks) })
+        .where(eq(organizations.id, id))
+        .run();
     },
     async list() {
-      return db.select().from(organizations).orderBy(asc(organizations.createdAt)).all();
+      return db.select().from(organizations).orderBy(asc(organizations.createdAt)).all().map(withNetworkList);
     },
     async findById(id) {
-      return db.select().from(organizations).where(eq(organizations.id, id)).get();
+      const row = db.select().from(organizations).where(eq(organizations.id, id)).get();
+      return row && withNetworkList(row);
     },
     async findByName(name) {
-      return db.select().from(organizations).where(eq(organizations.name, name)).get();
+      const row = db.select().from(organizations).where(eq(organizations.name, name)).get();
+      return row && withNetworkList(row);
     },
   };
 }
 
 function keyRepository({ db, sqlite }: DatabaseHandle): KeyRepository {
   // The lists as stored (see key-lists.ts), read back below.
-  const lookup = sqlite.query<Omit<KeyCredentials, keyof KeyListColumns> & KeyListColumns, [string]>(
+  const lookup = sqlite.query<
+    Omit<KeyCredentials, keyof KeyListColumns | "organizationNetworks"> & KeyListColumns & { organizationNetworks: string | null },
+    [string]
+  >(
     `SELECT k.hash AS hash, k.id AS keyId, o.id AS organizationId, o.name AS organizationName,
             o.status AS organizationStatus, o.plan AS planId, k.expires_at AS expiresAt, k.revoked_at AS revokedAt,
             k.max_concurrency AS maxConcurrency, k.tokens_per_5h AS tokensPer5h, k.tokens_per_month AS tokensPerMonth,
-            k.requests_per_minute AS requestsPerMinute, k.models AS models, k.networks AS networks
+            k.requests_per_minute AS requestsPerMinute, k.models AS models, k.networks AS networks, o.networks AS organizationNetworks
        FROM api_keys k JOIN organizations o ON o.id = k.organization_id
       WHERE k.hash = ?`,
   );
@@ -107,7 +117,7 @@ function keyRepository({ db, sqlite }: DatabaseHandle): KeyRepository {
     },
     async credentials(hash) {
       const row = lookup.get(hash);
-      return row ? withKeyLists(row) : undefined;
+      return row ? withCredentialLists(row) : undefined;
     },
   };
 }

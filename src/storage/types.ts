@@ -15,7 +15,15 @@ export interface Organization {
   plan: string;
   status: OrganizationStatus;
   createdAt: number;
+  /** The networks its keys may be used from, unless a key names its own; null: anywhere. */
+  networks: string[] | null;
 }
+
+/** An organization as created: bound to no networks unless given. */
+export type NewOrganization = Omit<Organization, "networks"> & { networks?: string[] | null };
+
+/** What an update of an organization sets. */
+export type OrganizationChanges = Pick<Organization, "plan" | "status" | "networks">;
 
 /** A key's own caps inside its organization's plan; null: none. */
 export interface KeyLimits {
@@ -60,8 +68,10 @@ export interface KeyCredentials extends KeyLimits {
   hash: string;
   /** The models the key may call; null: every model of its plan. */
   models: string[] | null;
-  /** The networks the key may be used from; null: anywhere. */
+  /** The networks the key may be used from; null: anywhere (or its organization's, when they are set). */
   networks: string[] | null;
+  /** Its organization's networks; null: anywhere. */
+  organizationNetworks: string[] | null;
   keyId: string;
   organizationId: string;
   organizationName: string;
@@ -190,8 +200,8 @@ export interface RecentRefusal {
 }
 
 export interface OrganizationRepository {
-  insert(row: Organization): Promise<void>;
-  update(id: string, changes: { plan: string; status: OrganizationStatus }): Promise<void>;
+  insert(row: NewOrganization): Promise<void>;
+  update(id: string, changes: OrganizationChanges): Promise<void>;
   list(): Promise<Organization[]>;
   findById(id: string): Promise<Organization | undefined>;
   findByName(name: string): Promise<Organization | undefined>;

@@ -1,8 +1,9 @@
 // The address a request comes from (src/http/client-address.ts) behind trusted proxies: X-Forwarded-For read from the
-// right past them, for keys bound to networks and for the console's audit trail.
+// right past them, for keys bound to networks, the console's audit trail and its sign-in limit per address; and
+// without them, a proxy's address never held against its callers.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
-import { ConsoleClient, consolePassword } from "../modules/console/console-client";
+import { ConsoleClient, consolePassword, startConsoleSluice } from "../modules/console/console-client";
 import { fakeModel, refusal, startSluice, testActor, useFakeUpstream, type TestSluice } from "../helpers";
 
 const upstream = useFakeUpstream();
@@ -81,5 +82,56 @@ describe("behind trusted proxies (SLUICE_TRUSTED_PROXIES = 127.0.0.1 and 10.0.0.
       // The ConsoleClient's own, with no header: the proxy's address is all there is.
       ["signin.succeeded", "127.0.0.1"],
     ]);
+  });
+
+  test("sign-ins: 20 failures from one address, whatever the accounts, refuse that address for the window, and no other", async () => {
+    const attempt = (email: string, password: string, address: string) =>
+      fetch(`${sluice.url}/console/api/signin`, {
+        method: "POST",
+        headers: { "content-type": "application/json", "x-forwarded-for": address },
+        body: JSON.stringify({ email, password }),
+      });
+    // A password tried against many accounts: each account fails once, far under its own limit of 5.
+    for (let index = 0; index < 20; index++) expect((await attempt(`user${index}@example.com`, "Winter2026!", "198.51.100.9")).status).toBe(401);
+    const refused = await attempt("op@example.com", consolePassword, "198.51.100.9");
+    expect(refused.status).toBe(429);
+    expect(Number(refused.headers.get("retry-after"))).toBeGreaterThan(800);
+    expect(((await refused.json()) as { error: { code: string; message: string } }).error).toEqual(
+      expect.objectContaining({ code: "too_many_sign_in_attempts", message: "Too many failed sign-ins from this address. Try again later." }),
+    );
+    expect((await attempt("op@example.com", consolePassword, "198.51.100.10")).status).toBe(200);
+    const operator = new ConsoleClient(sluice.url);
+    await operator.signIn("op@example.com", consolePassword);
+    const reasons = (
+      await operator.json<{ entries: { address: string | null; changes: { reason: [null, string] } | null }[] }>(
+        "GET",
+        "/operator/audit?action=signin.failed&limit=1",
+      )
+    ).body.entries;
+    expect(reasons).toEqual([expect.objectContaining({ address: "198.51.100.9", changes: { reason: [null, "too many failed attempts from this address"] } })]);
+  });
+});
+
+describe("without trusted proxies", () => {
+  test("sign-ins through a proxy Sluice was not told of (X-Forwarded-For from an untrusted peer) are not held against the proxy's address", async () => {
+    const server = await startConsoleSluice();
+    try {
+      const attempt = (email: string, password: string, headers: Record<string, string>) =>
+        fetch(`${server.sluice.url}/console/api/signin`, {
+          method: "POST",
+          headers: { "content-type": "application/json", ...headers },
+          body: JSON.stringify({ email, password }),
+        });
+      // Twenty callers behind one proxy each get a password wrong: every later caller behind it may still sign in.
+      for (let index = 0; index < 20; index++) {
+        expect((await attempt(`user${index}@example.com`, "Winter2026!", { "x-forwarded-for": `198.51.100.${index}` })).status).toBe(401);
+      }
+      expect((await attempt("op@example.com", consolePassword, { "x-forwarded-for": "198.51.100.99" })).status).toBe(200);
+      // Straight from the address itself, the same twenty failures are counted against it.
+      for (let index = 0; index < 20; index++) expect((await attempt(`user${index}@example.com`, "Winter2026!", {})).status).toBe(401);
+      expect((await attempt("op@example.com", consolePassword, {})).status).toBe(429);
+    } finally {
+      await server.stop();
+    }
   });
 });

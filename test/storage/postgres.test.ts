@@ -96,6 +96,14 @@ test("ledger rows, aggregates, hourly series, refusals, last use and credentials
   ).toEqual(["m", "other"]);
   expect((await storage.keys.credentials("h1"))?.networks).toEqual(["10.0.0.0/8"]);
   expect((await storage.keys.find("key_1"))?.networks).toEqual(["10.0.0.0/8"]);
+  // An organization's networks: a list in, the same list out, beside the key's in its credentials.
+  expect((await storage.keys.credentials("h1"))?.organizationNetworks).toBeNull();
+  await storage.organizations.update("org_1", { plan: "default", status: "active", networks: ["203.0.113.0/24"] });
+  expect((await storage.keys.credentials("h1"))?.organizationNetworks).toEqual(["203.0.113.0/24"]);
+  expect((await storage.organizations.findById("org_1"))?.networks).toEqual(["203.0.113.0/24"]);
+  expect((await storage.organizations.list()).find((organization) => organization.id === "org_1")?.networks).toEqual(["203.0.113.0/24"]);
+  await storage.organizations.update("org_1", { plan: "default", status: "active", networks: null });
+  expect((await storage.organizations.findByName("acme"))?.networks).toBeNull();
   await storage.keys.setLists("key_1", { models: null, networks: null });
   expect((await storage.keys.find("key_1"))?.models).toBeNull();
   expect((await storage.keys.credentials("h1"))?.networks).toBeNull();

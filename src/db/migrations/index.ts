@@ -21,6 +21,7 @@ import consoleTokenLastUsed from "./0015_console_token_last_used.sql" with { typ
 import keyRequestsPerMinute from "./0016_key_requests_per_minute.sql" with { type: "text" };
 import keyNetworks from "./0017_key_networks.sql" with { type: "text" };
 import auditAddress from "./0018_audit_address.sql" with { type: "text" };
+import organizationNetworks from "./0019_organization_networks.sql" with { type: "text" };
 
 export interface EmbeddedMigration {
   tag: string;
@@ -47,6 +48,7 @@ const sqlByTag: Record<string, string> = {
   "0016_key_requests_per_minute": keyRequestsPerMinute,
   "0017_key_networks": keyNetworks,
   "0018_audit_address": auditAddress,
+  "0019_organization_networks": organizationNetworks,
 };
 
 export const journalTags: string[] = journal.entries.map((entry) => entry.tag);

@@ -11,6 +11,7 @@ export const organizations = pgTable("organizations", {
   plan: text("plan").notNull(),
   status: text("status", { enum: ["active", "waitlist", "suspended"] }).notNull(),
   createdAt: time("created_at").notNull(),
+  networks: text("networks"),
 });
 
 export const apiKeys = pgTable(

@@ -14,7 +14,7 @@ export function bearerKey(request: Request): string | undefined {
 /**
  * The caller of a request, noted in its record (for the log line and metrics); throws 401/403 as SluiceErrors. The
  * key is the bearer token unless the API reads it from a header of its own (Anthropic's `x-api-key`). A key bound to
- * networks is refused (401 ip_not_authorized) from any other address.
+ * networks, its own or its organization's, is refused (401 ip_not_authorized) from any other address.
  */
 export function authenticateRequest(auth: AuthService, request: Request, server: RequestServer, key = bearerKey(request)): Caller | Promise<Caller> {
   const caller = auth.authenticate(key);
@@ -27,13 +27,16 @@ function admitted(auth: AuthService, request: Request, server: RequestServer, ca
     record.organizationId = caller.organizationId;
     record.keyId = caller.keyId;
   }
-  if (caller.keyNetworks) {
+  const networks = caller.networks;
+  if (networks) {
     const address = clientAddress(request, server, auth.trustedProxies);
     if (record) record.clientAddress = address;
-    if (address === undefined || !listHas(caller.keyNetworks, address)) {
+    if (address === undefined || !listHas(networks.list, address)) {
       throw new SluiceError(
         "ip_not_authorized",
-        `This API key cannot be used from ${address === undefined ? "an unknown address" : `the address ${address}`}: it is bound to other networks.`,
+        `This API key cannot be used from ${address === undefined ? "an unknown address" : `the address ${address}`}: ${
+          networks.of === "key" ? "it is" : "its organization's keys are"
+        } bound to other networks.`,
       );
     }
   }

@@ -17,8 +17,11 @@ export interface Caller {
   keyLimits?: Limits;
   /** The models the key may call within its plan's, when it names them (see ModelRegistry). */
   keyModels?: ReadonlySet<string>;
-  /** The networks the key may be used from, when it names them (see authenticateRequest). */
-  keyNetworks?: BlockList;
+  /**
+   * The networks the key may be used from, when it or its organization names them: the key's own list replaces its
+   * organization's, as OpenAI's project allowlist replaces its organization's (see authenticateRequest).
+   */
+  networks?: { list: BlockList; of: "key" | "organization" };
 }
 
 /** A key's caps as admission reads them; undefined when it has none (most keys: no object is made for them). */
@@ -30,6 +33,13 @@ export function keyLimitsOf(limits: KeyLimits): Limits | undefined {
     tokensPerMonth: limits.tokensPerMonth ?? undefined,
     requestsPerMinute: limits.requestsPerMinute ?? undefined,
   };
+}
+
+/** The networks a key is bound to: its own, else its organization's; undefined when neither names any. */
+function networksOf(record: KeyCredentials): Caller["networks"] {
+  if (record.networks !== null) return { list: networkList(record.networks), of: "key" };
+  if (record.organizationNetworks !== null) return { list: networkList(record.organizationNetworks), of: "organization" };
+  return undefined;
 }
 
 const maxCachedKeys = 100_000;
@@ -172,7 +182,7 @@ export class AuthService {
       plan,
       keyLimits: keyLimitsOf(record),
       keyModels: record.models === null ? undefined : new Set(record.models),
-      keyNetworks: record.networks === null ? undefined : networkList(record.networks),
+      networks: networksOf(record),
     };
   }
 

@@ -22,6 +22,16 @@ const sessionLifetimeMs = 7 * 24 * 3_600_000;
 const minimumPasswordLength = 10;
 const failureWindowMs = 15 * 60_000;
 const maxFailures = 5;
+/** Failed sign-ins from one address in the window, whatever the emails: a password tried against many accounts. */
+const maxAddressFailures = 20;
+
+/**
+ * The key an address's failures are counted under, beside the emails': an email is trimmed before it is counted, so
+ * no email typed into the form starts with a space, and no caller can spend another address's allowance.
+ */
+function addressKey(address: string): string {
+  return ` ${address}`;
+}
 
 /**
  * Console accounts and sessions: passwords with Bun.password (argon2id), sessions stored as hashes in the database
@@ -79,11 +89,28 @@ export class AccountService {
     return this.repository.findUserByEmail(email.trim().toLowerCase());
   }
 
-  /** Checks the password (slowly, on purpose) and opens a session; 401 on a mismatch, 429 after repeated ones. */
-  async signIn(emailInput: string, password: string, address?: string, now = Date.now()): Promise<{ token: string; actor: Actor }> {
+  /**
+   * Checks the password (slowly, on purpose) and opens a session; 401 on a mismatch, 429 after repeated ones for the
+   * account (5 in 15 minutes) or from the address `counted` (20, whatever the accounts). `address` is for the audit
+   * trail; `counted` is the same address when it is the caller's own, not a proxy's that Sluice was not told of.
+   */
+  async signIn(
+    emailInput: string,
+    password: string,
+    from: { address?: string; counted?: string } = {},
+    now = Date.now(),
+  ): Promise<{ token: string; actor: Actor }> {
     const email = emailInput.trim().toLowerCase();
+    const attempt: AuditActor = { kind: "console", name: email, address: from.address };
+    const counted = from.counted;
+    const fromAddress = counted === undefined ? undefined : await this.repository.failures(addressKey(counted));
+    if (fromAddress && now - fromAddress.since < failureWindowMs && fromAddress.count >= maxAddressFailures) {
+      await this.audit.record(attempt, "signin.failed", email, { changes: { reason: [null, "too many failed attempts from this address"] } });
+      throw new SluiceError("too_many_sign_in_attempts", "Too many failed sign-ins from this address. Try again later.", {
+        retryAfterSeconds: Math.ceil((fromAddress.since + failureWindowMs - now) / 1000),
+      });
+    }
     const failure = await this.repository.failures(email);
-    const attempt: AuditActor = { kind: "console", name: email, address };
     if (failure && now - failure.since < failureWindowMs && failure.count >= maxFailures) {
       await this.audit.record(attempt, "signin.failed", email, { changes: { reason: [null, "too many failed attempts"] } });
       throw new SluiceError("too_many_sign_in_attempts", "Too many failed sign-ins for this account. Try again later.", {
@@ -97,6 +124,8 @@ export class AccountService {
     else await Bun.password.verify(password, await dummyHash());
     if (!user || !valid) {
       await this.repository.addFailure(email, now, now - failureWindowMs);
+      // Not cleared by a success: one account's right password must not reset what was tried against the others.
+      if (counted !== undefined) await this.repository.addFailure(addressKey(counted), now, now - failureWindowMs);
       await this.audit.record(attempt, "signin.failed", email, { changes: { reason: [null, "wrong email or password"] } });
       throw new SluiceError("wrong_credentials", "Wrong email or password.");
     }

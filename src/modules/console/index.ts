@@ -1,7 +1,7 @@
 import type { BlockList } from "node:net";
 import { Elysia } from "elysia";
 import { SluiceError } from "../../errors";
-import { clientAddress } from "../../http/client-address";
+import { clientAddress, forwardedByStranger } from "../../http/client-address";
 import { bearerKey } from "../auth/index";
 import { secretsEqual } from "../keys/secret";
 import type { AccountService, Actor } from "./accounts";
@@ -54,7 +54,9 @@ export const consoleRoutes = (service: ConsoleService, accounts: AccountService,
       })
       .post("/signin", async ({ request, server, cookie }) => {
         const body = await readConsoleBody(request, SignInBody);
-        const { token, actor } = await accounts.signIn(body.email, body.password, clientAddress(request, server, trustedProxies));
+        const address = clientAddress(request, server, trustedProxies);
+        const counted = forwardedByStranger(request, server, trustedProxies) ? undefined : address;
+        const { token, actor } = await accounts.signIn(body.email, body.password, { address, counted });
         cookie[sessionCookie]?.set({
           value: token,
           httpOnly: true,

@@ -23,6 +23,13 @@ const cap = Type.Optional(
   Type.Union([Type.Integer({ minimum: 1, maximum: 1e15 }), Type.Null()], { expected: "a whole number of at least 1, or null for none" }),
 );
 
+/** Addresses and CIDR ranges (a key's or an organization's); null: anywhere; absent: unchanged. */
+const networksField = Type.Optional(
+  Type.Union([Type.Array(Type.String({ maxLength: 50 }), { maxItems: 50 }), Type.Null()], {
+    expected: "a list of IP addresses and CIDR ranges, or null for anywhere",
+  }),
+);
+
 /** A key's own caps inside its organization's plan; absent or null: none. */
 export const KeyLimitsBody = Type.Object({
   max_concurrency: cap,
@@ -36,11 +43,7 @@ export const KeyLimitsBody = Type.Object({
     }),
   ),
   /** The addresses and CIDR ranges the key may be used from; null: anywhere; absent: unchanged. */
-  networks: Type.Optional(
-    Type.Union([Type.Array(Type.String({ maxLength: 50 }), { maxItems: 50 }), Type.Null()], {
-      expected: "a list of IP addresses and CIDR ranges, or null for anywhere",
-    }),
-  ),
+  networks: networksField,
 });
 
 /** 90s, 30m, 12h or 30d; absent, null or empty for a key or token that never expires. */
@@ -82,6 +85,8 @@ export const CreateTokenBody = Type.Object({
 export const UpdateOrganizationBody = Type.Object({
   status: Type.Optional(Type.String({ maxLength: 20 })),
   plan: Type.Optional(Type.String({ maxLength: 100 })),
+  /** The networks its keys may be used from, unless a key names its own. */
+  networks: networksField,
 });
 
 const filterText = Type.Optional(Type.String({ maxLength: 200 }));

@@ -4,7 +4,7 @@ import type { AdmissionStore } from "../admission/store";
 import type { AuthService } from "../auth/service";
 import { parseDuration, parseGrace, parseTimeBound, timeBoundForms } from "../keys/duration";
 import { checkOutcome, defaultPageSize, maxPageSize, type RequestLogPage, type RequestLogService } from "../requests/service";
-import { checkKeyNetworks } from "../keys/networks";
+import { checkNetworks, NetworkListError } from "../keys/networks";
 import { capsOf, checkKeyModels, KeyError, type ApiKeyInfo, type KeyService } from "../keys/service";
 import type { ModelRegistry } from "../models/registry";
 import { OrganizationExistsError, organizationStatuses, type Organization, type OrganizationService, type OrganizationStatus } from "../organizations/service";
@@ -134,7 +134,7 @@ export class ConsoleService {
     email: string;
     role: string;
     csrfToken: string;
-    organization: { id: string; name: string; status: string; plan: string; models: string[] } | null;
+    organization: { id: string; name: string; status: string; plan: string; models: string[]; networks: string[] | null } | null;
   }> {
     const organization = actor.organizationId ? await this.organization(actor.organizationId) : undefined;
     return {
@@ -142,7 +142,14 @@ export class ConsoleService {
       role: actor.role,
       csrfToken: actor.csrfToken,
       organization: organization
-        ? { id: organization.id, name: organization.name, status: organization.status, plan: organization.plan, models: this.planModels(organization.plan) }
+        ? {
+            id: organization.id,
+            name: organization.name,
+            status: organization.status,
+            plan: organization.plan,
+            models: this.planModels(organization.plan),
+            networks: organization.networks,
+          }
         : null,
     };
   }
@@ -164,13 +171,13 @@ export class ConsoleService {
     }
   }
 
-  /** A key's networks as the body gives them, checked (400 naming `networks` otherwise). */
-  private keyNetworks(networks: string[] | null | undefined): string[] | null | undefined {
+  /** A key's or an organization's networks as the body gives them, checked (400 naming `networks` otherwise). */
+  private checkedNetworks(networks: string[] | null | undefined): string[] | null | undefined {
     if (networks === undefined) return undefined;
     try {
-      return checkKeyNetworks(networks);
+      return checkNetworks(networks);
     } catch (error) {
-      if (error instanceof KeyError) throw invalidRequest(`${error.message}.`, "networks");
+      if (error instanceof NetworkListError) throw invalidRequest(`${error.message}.`, "networks");
       throw error;
     }
   }
@@ -198,7 +205,7 @@ export class ConsoleService {
     if (!name) throw invalidRequest("Give the key a label (at most 100 characters).", "name");
     const expiresInMs = expiryOf(input.expires_in);
     const models = this.keyModels(organization.plan, input.models) ?? null;
-    const networks = this.keyNetworks(input.networks) ?? null;
+    const networks = this.checkedNetworks(input.networks) ?? null;
     return await this.deps.keys.create({ organizationId: organization.id, name, expiresInMs, limits: limitsOf(input), models, networks }, auditActor(actor));
   }
 
@@ -209,7 +216,7 @@ export class ConsoleService {
   async setKeyLimits(actor: Actor, keyId: string, input: KeyLimitsInput): Promise<ApiKeyInfo> {
     const { organization } = await this.keyFor(actor, keyId);
     const models = this.keyModels(organization.plan, input.models);
-    const networks = this.keyNetworks(input.networks);
+    const networks = this.checkedNetworks(input.networks);
     if (models !== undefined || networks !== undefined) await this.deps.keys.setLists(keyId, { models, networks }, auditActor(actor));
     const updated = await this.deps.keys.setLimits(keyId, limitsOf(input), auditActor(actor));
     this.deps.auth.invalidate();
@@ -321,9 +328,10 @@ export class ConsoleService {
     if (!organization) throw new SluiceError("not_found", "No such organization.");
     if (input.status !== undefined) checkStatus(input.status);
     if (input.plan !== undefined && !this.deps.plans.has(input.plan)) throw invalidRequest("Unknown plan.", "plan");
+    const networks = this.checkedNetworks(input.networks);
     const updated = await this.deps.organizations.update(
       organization.name,
-      { status: input.status as OrganizationStatus | undefined, plan: input.plan },
+      { status: input.status as OrganizationStatus | undefined, plan: input.plan, networks },
       auditActor(actor),
     );
     this.deps.auth.invalidate();

@@ -1,8 +1,12 @@
 import { BlockList, isIP } from "node:net";
-import { KeyError } from "./errors";
 
 /** As many as OpenAI's IP allowlist holds: a key used from more places than that is better left unbound. */
-export const maxKeyNetworks = 50;
+export const maxNetworks = 50;
+
+/** A list of networks that cannot be used, said in words; the caller names where it came from. */
+export class NetworkListError extends Error {
+  override name = "NetworkListError";
+}
 
 /** The family `BlockList` names for an address; undefined for text that is not one. */
 export function addressFamily(address: string): "ipv4" | "ipv6" | undefined {
@@ -31,17 +35,17 @@ function parseNetwork(entry: string): Network | undefined {
 }
 
 /**
- * A key's networks as given (null: anywhere), checked: each an IPv4 or IPv6 address or CIDR range, none twice, one to
- * fifty of them. Throws a KeyError naming the first that is not one.
+ * Networks as given (a key's, an organization's, the trusted proxies; null: anywhere), checked: each an IPv4 or IPv6
+ * address or CIDR range, none twice, one to fifty of them. Throws a NetworkListError naming the first that is not one.
  */
-export function checkKeyNetworks(entries: readonly string[] | null): string[] | null {
+export function checkNetworks(entries: readonly string[] | null): string[] | null {
   if (entries === null) return null;
   const networks = [...new Set(entries.map((entry) => entry.trim()))];
-  if (networks.length === 0 || networks.includes("")) throw new KeyError("give at least one address or CIDR range, or none for anywhere");
-  if (networks.length > maxKeyNetworks) throw new KeyError(`at most ${maxKeyNetworks} addresses or CIDR ranges, got ${networks.length}`);
+  if (networks.length === 0 || networks.includes("")) throw new NetworkListError("give at least one address or CIDR range, or none for anywhere");
+  if (networks.length > maxNetworks) throw new NetworkListError(`at most ${maxNetworks} addresses or CIDR ranges, got ${networks.length}`);
   const wrong = networks.find((entry) => parseNetwork(entry) === undefined);
   if (wrong !== undefined) {
-    throw new KeyError(`"${wrong}" is not an IP address or CIDR range (such as 203.0.113.7, 10.0.0.0/8 or 2001:db8::/32)`);
+    throw new NetworkListError(`"${wrong}" is not an IP address or CIDR range (such as 203.0.113.7, 10.0.0.0/8 or 2001:db8::/32)`);
   }
   return networks;
 }

@@ -3,11 +3,9 @@ import { randomId } from "../../ids";
 import type { ApiKey, ApiKeyInfo, ChangeFeed, KeyLimits, KeyRepository } from "../../storage/types";
 import { changedFields, type AuditActor, type AuditLog } from "../audit/service";
 import type { KeyLists } from "../../storage/key-lists";
-import { KeyError } from "./errors";
-import { checkKeyNetworks } from "./networks";
+import { checkNetworks } from "./networks";
 import { generateKeySecret, hashKeySecret, shownPrefix } from "./secret";
 
-export { KeyError };
 export type { ApiKeyInfo, KeyLimits, KeyLists };
 
 export const noLimits: KeyLimits = { maxConcurrency: null, tokensPer5h: null, tokensPerMonth: null, requestsPerMinute: null };
@@ -45,6 +43,10 @@ function checkLimits(limits: KeyLimits): { field: keyof KeyLimits; message: stri
   return undefined;
 }
 
+export class KeyError extends Error {
+  override name = "KeyError";
+}
+
 /**
  * A key's models as given (null: every model of its plan), checked against the configured model ids: each known,
  * none twice, at least one. Aliases are not ids: a key names the model itself, which every alias of it reaches.
@@ -80,7 +82,7 @@ export class KeyService {
       expiresInMs?: number;
       limits?: KeyLimits;
       models?: string[] | null;
-      /** Checked here (checkKeyNetworks): unlike models, they need no configuration to check. */
+      /** Checked here (checkNetworks): unlike models, they need no configuration to check. */
       networks?: string[] | null;
       now?: number;
       /** The key this one replaces (see rotate), for the audit trail. */
@@ -92,7 +94,7 @@ export class KeyService {
     const limits = input.limits ?? noLimits;
     const wrong = checkLimits(limits);
     if (wrong) throw new KeyError(wrong.message);
-    const networks = checkKeyNetworks(input.networks ?? null);
+    const networks = checkNetworks(input.networks ?? null);
     const secret = generateKeySecret();
     const row: ApiKey = {
       id: randomId("key_", 12),
@@ -202,7 +204,7 @@ export class KeyService {
     const updated: ApiKeyInfo = {
       ...existing,
       models: lists.models === undefined ? existing.models : lists.models,
-      networks: lists.networks === undefined ? existing.networks : checkKeyNetworks(lists.networks),
+      networks: lists.networks === undefined ? existing.networks : checkNetworks(lists.networks),
     };
     const changed = changedFields(existing, updated, ["models", "networks"]);
     if (!changed) return existing;

@@ -1,6 +1,7 @@
 import { randomId } from "../../ids";
 import type { ChangeFeed, Organization, OrganizationRepository, OrganizationStatus } from "../../storage/types";
 import { changedFields, type AuditActor, type AuditLog } from "../audit/service";
+import { checkNetworks } from "../keys/networks";
 
 export const organizationStatuses = ["active", "waitlist", "suspended"] as const;
 export type { Organization, OrganizationStatus };
@@ -28,16 +29,17 @@ export class OrganizationService {
     private readonly repository: OrganizationRepository,
     private readonly planIds: PlanIds,
     private readonly audit: AuditLog,
-    /** Told of every change of plan or status, so that every instance's key cache sees it at once. */
+    /** Told of every change of plan, status or networks, so that every instance's key cache sees it at once. */
     private readonly changes?: ChangeFeed,
   ) {}
 
-  async create(input: { name: string; plan?: string; status?: OrganizationStatus }, actor: AuditActor): Promise<Organization> {
+  async create(input: { name: string; plan?: string; status?: OrganizationStatus; networks?: string[] | null }, actor: AuditActor): Promise<Organization> {
     const name = input.name.trim();
     if (!name) throw new OrganizationError("organization name must not be empty");
     const plan = this.checkPlan(input.plan ?? "default");
+    const networks = checkNetworks(input.networks ?? null);
     if (await this.findByName(name)) throw new OrganizationExistsError(name);
-    const row: Organization = { id: randomId("org_", 12), name, plan, status: input.status ?? "active", createdAt: Date.now() };
+    const row: Organization = { id: randomId("org_", 12), name, plan, status: input.status ?? "active", createdAt: Date.now(), networks };
     // Nothing caches an organization before it exists: no instance needs telling.
     try {
       await this.repository.insert(row);
@@ -48,20 +50,25 @@ export class OrganizationService {
     }
     await this.audit.record(actor, "organization.created", row.name, {
       organizationId: row.id,
-      changes: { plan: [null, row.plan], status: [null, row.status] },
+      changes: { plan: [null, row.plan], status: [null, row.status], ...(networks === null ? {} : { networks: [null, networks] }) },
     });
     return row;
   }
 
-  async update(name: string, changes: { plan?: string; status?: OrganizationStatus }, actor: AuditActor): Promise<Organization> {
+  /**
+   * Changes an organization's plan, status or networks (null: anywhere; checked here, a NetworkListError otherwise);
+   * every instance applies them from its next request.
+   */
+  async update(name: string, changes: { plan?: string; status?: OrganizationStatus; networks?: string[] | null }, actor: AuditActor): Promise<Organization> {
     const existing = await this.requireByName(name);
     const plan = changes.plan === undefined ? existing.plan : this.checkPlan(changes.plan);
     const status = changes.status ?? existing.status;
-    const updated = { ...existing, plan, status };
-    const changed = changedFields(existing, updated, ["plan", "status"]);
+    const networks = changes.networks === undefined ? existing.networks : checkNetworks(changes.networks);
+    const updated = { ...existing, plan, status, networks };
+    const changed = changedFields(existing, updated, ["plan", "status", "networks"]);
     // Nothing changed, nothing to record or announce.
     if (!changed) return updated;
-    await this.repository.update(existing.id, { plan, status });
+    await this.repository.update(existing.id, { plan, status, networks });
     await this.changes?.announce();
     await this.audit.record(actor, "organization.updated", existing.name, { organizationId: existing.id, changes: changed });
     return updated;

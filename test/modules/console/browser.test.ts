@@ -299,6 +299,23 @@ test("an operator creates an organization and manages its keys from the console:
     const rotatedClient = new OpenAI({ baseURL: sluice.baseURL, apiKey: secret, maxRetries: 0 });
     expect((await rotatedClient.chat.completions.create({ model: "qwen3", messages: [{ role: "user", content: "hello" }] })).usage?.total_tokens).toBe(42);
   }
+
+  // The organization bound to a network this test's requests do not come from: its keys are refused, until it is
+  // bound to one they do.
+  const networks = page.getByRole("form", { name: "Networks of Console Co" });
+  await networks.getByLabel(/^Networks its keys/).fill("10.0.0.0/8");
+  await networks.getByRole("button", { name: "Save networks" }).click();
+  await showsText(page.getByTestId("networks-Console Co"), "10.0.0.0/8");
+  const bound = new OpenAI({ baseURL: sluice.baseURL, apiKey: second, maxRetries: 0 });
+  const outside = await bound.chat.completions.create({ model: "qwen3", messages: [{ role: "user", content: "hello" }] }).catch((caught: unknown) => caught);
+  expect((outside as InstanceType<typeof OpenAI.APIError>).code).toBe("ip_not_authorized");
+  await networks.getByLabel(/^Networks its keys/).fill("10.0.0.0/8, 127.0.0.1");
+  await networks.getByRole("button", { name: "Save networks" }).click();
+  await showsText(page.getByTestId("networks-Console Co"), "10.0.0.0/8, 127.0.0.1");
+  expect((await bound.chat.completions.create({ model: "qwen3", messages: [{ role: "user", content: "hello" }] })).usage?.total_tokens).toBe(42);
+  await networks.getByLabel(/^Networks its keys/).fill("10.0.0.0/40");
+  await networks.getByRole("button", { name: "Save networks" }).click();
+  await visible(networks.getByText('"10.0.0.0/40" is not an IP address or CIDR range'));
   expect(violations).toEqual([]);
 }, 60_000);
 

@@ -1,11 +1,10 @@
-// A key bound to networks: used from any other address, every API refuses it with 401 ip_not_authorized before its
-// body is read; the CLI and the console set the networks, checked; a change applies to the key's next request and is
-// audited; a rotation keeps them. The address behind trusted proxies: test/http/client-address.test.ts.
+// A key bound to networks, its own or its organization's: used from any other address, every API refuses it with 401
+// ip_not_authorized before its body is read; the CLI and the console set the networks, checked; a change applies to
+// the key's next request and is audited; a rotation keeps them. The address behind trusted proxies: test/http/client-address.test.ts.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import Anthropic from "@anthropic-ai/sdk";
 import { join } from "node:path";
-import { KeyError } from "../../../src/modules/keys/errors";
-import { checkKeyNetworks, listHas, maxKeyNetworks, networkList } from "../../../src/modules/keys/networks";
+import { checkNetworks, listHas, maxNetworks, networkList, NetworkListError } from "../../../src/modules/keys/networks";
 import { ConsoleClient, consolePassword } from "../console/console-client";
 import { sluiceCommand, sluiceEnvironment } from "../../support/sluice-process";
 import { capturingLogger, eventually, fakeModel, refusal, startSluice, temporaryDirectory, testActor, useFakeUpstream, type TestSluice } from "../../helpers";
@@ -13,17 +12,17 @@ import { capturingLogger, eventually, fakeModel, refusal, startSluice, temporary
 const upstream = useFakeUpstream();
 const messages = [{ role: "user" as const, content: "Hello" }];
 
-test("checkKeyNetworks: addresses and CIDR ranges of both families, trimmed, repeats dropped; anything else refused by name", () => {
-  expect(checkKeyNetworks([" 10.0.0.0/8", "203.0.113.7", "2001:db8::/32", "10.0.0.0/8", "::1"])).toEqual(["10.0.0.0/8", "203.0.113.7", "2001:db8::/32", "::1"]);
-  expect(checkKeyNetworks(null)).toBeNull();
-  expect(() => checkKeyNetworks([])).toThrow(KeyError);
-  expect(() => checkKeyNetworks(["10.0.0.1", " "])).toThrow("give at least one address or CIDR range");
+test("checkNetworks: addresses and CIDR ranges of both families, trimmed, repeats dropped; anything else refused by name", () => {
+  expect(checkNetworks([" 10.0.0.0/8", "203.0.113.7", "2001:db8::/32", "10.0.0.0/8", "::1"])).toEqual(["10.0.0.0/8", "203.0.113.7", "2001:db8::/32", "::1"]);
+  expect(checkNetworks(null)).toBeNull();
+  expect(() => checkNetworks([])).toThrow(NetworkListError);
+  expect(() => checkNetworks(["10.0.0.1", " "])).toThrow("give at least one address or CIDR range");
   for (const wrong of ["10.0.0.0/33", "10.0.0/8", "example.com", "10.0.0.0/", "10.0.0.0/8/8", "2001:db8::/129", "10.0.0.0/+8", "10.0.0.0/0x8", "1.2.3.4:80"]) {
-    expect(() => checkKeyNetworks(["10.0.0.1", wrong])).toThrow(`"${wrong}" is not an IP address or CIDR range`);
+    expect(() => checkNetworks(["10.0.0.1", wrong])).toThrow(`"${wrong}" is not an IP address or CIDR range`);
   }
-  const many = Array.from({ length: maxKeyNetworks + 1 }, (_, index) => `10.0.${index}.0/24`);
-  expect(() => checkKeyNetworks(many)).toThrow(`at most ${maxKeyNetworks}`);
-  expect(checkKeyNetworks(many.slice(1))).toHaveLength(maxKeyNetworks);
+  const many = Array.from({ length: maxNetworks + 1 }, (_, index) => `10.0.${index}.0/24`);
+  expect(() => checkNetworks(many)).toThrow(`at most ${maxNetworks}`);
+  expect(checkNetworks(many.slice(1))).toHaveLength(maxNetworks);
 });
 
 test("networkList: an address matches its range, of either family, and an IPv4 address written as IPv4-mapped IPv6; what is not an entry allows nothing", () => {
@@ -142,11 +141,65 @@ describe("a key bound to networks, on a server with no trusted proxy (the tests'
     expect(((await response.json()) as { error: { message: string } }).error.message).toContain("127.0.0.1");
   });
 
-  test("the console API: networks set at creation and changed with the caps, listed; a bad entry is 400 naming networks", async () => {
+  test("an organization's networks bind its keys that name none; a key's own replace them; a change applies at once and is audited", async () => {
+    const organization = await sluice.organizations.create({ name: "bound co" }, testActor);
+    const plain = (await sluice.keys.create({ organizationId: organization.id, name: "plain" }, testActor)).secret;
+    const own = (await sluice.keys.create({ organizationId: organization.id, name: "own", networks: ["127.0.0.1"] }, testActor)).secret;
+    const outcome = (secret: string) => refusal(() => sluice.client({ apiKey: secret, maxRetries: 0 }).chat.completions.create({ model: "m", messages }));
+    expect([(await outcome(plain)).status, (await outcome(own)).status]).toEqual([0, 0]);
+    await sluice.organizations.update("bound co", { networks: ["10.0.0.0/8"] }, testActor);
+    expect(await outcome(plain)).toEqual({
+      status: 401,
+      code: "ip_not_authorized",
+      message: "This API key cannot be used from the address 127.0.0.1: its organization's keys are bound to other networks.",
+    });
+    // The key's own list replaces the organization's: 127.0.0.1 is in it, though not in the organization's.
+    expect((await outcome(own)).status).toBe(0);
+    await sluice.organizations.update("bound co", { networks: ["127.0.0.0/8"] }, testActor);
+    expect((await outcome(plain)).status).toBe(0);
+    await sluice.organizations.update("bound co", { networks: null }, testActor);
+    expect((await outcome(plain)).status).toBe(0);
+    await expect(sluice.organizations.update("bound co", { networks: ["10.0.0.0/8", "nowhere"] }, testActor)).rejects.toThrow(NetworkListError);
+    expect((await sluice.organizations.findByName("bound co"))?.networks).toBeNull();
+    const entries = (await sluice.audit.list({ limit: 100, action: "organization.updated" })).filter((entry) => entry.target === "bound co");
+    expect(entries.map((entry) => entry.changes?.networks)).toEqual([
+      [["127.0.0.0/8"], null],
+      [["10.0.0.0/8"], ["127.0.0.0/8"]],
+      [null, ["10.0.0.0/8"]],
+    ]);
+  });
+
+  test("the console API: an operator sets an organization's networks; a bad entry is 400 naming networks; its members see them and may not change them", async () => {
+    await sluice.accounts.createUser({ email: "op@example.com", password: consolePassword, role: "operator", organizationId: null }, testActor);
+    const operator = new ConsoleClient(sluice.url);
+    await operator.signIn("op@example.com", consolePassword);
+    const organization = await sluice.organizations.create({ name: "console bound co" }, testActor);
+    const path = `/operator/organizations/${organization.id}`;
+    expect(await operator.json("POST", path, { networks: ["203.0.113.0/24", "2001:db8::/32"] })).toMatchObject({
+      status: 200,
+      body: { networks: ["203.0.113.0/24", "2001:db8::/32"] },
+    });
+    const listed = (await operator.json<{ name: string; networks: string[] | null }[]>("GET", "/operator/organizations")).body;
+    expect(listed.find((entry) => entry.name === "console bound co")?.networks).toEqual(["203.0.113.0/24", "2001:db8::/32"]);
+    // A change of plan alone leaves them as they are.
+    expect((await operator.json("POST", path, { plan: "default" })).body).toMatchObject({ networks: ["203.0.113.0/24", "2001:db8::/32"] });
+    // Its members see them (their keys page says so), and may not change them.
+    await sluice.accounts.createUser({ email: "bound@example.com", password: consolePassword, role: "member", organizationId: organization.id }, testActor);
+    const member = new ConsoleClient(sluice.url);
+    await member.signIn("bound@example.com", consolePassword);
+    expect((await member.json("GET", "/me")).body).toMatchObject({ organization: { networks: ["203.0.113.0/24", "2001:db8::/32"] } });
+    expect((await member.json("POST", path, { networks: null })).status).toBe(403);
+    for (const networks of [["203.0.113.0/24", "a.b.c.d"], [], "203.0.113.0/24"]) {
+      const wrong = await operator.json<{ error: { param: string } }>("POST", path, { networks });
+      expect({ status: wrong.status, param: wrong.body.error.param }).toEqual({ status: 400, param: "networks" });
+    }
+    expect((await operator.json("POST", path, { networks: null })).body).toMatchObject({ networks: null });
+  });
+
+  test("the console API: networks set at creation and changed with the caps, listed; a bad entry is 400 naming networks; its members see them and may not change them", async () => {
     await sluice.accounts.createUser({ email: "member@example.com", password: consolePassword, role: "member", organizationId }, testActor);
     const member = new ConsoleClient(sluice.url);
-    expect((await member.json("POST", "/signin", { email: "member@example.com", password: consolePassword })).status).toBe(200);
-    member.csrf = ((await member.json<{ csrfToken: string }>("GET", "/me")).body as { csrfToken: string }).csrfToken;
+    await member.signIn("member@example.com", consolePassword);
     const created = await member.json<{ key: { id: string; networks: string[] | null }; secret: string }>("POST", "/keys", {
       name: "office",
       networks: ["10.0.0.0/8"],
@@ -172,7 +225,7 @@ describe("a key bound to networks, on a server with no trusted proxy (the tests'
   });
 });
 
-test("sluice key create --networks, key update --networks (any for anywhere), listed last; a bad entry exits 2 naming it", async () => {
+test("sluice key create|update --networks and org create|update --networks (any for anywhere), listed last; a bad entry exits 2 naming it", async () => {
   const directory = temporaryDirectory();
   try {
     const configPath = join(directory.path, "sluice.toml");
@@ -191,6 +244,15 @@ test("sluice key create --networks, key update --networks (any for anywhere), li
     expect(wrong.code).toBe(2);
     expect(wrong.stderr).toContain('"10.0.0.0/40" is not an IP address or CIDR range');
     expect(listed()).toBe("any");
+    // An organization's: at creation and later, listed last.
+    expect(sluiceCommand(environment, "org", "create", "bound", "--networks", "203.0.113.0/24").stdout.trim().split("\t").at(-1)).toBe("203.0.113.0/24");
+    const organizations = () => sluiceCommand(environment, "org", "list").stdout.trim().split("\n");
+    expect(organizations().map((line) => line.split("\t").at(-1))).toEqual(["any", "203.0.113.0/24"]);
+    expect(sluiceCommand(environment, "org", "update", "bound", "--networks", "any").code).toBe(0);
+    expect(organizations().map((line) => line.split("\t").at(-1))).toEqual(["any", "any"]);
+    const refused = sluiceCommand(environment, "org", "update", "bound", "--networks", "203.0.113.0/24,somewhere");
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toContain('"somewhere" is not an IP address or CIDR range');
   } finally {
     directory.remove();
   }

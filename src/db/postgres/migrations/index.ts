@@ -14,6 +14,7 @@ import consoleTokenLastUsed from "./0008_console_token_last_used.sql" with { typ
 import keyRequestsPerMinute from "./0009_key_requests_per_minute.sql" with { type: "text" };
 import keyNetworks from "./0010_key_networks.sql" with { type: "text" };
 import auditAddress from "./0011_audit_address.sql" with { type: "text" };
+import organizationNetworks from "./0012_organization_networks.sql" with { type: "text" };
 import type { EmbeddedMigration } from "../../migrations/index";
 
 const sqlByTag: Record<string, string> = {
@@ -29,6 +30,7 @@ const sqlByTag: Record<string, string> = {
   "0009_key_requests_per_minute": keyRequestsPerMinute,
   "0010_key_networks": keyNetworks,
   "0011_audit_address": auditAddress,
+  "0012_organization_networks": organizationNetworks,
 };
 
 export const postgresJournalTags: string[] = journal.entries.map((entry) => entry.tag);

@@ -18,7 +18,7 @@ interface Me {
   email: string;
   role: "member" | "operator";
   csrfToken: string;
-  organization: { id: string; name: string; status: string; plan: string; models: string[] } | null;
+  organization: { id: string; name: string; status: string; plan: string; models: string[]; networks: string[] | null } | null;
 }
 interface Key extends Caps {
   id: string;
@@ -118,6 +118,8 @@ interface KeyOrganization {
   name: string;
   status: string;
   models: string[];
+  /** The networks its keys may be used from unless a key names its own; null: anywhere. */
+  networks: string[] | null;
 }
 
 /** A member's keys, or (`operated`) an operator's view of one organization's keys, which may also be managed there. */
@@ -155,6 +157,11 @@ function Keys({ organization, operated = false }: { organization: KeyOrganizatio
           {operated
             ? `${organization.name} is ${state}: activate it to create keys.`
             : `Your organization is ${state}. Keys can be created and used once an operator activates it.`}
+        </p>
+      )}
+      {organization.networks && (
+        <p class="notice" data-testid="organization-networks">
+          {operated ? "Its" : "Your organization's"} keys may be used only from {organization.networks.join(", ")}, unless a key names networks of its own.
         </p>
       )}
       {created && <ShownOnce what="key" name={created.name} secret={created.secret} onDone={dismiss} />}
@@ -397,9 +404,45 @@ function AddMember({ organization }: { organization: { id: string; name: string 
   );
 }
 
+/** The networks an organization's keys may be used from, unless a key names its own (empty: anywhere). */
+function OrganizationNetworks({ organization, onSaved }: { organization: { id: string; name: string; networks: string[] | null }; onSaved: () => void }) {
+  const { error, run } = useFormAction();
+  const submit = (event: Event) => {
+    event.preventDefault();
+    const fields = new FormData(event.target as HTMLFormElement);
+    void run(async () => {
+      const networks = String(fields.get("networks") ?? "")
+        .split(",")
+        .map((entry) => entry.trim())
+        .filter(Boolean);
+      await api(`/operator/organizations/${organization.id}`, { networks: networks.length === 0 ? null : networks });
+      onSaved();
+    });
+  };
+  return (
+    <form onSubmit={submit} aria-label={`Networks of ${organization.name}`} class="filters">
+      <label>
+        Networks its keys may be used from (addresses and CIDR ranges separated by commas; a key's own replace them)
+        <input name="networks" placeholder="anywhere" defaultValue={organization.networks?.join(", ") ?? ""} />
+      </label>
+      <button type="submit">Save networks</button>
+      <ErrorText error={error} />
+    </form>
+  );
+}
+
 function Operator() {
   const [organizations, setOrganizations] = useState<
-    { id: string; name: string; plan: string; status: string; fiveHourTokens: number; monthTokens: number; models: string[] }[]
+    {
+      id: string;
+      name: string;
+      plan: string;
+      status: string;
+      networks: string[] | null;
+      fiveHourTokens: number;
+      monthTokens: number;
+      models: string[];
+    }[]
   >([]);
   const [showingKeys, setShowingKeys] = useState<string | null>(null);
   const { error, run } = useFormAction();
@@ -475,6 +518,7 @@ function Operator() {
                 <th scope="col">Plan</th>
                 <th scope="col">5 h tokens</th>
                 <th scope="col">Month tokens</th>
+                <th scope="col">Networks</th>
                 <th scope="col" />
               </tr>
             </thead>
@@ -496,6 +540,7 @@ function Operator() {
                   </td>
                   <td>{organization.fiveHourTokens.toLocaleString()}</td>
                   <td>{organization.monthTokens.toLocaleString()}</td>
+                  <td data-testid={`networks-${organization.name}`}>{organization.networks?.join(", ") ?? "anywhere"}</td>
                   <td>
                     {organization.status !== "active" && (
                       <button type="button" onClick={() => update(organization.id, { status: "active" })}>
@@ -518,7 +563,8 @@ function Operator() {
                 </tr>,
                 showingKeys === organization.id && (
                   <tr key={`${organization.id}-keys`}>
-                    <td colSpan={6}>
+                    <td colSpan={7}>
+                      <OrganizationNetworks organization={organization} onSaved={() => void load()} />
                       <AddMember organization={organization} />
                       <Keys organization={organization} operated />
                     </td>
