@@ -43,7 +43,7 @@ describe("sluice org", () => {
   test("create with defaults, create with options, update, list", () => {
     const created = sluice("org", "create", "acme");
     expect(created.code).toBe(0);
-    expect(created.stdout).toMatch(/^org_\S+\tacme\tdefault\tactive\n$/);
+    expect(created.stdout).toMatch(/^org_\S+\tacme\tdefault\tactive\tany\n$/);
     expect(sluice("org", "create", "beta", "--status", "waitlist").stdout).toContain("\tbeta\tdefault\twaitlist");
     expect(sluice("org", "update", "beta", "--status", "active").stdout).toContain("\tbeta\tdefault\tactive");
     const listed = sluice("org", "list").stdout.trim().split("\n");
