@@ -330,7 +330,7 @@ describe("changes reach every instance at once", () => {
     });
   }, 60_000);
 
-  test("a key limited to one model through the CLI: every instance refuses it the other from its very next request; all again, every instance serves it", async () => {
+  test("a key limited to one model, or bound to networks (its own or its organization's), through the CLI: every instance applies it from the very next request; undone, every instance serves it", async () => {
     const model = (id: string) => `[[models]]\nid = "${id}"\nbackend = "openai"\nbase_url = "${upstream.url}"\nupstream_model = "usage-10-20"\n`;
     await withCluster(`${model("m")}\n${model("n")}\n[[plans]]\nid = "default"\nmodels = ["*"]\n`, async (cluster) => {
       const key = cluster.addOrganization("acme");
@@ -342,6 +342,18 @@ describe("changes reach every instance at once", () => {
       expect(await statuses("m")).toEqual([200, 200, 200]);
       expect(cluster.cli("key", "update", keyId, "--models", "all").code).toBe(0);
       expect(await statuses("n")).toEqual([200, 200, 200]);
+      // Bound to networks the tests' requests do not come from, the key's own or its organization's: refused
+      // everywhere from the next request; unbound, served everywhere again.
+      expect(cluster.cli("key", "update", keyId, "--networks", "10.0.0.0/8").code).toBe(0);
+      expect(await statuses("m")).toEqual([401, 401, 401]);
+      expect(cluster.cli("key", "update", keyId, "--networks", "any").code).toBe(0);
+      expect(cluster.cli("org", "update", "acme", "--networks", "2001:db8::/32").code).toBe(0);
+      expect(await statuses("m")).toEqual([401, 401, 401]);
+      expect(cluster.cli("key", "update", keyId, "--networks", "127.0.0.1,::1").code).toBe(0);
+      expect(await statuses("m")).toEqual([200, 200, 200]);
+      expect(cluster.cli("key", "update", keyId, "--networks", "any").code).toBe(0);
+      expect(cluster.cli("org", "update", "acme", "--networks", "any").code).toBe(0);
+      expect(await statuses("m")).toEqual([200, 200, 200]);
     });
   }, 60_000);
 
