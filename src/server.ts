@@ -1,6 +1,7 @@
 import { configChanges, type ConfigChanges } from "./config/changes";
 import type { Config, ModelConfig } from "./config/schema";
 import { createApp } from "./http/app";
+import { ClientAddresses } from "./http/client-address";
 import { raiseListenBacklog } from "./http/listen-backlog";
 import { MemoryAdmissionStore } from "./modules/admission/memory-store";
 import { RedisAdmissionStore } from "./modules/admission/redis-store";
@@ -142,8 +143,14 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     failed: (error) => logger.log("warn", { message: "ledger retention stopped; it goes on within the hour", error: String(error) }),
   });
   retention.start();
-  const trustedProxies = options.trustedProxies && networkList(options.trustedProxies);
-  const auth = new AuthService(storage.keys, storage.changes, plans, (entries) => ledger.touchKeys(entries), trustedProxies);
+  const addresses = new ClientAddresses(options.trustedProxies && networkList(options.trustedProxies), (peer) =>
+    logger.log("warn", {
+      message:
+        "a request came with X-Forwarded-For from an address SLUICE_TRUSTED_PROXIES does not name: if it is a proxy, name it there, or keys bound to networks, sign-in limits and the audit trail see the proxy's address",
+      peer,
+    }),
+  );
+  const auth = new AuthService(storage.keys, storage.changes, plans, (entries) => ledger.touchKeys(entries), addresses);
   const organizationRate = async (organizationId: string) => {
     const organization = await storage.organizations.findById(organizationId);
     return organization ? plans.get(organization.plan)?.requestsPerMinute : undefined;

@@ -120,7 +120,7 @@ export function createApp(deps: AppDependencies) {
     })
     .get("/openapi.json", () => openApiDocument)
     .use(observabilityRoutes({ metrics: deps.metrics, readiness: deps.readiness, lifecycle: deps.lifecycle, metricsToken: deps.metricsToken }))
-    .use(consoleRoutes(deps.console.service, deps.console.accounts, deps.auth.trustedProxies))
+    .use(consoleRoutes(deps.console.service, deps.console.accounts, deps.auth.addresses))
     .use(modelRoutes(deps.models, deps.auth))
     .use(countTokensRoutes(deps.models, deps.auth, deps.maxBodyBytes))
     .use(embeddingsRoutes(deps.embeddings, deps.auth, { models: deps.models, maxBodyBytes: deps.maxBodyBytes, lifecycle: deps.lifecycle }))

@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
 import { ConsoleClient, consolePassword, startConsoleSluice } from "../modules/console/console-client";
-import { fakeModel, refusal, startSluice, testActor, useFakeUpstream, type TestSluice } from "../helpers";
+import { capturingLogger, eventually, fakeModel, refusal, startSluice, testActor, useFakeUpstream, type TestSluice } from "../helpers";
 
 const upstream = useFakeUpstream();
 const messages = [{ role: "user" as const, content: "Hello" }];
@@ -113,6 +113,24 @@ describe("behind trusted proxies (SLUICE_TRUSTED_PROXIES = 127.0.0.1 and 10.0.0.
 });
 
 describe("without trusted proxies", () => {
+  test("X-Forwarded-For from a peer that is not a trusted proxy is logged once, naming the peer, and never read", async () => {
+    const logs = capturingLogger();
+    const sluice = await startSluice({ models: [fakeModel(upstream.url, "m", "usage-10-5")] }, { logger: logs.logger });
+    try {
+      const organizationId = (await sluice.organizations.findByName("acme"))?.id as string;
+      const { secret } = await sluice.keys.create({ organizationId, name: "office", networks: ["203.0.113.0/24"] }, testActor);
+      for (const forwardedFor of ["203.0.113.9", "203.0.113.10"]) {
+        const client = new OpenAI({ baseURL: `${sluice.url}/v1`, apiKey: secret, maxRetries: 0, defaultHeaders: { "x-forwarded-for": forwardedFor } });
+        expect((await refusal(() => client.chat.completions.create({ model: "m", messages }))).message).toContain("the address 127.0.0.1");
+      }
+      const warned = () => logs.lines.filter((line) => String(line.message).startsWith("a request came with X-Forwarded-For"));
+      await eventually(() => warned().length > 0);
+      expect(warned()).toEqual([expect.objectContaining({ level: "warn", peer: "127.0.0.1" })]);
+    } finally {
+      await sluice.stop();
+    }
+  });
+
   test("sign-ins through a proxy Sluice was not told of (X-Forwarded-For from an untrusted peer) are not held against the proxy's address", async () => {
     const server = await startConsoleSluice();
     try {

@@ -1,6 +1,6 @@
 import { Elysia } from "elysia";
 import { SluiceError } from "../../errors";
-import { clientAddress, type RequestServer } from "../../http/client-address";
+import type { RequestServer } from "../../http/client-address";
 import { listHas } from "../keys/networks";
 import { recordOf } from "../observability/request-record";
 import type { AuthService, Caller } from "./service";
@@ -29,7 +29,7 @@ function admitted(auth: AuthService, request: Request, server: RequestServer, ca
   }
   const networks = caller.networks;
   if (networks) {
-    const address = clientAddress(request, server, auth.trustedProxies);
+    const address = auth.addresses.of(request, server);
     if (record) record.clientAddress = address;
     if (address === undefined || !listHas(networks.list, address)) {
       throw new SluiceError(

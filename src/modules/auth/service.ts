@@ -1,5 +1,6 @@
 import type { BlockList } from "node:net";
 import type { PlanConfig } from "../../config/schema";
+import { ClientAddresses } from "../../http/client-address";
 import { SluiceError } from "../../errors";
 import type { ChangeFeed, KeyCredentials, KeyLimits, KeyRepository } from "../../storage/types";
 import type { Limits } from "../admission/store";
@@ -82,8 +83,8 @@ export class AuthService {
     private readonly plans: ReadonlyMap<string, PlanConfig>,
     /** Writes [key id, time] pairs of last use; off the request path (the ledger's writer), as it is a write. */
     private readonly touchKeys: (entries: [string, number][]) => void,
-    /** The proxies whose `X-Forwarded-For` names the caller (SLUICE_TRUSTED_PROXIES; see clientAddress). */
-    readonly trustedProxies?: BlockList,
+    /** Where requests come from, for keys bound to networks (SLUICE_TRUSTED_PROXIES behind proxies). */
+    readonly addresses: ClientAddresses = new ClientAddresses(undefined),
   ) {
     changes.onChange(() => this.cache.clear());
     this.flushTimer = setInterval(() => this.flushLastUsed(), lastUsedFlushMs);

@@ -1,7 +1,6 @@
-import type { BlockList } from "node:net";
 import { Elysia } from "elysia";
 import { SluiceError } from "../../errors";
-import { clientAddress, forwardedByStranger } from "../../http/client-address";
+import type { ClientAddresses } from "../../http/client-address";
 import { bearerKey } from "../auth/index";
 import { secretsEqual } from "../keys/secret";
 import type { AccountService, Actor } from "./accounts";
@@ -43,20 +42,20 @@ export const securityHeaders: Readonly<Record<string, string>> = {
  * SameSite=Strict cookie; every change also needs the session's CSRF token in `x-csrf-token`. Scripts use a console
  * token instead (`Authorization: Bearer sluice-console-…`), which acts as its account.
  */
-export const consoleRoutes = (service: ConsoleService, accounts: AccountService, trustedProxies: BlockList | undefined) =>
+export const consoleRoutes = (service: ConsoleService, accounts: AccountService, addresses: ClientAddresses) =>
   new Elysia({ name: "console" }).group("/console/api", (api) =>
     api
       .get("/sign-up", () => service.signUpSetting())
       .post("/signup", async ({ request, server, set }) => {
-        await service.signUp(await readConsoleBody(request, SignUpBody), clientAddress(request, server, trustedProxies));
+        await service.signUp(await readConsoleBody(request, SignUpBody), addresses.of(request, server));
         set.status = 201;
         return { ok: true };
       })
       .post("/signin", async ({ request, server, cookie }) => {
         const body = await readConsoleBody(request, SignInBody);
-        const address = clientAddress(request, server, trustedProxies);
-        const counted = forwardedByStranger(request, server, trustedProxies) ? undefined : address;
-        const { token, actor } = await accounts.signIn(body.email, body.password, { address, counted });
+        // Failures through a proxy nobody named are not held against its address, which its every caller shares.
+        const { address, throughUnnamedProxy } = addresses.origin(request, server);
+        const { token, actor } = await accounts.signIn(body.email, body.password, { address, counted: throughUnnamedProxy ? undefined : address });
         cookie[sessionCookie]?.set({
           value: token,
           httpOnly: true,
@@ -73,14 +72,14 @@ export const consoleRoutes = (service: ConsoleService, accounts: AccountService,
         if (token !== undefined) {
           const actor = await accounts.tokens.actorOf(token);
           if (!actor) throw new SluiceError("not_signed_in", "This console token is not valid: revoked, expired or mistyped.");
-          return { actor: { ...actor, address: clientAddress(request, server, trustedProxies) } };
+          return { actor: { ...actor, address: addresses.of(request, server) } };
         }
         const actor = await accounts.actorOf(cookie[sessionCookie]?.value as string | undefined);
         if (!actor) throw new SluiceError("not_signed_in", "Sign in first.");
         if (request.method !== "GET" && !secretsEqual(request.headers.get("x-csrf-token") ?? "", actor.csrfToken)) {
           throw new SluiceError("csrf_token_invalid", "Missing or wrong CSRF token; reload the page.");
         }
-        return { actor: { ...actor, address: clientAddress(request, server, trustedProxies) } as Actor };
+        return { actor: { ...actor, address: addresses.of(request, server) } as Actor };
       })
       .post("/signout", async ({ actor, cookie }) => {
         requireSession(actor);
