@@ -52,7 +52,7 @@ export interface ServerOptions {
   heartbeatMs?: number;
   /** Where and which requests' spans are exported (src/tracing); none without. */
   tracing?: TracingSettings;
-  /** The proxies whose `X-Forwarded-For` names a caller's address (see clientAddress); none without. */
+  /** The proxies whose `X-Forwarded-For` names a caller's address (see ClientAddresses); none without. */
   trustedProxies?: readonly string[];
 }
 

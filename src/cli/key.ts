@@ -2,9 +2,9 @@ import type { Config } from "../config/schema";
 import { restoreKeyFromLedger } from "../modules/admission/ledger-usage";
 import { RedisAdmissionStore } from "../modules/admission/redis-store";
 import { parseDuration, parseGrace } from "../modules/keys/duration";
-import { networksOption } from "./org";
 import { capsOf, checkKeyModels, noLimits, type ApiKeyInfo, type KeyLimits } from "../modules/keys/service";
 import { formatTime, withCliContext } from "./context";
+import { describeNetworks, networksOption } from "./networks";
 import { UsageError, parseCommand } from "./usage";
 
 const limitOptions = {
@@ -53,7 +53,7 @@ export function expiryOption(value: string | undefined): number | undefined {
 }
 
 function describeLists(key: ApiKeyInfo): string {
-  return `${key.models === null ? "all" : key.models.join(",")}\t${key.networks === null ? "any" : key.networks.join(",")}`;
+  return `${key.models === null ? "all" : key.models.join(",")}\t${describeNetworks(key.networks)}`;
 }
 
 function describeLimits(limits: KeyLimits): string {

@@ -1,5 +1,6 @@
 import { organizationStatuses, type OrganizationStatus } from "../modules/organizations/service";
 import { withCliContext } from "./context";
+import { describeNetworks, networksOption } from "./networks";
 import { UsageError, parseCommand } from "./usage";
 
 function statusOf(value: string | undefined): OrganizationStatus | undefined {
@@ -11,16 +12,6 @@ function statusOf(value: string | undefined): OrganizationStatus | undefined {
 }
 
 const changeOptions = { plan: { type: "string" }, status: { type: "string" }, networks: { type: "string" } } as const;
-
-/** `--networks 10.0.0.0/8,203.0.113.7`: those addresses and ranges (checked by the service); `--networks any`: anywhere (null). */
-export function networksOption(value: string | undefined): string[] | null | undefined {
-  if (value === undefined) return undefined;
-  return value === "any" ? null : value.split(",");
-}
-
-function describeNetworks(networks: string[] | null): string {
-  return networks === null ? "any" : networks.join(",");
-}
 
 /** `sluice org create|update|list`. */
 export async function runOrg(args: string[]): Promise<number> {

@@ -116,7 +116,7 @@ export const auditLog = sqliteTable(
     organizationId: text("organization_id"),
     /** JSON: { field: [old, new] }, old null for what was created. */
     changes: text("changes"),
-    /** The address a console change or sign-in came from (see clientAddress); null for the CLI and the server. */
+    /** The address a console change or sign-in came from (see ClientAddresses); null for the CLI and the server. */
     address: text("address"),
   },
   (table) => [index("audit_log_at_idx").on(table.at)],

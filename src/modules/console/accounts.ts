@@ -14,7 +14,7 @@ export interface Actor {
   csrfToken: string;
   /** Set when the request came with a console token rather than a session: the token's name. */
   tokenName?: string;
-  /** The address the request came from, for the audit trail (see clientAddress). */
+  /** The address the request came from, for the audit trail (see ClientAddresses). */
   address?: string;
 }
 

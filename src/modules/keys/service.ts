@@ -6,7 +6,7 @@ import type { KeyLists } from "../../storage/key-lists";
 import { checkNetworks } from "./networks";
 import { generateKeySecret, hashKeySecret, shownPrefix } from "./secret";
 
-export type { ApiKeyInfo, KeyLimits, KeyLists };
+export type { ApiKeyInfo, KeyLimits };
 
 export const noLimits: KeyLimits = { maxConcurrency: null, tokensPer5h: null, tokensPerMonth: null, requestsPerMinute: null };
 

@@ -13,7 +13,7 @@ export interface RequestRecord {
   upstreamServer?: string;
   organizationId?: string;
   keyId?: string;
-  /** The caller's address, when its key is bound to networks (finding it costs about 1 µs: see clientAddress). */
+  /** The caller's address, when its key is bound to networks (finding it costs about 1 µs: see ClientAddresses). */
   clientAddress?: string;
   status?: number;
   code?: string;
