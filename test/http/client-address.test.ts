@@ -109,7 +109,7 @@ describe("behind trusted proxies (SLUICE_TRUSTED_PROXIES = 127.0.0.1 and 10.0.0.
       )
     ).body.entries;
     expect(reasons).toEqual([expect.objectContaining({ address: "198.51.100.9", changes: { reason: [null, "too many failed attempts from this address"] } })]);
-  });
+  }, 30_000);
 });
 
 describe("without trusted proxies", () => {
@@ -151,5 +151,6 @@ describe("without trusted proxies", () => {
     } finally {
       await server.stop();
     }
-  });
+    // Forty password checks, each slow on purpose.
+  }, 30_000);
 });
