@@ -2,6 +2,7 @@ import { configChanges, type ConfigChanges } from "./config/changes";
 import type { Config, ModelConfig } from "./config/schema";
 import { createApp } from "./http/app";
 import { ClientAddresses } from "./http/client-address";
+import { Cors } from "./http/cors";
 import { raiseListenBacklog } from "./http/listen-backlog";
 import { MemoryAdmissionStore } from "./modules/admission/memory-store";
 import { RedisAdmissionStore } from "./modules/admission/redis-store";
@@ -54,6 +55,8 @@ export interface ServerOptions {
   tracing?: TracingSettings;
   /** The proxies whose `X-Forwarded-For` names a caller's address (see ClientAddresses); none without. */
   trustedProxies?: readonly string[];
+  /** The web pages' origins that may call the API (src/http/cors.ts); none without. */
+  corsOrigins?: { any: boolean; origins: readonly string[] };
 }
 
 export interface RunningServer {
@@ -211,6 +214,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     metricsToken: options.metricsToken,
     tracer,
     console: { service: consoleService, accounts },
+    cors: options.corsOrigins && new Cors(options.corsOrigins.any, options.corsOrigins.origins),
   });
   try {
     app.listen({

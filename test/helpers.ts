@@ -227,6 +227,7 @@ export async function startSluice(
     heartbeatMs?: number;
     tracing?: TracingSettings;
     trustedProxies?: string[];
+    corsOrigins?: { any: boolean; origins: string[] };
   } = {},
 ): Promise<TestSluice> {
   const directory = temporaryDirectory();
@@ -251,6 +252,7 @@ export async function startSluice(
     heartbeatMs: options.heartbeatMs,
     tracing: options.tracing,
     trustedProxies: options.trustedProxies,
+    corsOrigins: options.corsOrigins,
   });
   const addOrganization = async (name: string, organizationOptions: { plan?: string; status?: OrganizationStatus } = {}) => {
     const organization = (await organizations.findByName(name)) ?? (await organizations.create({ name, ...organizationOptions }, testActor));

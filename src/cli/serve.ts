@@ -31,6 +31,7 @@ export async function runServe(args: string[]): Promise<number> {
     metricsToken: settings.metricsToken,
     tracing: settings.tracing,
     trustedProxies: settings.trustedProxies,
+    corsOrigins: settings.corsOrigins,
     logger: new Logger(settings.logLevel),
   }).catch(async (error: unknown) => {
     await storage.close();

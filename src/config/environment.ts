@@ -1,6 +1,7 @@
 import type { LogLevel } from "../modules/observability/logger";
 import { tracingSettings, type TracingSettings } from "../tracing/settings";
 import { ConfigError } from "./load";
+import { parseOrigins } from "../http/cors";
 import { checkNetworks, NetworkListError } from "../modules/keys/networks";
 import { variable, wholeNumber, type Environment } from "./variables";
 
@@ -18,6 +19,8 @@ export interface ServeSettings {
   keyFileCheckMs: number;
   /** The proxies whose `X-Forwarded-For` names a caller's address (addresses and CIDR ranges); none unless set. */
   trustedProxies: string[] | undefined;
+  /** The web pages' origins that may call the API (`*`: any); none unless set. */
+  corsOrigins: { any: boolean; origins: string[] } | undefined;
 }
 
 const logLevels: readonly LogLevel[] = ["debug", "info", "warn", "error", "silent"];
@@ -44,7 +47,21 @@ export function serveSettings(environment: Environment = process.env): ServeSett
     tracing: tracingSettings(environment),
     keyFileCheckMs: wholeNumber(environment, "SLUICE_KEY_FILE_CHECK_MS", 5000, { max: 3_600_000, what: "a whole number of milliseconds" }),
     trustedProxies: trustedProxies(environment),
+    corsOrigins: corsOrigins(environment),
   };
+}
+
+/** SLUICE_CORS_ORIGINS: `*`, or origins separated by commas. */
+function corsOrigins(environment: Environment): { any: boolean; origins: string[] } | undefined {
+  const written = variable(environment, "SLUICE_CORS_ORIGINS");
+  if (written === undefined) return undefined;
+  const parsed = parseOrigins(written);
+  if ("wrong" in parsed) {
+    throw new ConfigError(
+      `SLUICE_CORS_ORIGINS must be * alone, or origins such as https://app.example.com separated by commas (no path, no trailing slash); got "${parsed.wrong}"`,
+    );
+  }
+  return parsed;
 }
 
 /** SLUICE_TRUSTED_PROXIES: addresses and CIDR ranges, separated by commas. */

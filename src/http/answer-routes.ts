@@ -2,6 +2,7 @@ import type { Server } from "bun";
 import type { AnyElysia } from "elysia";
 import { newRequestId } from "../ids";
 import { startRecord } from "../modules/observability/request-record";
+import type { Cors } from "./cors";
 import type { TraceContext } from "../tracing/trace-context";
 
 type AnswerHandler = (context: { request: Request; server: Server<unknown> }) => Promise<Response>;
@@ -15,20 +16,25 @@ export type NativeRoutes = Record<string, { POST: (request: Request, server: Ser
  * in any other form (another method, a trailing slash, `app.handle`), with the same handlers, which answer their own
  * errors through the app's one error mapping.
  */
-export function nativeAnswerRoutes(app: AnyElysia, paths: Iterable<string>, traceOf: (headers: Headers) => TraceContext | undefined): NativeRoutes {
+export function nativeAnswerRoutes(
+  app: AnyElysia,
+  paths: Iterable<string>,
+  traceOf: (headers: Headers) => TraceContext | undefined,
+  cors?: Cors,
+): NativeRoutes {
   const routes: NativeRoutes = {};
   for (const path of paths) {
     const route = app.routes.find((candidate) => candidate.method === "POST" && candidate.path === path);
     if (!route) throw new Error(`no POST ${path} route to serve natively`);
     const handler = route.handler as unknown as AnswerHandler;
-    routes[path] = {
-      POST: (request, server) => {
-        // Elysia's request hook does this for the routes it serves (createApp).
-        startRecord(request, newRequestId(), path).trace = traceOf(request.headers);
-        // Never rejects: the handler answers its own errors (answerHandler).
-        return handler({ request, server });
-      },
+    const post = (request: Request, server: Server<unknown>) => {
+      // Elysia's request hook does this for the routes it serves (createApp).
+      startRecord(request, newRequestId(), path).trace = traceOf(request.headers);
+      // Never rejects: the handler answers its own errors (answerHandler).
+      return handler({ request, server });
     };
+    // Chosen once: without SLUICE_CORS_ORIGINS an answer pays for nothing. A preflight (OPTIONS) goes on to Elysia.
+    routes[path] = { POST: cors ? async (request, server) => cors.decorate(request, await post(request, server)) : post };
   }
   return routes;
 }

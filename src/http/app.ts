@@ -20,6 +20,7 @@ import { recordOf, startRecord, type RequestRecord } from "../modules/observabil
 import type { Tracer } from "../tracing/tracer";
 import { ClientGoneError } from "../errors";
 import { nativeAnswerRoutes } from "./answer-routes";
+import type { Cors } from "./cors";
 import { errorResponse, toSluiceError } from "./error-response";
 import { openApiDocument } from "./openapi";
 
@@ -39,6 +40,8 @@ export interface AppDependencies {
   lifecycle: Lifecycle;
   metricsToken: string | undefined;
   tracer: Tracer;
+  /** Which web pages may call the API; none when unset. */
+  cors?: Cors;
 }
 
 /** The routes that run a model: each logs and counts its own requests (see below). */
@@ -97,6 +100,10 @@ export function createApp(deps: AppDependencies) {
   };
   const app = new Elysia({ name: "sluice" })
     .onRequest(({ request, set }) => {
+      if (deps.cors && new URL(request.url).pathname.startsWith("/v1/")) {
+        if (request.method === "OPTIONS") return deps.cors.preflight(request);
+        Object.assign(set.headers, deps.cors.headersFor(request));
+      }
       const requestId = newRequestId();
       const route = routeOf(request.url);
       const record = startRecord(request, requestId, route);
@@ -126,6 +133,6 @@ export function createApp(deps: AppDependencies) {
     .use(embeddingsRoutes(deps.embeddings, deps.auth, { models: deps.models, maxBodyBytes: deps.maxBodyBytes, lifecycle: deps.lifecycle }))
     .use(consolePageRoutes());
   // Read by Elysia's Bun adapter when the app listens: Bun's router takes these before Elysia's own.
-  app.config.serve = { ...app.config.serve, routes: nativeAnswerRoutes(app, answerRoutes, traceOf) };
+  app.config.serve = { ...app.config.serve, routes: nativeAnswerRoutes(app, answerRoutes, traceOf, deps.cors) };
   return app;
 }

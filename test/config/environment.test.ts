@@ -13,6 +13,7 @@ describe("serveSettings", () => {
       tracing: undefined,
       keyFileCheckMs: 5000,
       trustedProxies: undefined,
+      corsOrigins: undefined,
     };
     expect(serveSettings({})).toEqual(defaults);
     expect(serveSettings({ SLUICE_HOST: "", SLUICE_PORT: "", SLUICE_DRAIN_MS: " ", SLUICE_LOG_LEVEL: "", SLUICE_METRICS_TOKEN: "" })).toEqual(defaults);
@@ -28,6 +29,7 @@ describe("serveSettings", () => {
       tracing: undefined,
       keyFileCheckMs: 5000,
       trustedProxies: undefined,
+      corsOrigins: undefined,
     });
     expect(serveSettings({ SLUICE_PORT: "65535", SLUICE_DRAIN_MS: "3600000", SLUICE_LOG_LEVEL: "WARN" })).toMatchObject({
       port: 65_535,
@@ -52,6 +54,25 @@ describe("serveSettings", () => {
       expect(() => serveSettings({ [name]: value })).toThrow(ConfigError);
       expect(() => serveSettings({ [name]: value })).toThrow(`${name} must be`);
       expect(() => serveSettings({ [name]: value })).toThrow(`"${value}"`);
+    }
+  });
+
+  test("SLUICE_CORS_ORIGINS: * alone, or origins as a browser writes them", () => {
+    expect(serveSettings({ SLUICE_CORS_ORIGINS: "*" }).corsOrigins).toEqual({ any: true, origins: [] });
+    expect(serveSettings({ SLUICE_CORS_ORIGINS: "https://app.example.com, http://localhost:3000" }).corsOrigins).toEqual({
+      any: false,
+      origins: ["https://app.example.com", "http://localhost:3000"],
+    });
+    for (const value of [
+      "*, https://app.example.com",
+      "https://app.example.com/",
+      "app.example.com",
+      "https://app.example.com/path",
+      "ftp://files.example.com",
+      "null",
+    ]) {
+      expect(() => serveSettings({ SLUICE_CORS_ORIGINS: value })).toThrow(ConfigError);
+      expect(() => serveSettings({ SLUICE_CORS_ORIGINS: value })).toThrow("SLUICE_CORS_ORIGINS must be");
     }
   });
 
