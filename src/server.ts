@@ -57,6 +57,8 @@ export interface ServerOptions {
   trustedProxies?: readonly string[];
   /** The web pages' origins that may call the API (src/http/cors.ts); none without. */
   corsOrigins?: { any: boolean; origins: readonly string[] };
+  /** Every request's log line names its caller's address; otherwise only keys bound to networks have it. */
+  logClientAddresses?: boolean;
 }
 
 export interface RunningServer {
@@ -215,6 +217,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     tracer,
     console: { service: consoleService, accounts },
     cors: options.corsOrigins && new Cors(options.corsOrigins.any, options.corsOrigins.origins),
+    logClientAddresses: options.logClientAddresses ?? false,
   });
   try {
     app.listen({

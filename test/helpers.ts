@@ -228,6 +228,7 @@ export async function startSluice(
     tracing?: TracingSettings;
     trustedProxies?: string[];
     corsOrigins?: { any: boolean; origins: string[] };
+    logClientAddresses?: boolean;
   } = {},
 ): Promise<TestSluice> {
   const directory = temporaryDirectory();
@@ -253,6 +254,7 @@ export async function startSluice(
     tracing: options.tracing,
     trustedProxies: options.trustedProxies,
     corsOrigins: options.corsOrigins,
+    logClientAddresses: options.logClientAddresses,
   });
   const addOrganization = async (name: string, organizationOptions: { plan?: string; status?: OrganizationStatus } = {}) => {
     const organization = (await organizations.findByName(name)) ?? (await organizations.create({ name, ...organizationOptions }, testActor));

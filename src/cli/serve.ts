@@ -32,6 +32,7 @@ export async function runServe(args: string[]): Promise<number> {
     tracing: settings.tracing,
     trustedProxies: settings.trustedProxies,
     corsOrigins: settings.corsOrigins,
+    logClientAddresses: settings.logClientAddresses,
     logger: new Logger(settings.logLevel),
   }).catch(async (error: unknown) => {
     await storage.close();

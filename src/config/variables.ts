@@ -19,6 +19,16 @@ export function firstOf(environment: Environment, ...names: string[]): [string, 
   return undefined;
 }
 
+/** `true` or `false` (also `1` or `0`, in any case); `fallback` when unset, a ConfigError naming the variable otherwise. */
+export function yesOrNo(environment: Environment, name: string, fallback: boolean): boolean {
+  const written = variable(environment, name);
+  if (written === undefined) return fallback;
+  const value = written.toLowerCase();
+  if (value === "true" || value === "1") return true;
+  if (value === "false" || value === "0") return false;
+  throw new ConfigError(`${name} must be true or false, got "${written}"`);
+}
+
 /**
  * A whole number from `min` (0 unless given) to `max`, from the first of `names` that is set; `fallback` when none is.
  * Anything else is a ConfigError naming the variable and what it holds.

@@ -19,9 +19,15 @@ export type NativeRoutes = Record<string, { POST: (request: Request, server: Ser
 export function nativeAnswerRoutes(
   app: AnyElysia,
   paths: Iterable<string>,
-  traceOf: (headers: Headers) => TraceContext | undefined,
-  cors?: Cors,
+  options: {
+    traceOf: (headers: Headers) => TraceContext | undefined;
+    /** Which web pages may call the API (SLUICE_CORS_ORIGINS). */
+    cors?: Cors;
+    /** Every request's caller's address, for its log line (SLUICE_LOG_CLIENT_IP). */
+    addressOf?: (request: Request, server: Server<unknown>) => string | undefined;
+  },
 ): NativeRoutes {
+  const { traceOf, cors, addressOf } = options;
   const routes: NativeRoutes = {};
   for (const path of paths) {
     const route = app.routes.find((candidate) => candidate.method === "POST" && candidate.path === path);
@@ -29,7 +35,9 @@ export function nativeAnswerRoutes(
     const handler = route.handler as unknown as AnswerHandler;
     const post = (request: Request, server: Server<unknown>) => {
       // Elysia's request hook does this for the routes it serves (createApp).
-      startRecord(request, newRequestId(), path).trace = traceOf(request.headers);
+      const record = startRecord(request, newRequestId(), path);
+      record.trace = traceOf(request.headers);
+      if (addressOf) record.clientAddress = addressOf(request, server);
       // Never rejects: the handler answers its own errors (answerHandler).
       return handler({ request, server });
     };

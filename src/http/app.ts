@@ -42,6 +42,8 @@ export interface AppDependencies {
   tracer: Tracer;
   /** Which web pages may call the API; none when unset. */
   cors?: Cors;
+  /** Every request's record notes its caller's address, for its log line (SLUICE_LOG_CLIENT_IP). */
+  logClientAddresses?: boolean;
 }
 
 /** The routes that run a model: each logs and counts its own requests (see below). */
@@ -99,7 +101,7 @@ export function createApp(deps: AppDependencies) {
     },
   };
   const app = new Elysia({ name: "sluice" })
-    .onRequest(({ request, set }) => {
+    .onRequest(({ request, server, set }) => {
       if (deps.cors && new URL(request.url).pathname.startsWith("/v1/")) {
         if (request.method === "OPTIONS") return deps.cors.preflight(request);
         Object.assign(set.headers, deps.cors.headersFor(request));
@@ -108,6 +110,7 @@ export function createApp(deps: AppDependencies) {
       const route = routeOf(request.url);
       const record = startRecord(request, requestId, route);
       if (tracedRoutes.has(route)) record.trace = traceOf(request.headers);
+      if (deps.logClientAddresses) record.clientAddress = deps.auth.addresses.of(request, server);
       // Answers carry the id in their own Response (and errors in errorResponse): a header in `set` would make
       // Elysia copy the whole Response to merge it in, on every answer.
       if (!answerRoutes.has(route)) Object.assign(set.headers, securityHeaders, { "x-request-id": requestId });
@@ -133,6 +136,13 @@ export function createApp(deps: AppDependencies) {
     .use(embeddingsRoutes(deps.embeddings, deps.auth, { models: deps.models, maxBodyBytes: deps.maxBodyBytes, lifecycle: deps.lifecycle }))
     .use(consolePageRoutes());
   // Read by Elysia's Bun adapter when the app listens: Bun's router takes these before Elysia's own.
-  app.config.serve = { ...app.config.serve, routes: nativeAnswerRoutes(app, answerRoutes, traceOf, deps.cors) };
+  app.config.serve = {
+    ...app.config.serve,
+    routes: nativeAnswerRoutes(app, answerRoutes, {
+      traceOf,
+      cors: deps.cors,
+      addressOf: deps.logClientAddresses ? (request, server) => deps.auth.addresses.of(request, server) : undefined,
+    }),
+  };
   return app;
 }

@@ -14,6 +14,7 @@ describe("serveSettings", () => {
       keyFileCheckMs: 5000,
       trustedProxies: undefined,
       corsOrigins: undefined,
+      logClientAddresses: false,
     };
     expect(serveSettings({})).toEqual(defaults);
     expect(serveSettings({ SLUICE_HOST: "", SLUICE_PORT: "", SLUICE_DRAIN_MS: " ", SLUICE_LOG_LEVEL: "", SLUICE_METRICS_TOKEN: "" })).toEqual(defaults);
@@ -30,6 +31,7 @@ describe("serveSettings", () => {
       keyFileCheckMs: 5000,
       trustedProxies: undefined,
       corsOrigins: undefined,
+      logClientAddresses: false,
     });
     expect(serveSettings({ SLUICE_PORT: "65535", SLUICE_DRAIN_MS: "3600000", SLUICE_LOG_LEVEL: "WARN" })).toMatchObject({
       port: 65_535,
@@ -49,12 +51,24 @@ describe("serveSettings", () => {
       ["SLUICE_KEY_FILE_CHECK_MS", "5s"],
       ["SLUICE_LOG_LEVEL", "verbose"],
       ["SLUICE_LOG_LEVEL", "trace"],
+      ["SLUICE_LOG_CLIENT_IP", "yes"],
     ];
     for (const [name, value] of cases) {
       expect(() => serveSettings({ [name]: value })).toThrow(ConfigError);
       expect(() => serveSettings({ [name]: value })).toThrow(`${name} must be`);
       expect(() => serveSettings({ [name]: value })).toThrow(`"${value}"`);
     }
+  });
+
+  test("SLUICE_LOG_CLIENT_IP: true or false, 1 or 0, in any case", () => {
+    expect(["true", "TRUE", "1", "false", "0", ""].map((value) => serveSettings({ SLUICE_LOG_CLIENT_IP: value }).logClientAddresses)).toEqual([
+      true,
+      true,
+      true,
+      false,
+      false,
+      false,
+    ]);
   });
 
   test("SLUICE_CORS_ORIGINS: * alone, or origins as a browser writes them", () => {

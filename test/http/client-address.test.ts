@@ -154,3 +154,27 @@ describe("without trusted proxies", () => {
     // Forty password checks, each slow on purpose.
   }, 30_000);
 });
+
+test("SLUICE_LOG_CLIENT_IP: every request's log line names its caller's address, refused ones and other routes too", async () => {
+  const logs = capturingLogger();
+  const sluice = await startSluice(
+    { models: [fakeModel(upstream.url, "m", "usage-10-5")] },
+    { logger: logs.logger, trustedProxies: ["127.0.0.1"], logClientAddresses: true },
+  );
+  try {
+    const client = new OpenAI({ baseURL: `${sluice.url}/v1`, apiKey: sluice.key, maxRetries: 0, defaultHeaders: { "x-forwarded-for": "198.51.100.4" } });
+    const whole = await client.chat.completions.create({ model: "m", messages }).withResponse();
+    const streamed = await client.chat.completions.create({ model: "m", messages, stream: true }).withResponse();
+    for await (const _ of streamed.data);
+    await client.models.list();
+    const missingKey = await fetch(`${sluice.url}/v1/embeddings`, { method: "POST", body: "{}" });
+    await missingKey.arrayBuffer();
+    const requestIds = [whole.response.headers.get("x-request-id"), streamed.response.headers.get("x-request-id"), missingKey.headers.get("x-request-id")];
+    const lineOf = (requestId: string | null) => logs.lines.find((line) => line.message === "request" && line.request_id === requestId);
+    await eventually(() => requestIds.every((requestId) => lineOf(requestId) !== undefined));
+    expect(requestIds.map((requestId) => lineOf(requestId)?.client_ip)).toEqual(["198.51.100.4", "198.51.100.4", "127.0.0.1"]);
+    expect(logs.lines.find((line) => line.message === "request" && line.route === "/v1/models")?.client_ip).toBe("198.51.100.4");
+  } finally {
+    await sluice.stop();
+  }
+});

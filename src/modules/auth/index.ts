@@ -29,7 +29,8 @@ function admitted(auth: AuthService, request: Request, server: RequestServer, ca
   }
   const networks = caller.networks;
   if (networks) {
-    const address = auth.addresses.of(request, server);
+    // Already noted when every request's address is logged (SLUICE_LOG_CLIENT_IP): asked once.
+    const address = record?.clientAddress ?? auth.addresses.of(request, server);
     if (record) record.clientAddress = address;
     if (address === undefined || !listHas(networks.list, address)) {
       throw new SluiceError(

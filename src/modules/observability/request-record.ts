@@ -13,7 +13,10 @@ export interface RequestRecord {
   upstreamServer?: string;
   organizationId?: string;
   keyId?: string;
-  /** The caller's address, when its key is bound to networks (finding it costs about 1 µs: see ClientAddresses). */
+  /**
+   * The caller's address, when its key is bound to networks or every request's is logged (SLUICE_LOG_CLIENT_IP):
+   * finding it costs about 1 µs (see ClientAddresses).
+   */
   clientAddress?: string;
   status?: number;
   code?: string;
