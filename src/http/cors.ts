@@ -24,7 +24,7 @@ const maxRequestedHeaders = 4096;
 /** How long a browser may keep a preflight's answer, in seconds. */
 const preflightMaxAgeSeconds = 600;
 
-/** `*`, or origins as a browser writes them (`https://app.example.com`, `http://localhost:3000`); anything else is undefined. */
+/** `*`, or origins as a browser writes them (`https://app.example.com`, `http://localhost:3000`); `wrong` names any other entry. */
 export function parseOrigins(written: string): { any: boolean; origins: string[] } | { wrong: string } {
   const entries = [...new Set(written.split(",").map((entry) => entry.trim()))];
   if (entries.includes("*")) return entries.length === 1 ? { any: true, origins: [] } : { wrong: "*" };
@@ -40,37 +40,38 @@ export function parseOrigins(written: string): { any: boolean; origins: string[]
   return { any: false, origins: entries };
 }
 
-/** The API's cross-origin policy: which pages may call it. */
+/** The API's cross-origin policy: which pages may call it. Each origin's headers are made once, at start. */
 export class Cors {
-  private readonly allowed: ReadonlySet<string>;
+  private readonly any: Readonly<Record<string, string>> | undefined;
+  private readonly byOrigin: ReadonlyMap<string, Readonly<Record<string, string>>>;
+  /** For a page of an origin not named: the answer depends on the origin, so caches must key on it. */
+  private readonly refused: Readonly<Record<string, string>> = Object.freeze({ vary: "Origin" });
 
   constructor(
     /** Any origin (`*`): the API's answers carry no cookies or other credentials, so a wildcard gives away nothing more. */
-    private readonly any: boolean,
+    any: boolean,
     origins: readonly string[],
   ) {
-    this.allowed = new Set(origins);
+    this.any = any ? Object.freeze({ "access-control-allow-origin": "*", "access-control-expose-headers": exposedHeaders }) : undefined;
+    this.byOrigin = new Map(
+      origins.map((origin) => [
+        origin,
+        Object.freeze({ "access-control-allow-origin": origin, "access-control-expose-headers": exposedHeaders, vary: "Origin" }),
+      ]),
+    );
   }
 
-  /** The value of `Access-Control-Allow-Origin` for a request, or undefined when its origin is not allowed. */
-  private allowOrigin(request: Request): string | undefined {
-    if (this.any) return "*";
+  /** The headers an answer to this request carries: the origin and what it may read when allowed; `Vary` otherwise. */
+  headersFor(request: Request): Readonly<Record<string, string>> {
+    if (this.any) return this.any;
     const origin = request.headers.get("origin");
-    return origin !== null && this.allowed.has(origin) ? origin : undefined;
-  }
-
-  /** The headers an answer to this request carries, when it comes from an allowed origin; empty otherwise. */
-  headersFor(request: Request): Record<string, string> {
-    const origin = this.allowOrigin(request);
-    if (origin === undefined) return {};
-    const headers: Record<string, string> = { "access-control-allow-origin": origin, "access-control-expose-headers": exposedHeaders };
-    if (!this.any) headers.vary = "Origin";
-    return headers;
+    return (origin !== null && this.byOrigin.get(origin)) || this.refused;
   }
 
   /** Adds the headers to an answer made elsewhere (the answer routes that Bun's router serves). */
   decorate(request: Request, response: Response): Response {
-    for (const [name, value] of Object.entries(this.headersFor(request))) response.headers.set(name, value);
+    const headers = this.headersFor(request);
+    for (const name in headers) response.headers.set(name, headers[name] as string);
     return response;
   }
 
@@ -79,9 +80,7 @@ export class Cors {
    * its origin is allowed, and without them (so the browser refuses the call) when it is not.
    */
   preflight(request: Request): Response {
-    const headers = this.headersFor(request);
-    // The answer depends on the origin, for the allowed ones and the others alike.
-    if (!this.any) headers.vary = "Origin";
+    const headers = { ...this.headersFor(request) };
     if (headers["access-control-allow-origin"] !== undefined) {
       headers["access-control-allow-methods"] = "GET, POST, OPTIONS";
       const asked = request.headers.get("access-control-request-headers")?.trim();

@@ -56,6 +56,8 @@ describe("SLUICE_CORS_ORIGINS names one origin", () => {
       whole: await fetch(`${sluice.url}/v1/chat/completions`, { method: "POST", headers, body: JSON.stringify(chat) }),
       streamed: await fetch(`${sluice.url}/v1/chat/completions`, { method: "POST", headers, body: JSON.stringify({ ...chat, stream: true }) }),
       badKey: await fetch(`${sluice.url}/v1/chat/completions`, { method: "POST", headers: { ...headers, authorization: "Bearer nope" }, body: "{}" }),
+      // Refused by a route Elysia serves: its one error mapping's answer carries them too.
+      badKeyModels: await fetch(`${sluice.url}/v1/models`, { headers: { ...headers, authorization: "Bearer nope" } }),
       unknownModel: await fetch(`${sluice.url}/v1/responses`, { method: "POST", headers, body: JSON.stringify({ model: "nothing", input: "Hi" }) }),
       models: await fetch(`${sluice.url}/v1/models`, { headers }),
       embeddings: await fetch(`${sluice.url}/v1/embeddings`, { method: "POST", headers, body: JSON.stringify({ model: "m", input: "Hi" }) }),
@@ -80,6 +82,7 @@ describe("SLUICE_CORS_ORIGINS names one origin", () => {
       whole: [200, allowed, true],
       streamed: [200, allowed, true],
       badKey: [401, allowed, true],
+      badKeyModels: [401, allowed, true],
       unknownModel: [404, allowed, true],
       models: [200, allowed, true],
       embeddings: [200, allowed, true],
@@ -93,6 +96,8 @@ describe("SLUICE_CORS_ORIGINS names one origin", () => {
     const whole = await fetch(`${sluice.url}/v1/chat/completions`, { method: "POST", headers, body: JSON.stringify(chat) });
     await whole.arrayBuffer();
     expect([whole.status, whole.headers.get("access-control-allow-origin")]).toEqual([200, null]);
+    // Still keyed on the origin, so that a cache never hands one origin's answer to another.
+    expect(whole.headers.get("vary")).toBe("Origin");
     const signIn = await fetch(`${sluice.url}/console/api/signin`, {
       method: "OPTIONS",
       headers: { origin: allowed, "access-control-request-method": "POST" },

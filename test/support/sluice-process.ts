@@ -1,6 +1,6 @@
 // Runs `bun src/main.ts serve` as a child process over a given database, for tests that kill or signal it.
 import { join } from "node:path";
-import { repositoryRoot } from "../helpers";
+import { repositoryRoot, temporaryDirectory } from "../helpers";
 
 export interface SluiceProcess {
   url: string;
@@ -14,6 +14,29 @@ export function sluiceEnvironment(databasePath: string, configPath: string, extr
 export function sluiceCommand(environment: Record<string, string | undefined>, ...args: string[]): { code: number; stdout: string; stderr: string } {
   const result = Bun.spawnSync([process.execPath, join(repositoryRoot, "src/main.ts"), ...args], { env: environment, stdout: "pipe", stderr: "pipe" });
   return { code: result.exitCode, stdout: result.stdout.toString(), stderr: result.stderr.toString() };
+}
+
+/**
+ * Runs `body` with the environment of commands over a fresh database and configuration file: the models named, each
+ * on the upstream given, and one plan of all of them; organization `acme` exists. Both are removed after.
+ */
+export async function withCliOrganization(
+  upstreamUrl: string,
+  modelIds: string[],
+  body: (environment: Record<string, string | undefined>) => void | Promise<void>,
+): Promise<void> {
+  const directory = temporaryDirectory();
+  try {
+    const configPath = join(directory.path, "sluice.toml");
+    const models = modelIds.map((id) => `[[models]]\nid = "${id}"\nbackend = "openai"\nbase_url = "${upstreamUrl}"\n`).join("\n");
+    await Bun.write(configPath, `${models}\n[[plans]]\nid = "default"\nmodels = ["*"]\n`);
+    const environment = sluiceEnvironment(join(directory.path, "sluice.db"), configPath);
+    const created = sluiceCommand(environment, "org", "create", "acme");
+    if (created.code !== 0) throw new Error(`org create failed: ${created.stderr}`);
+    await body(environment);
+  } finally {
+    directory.remove();
+  }
 }
 
 /**

@@ -3,12 +3,11 @@
 // records them.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import Anthropic from "@anthropic-ai/sdk";
-import { join } from "node:path";
 import { checkKeyModels, KeyError } from "../../../src/modules/keys/service";
 import { listOf } from "../../../src/storage/key-lists";
 import { ConsoleClient, consolePassword } from "../console/console-client";
-import { sluiceCommand, sluiceEnvironment } from "../../support/sluice-process";
-import { fakeModel, startSluice, temporaryDirectory, testActor, useFakeUpstream, type TestSluice } from "../../helpers";
+import { sluiceCommand, withCliOrganization } from "../../support/sluice-process";
+import { fakeModel, startSluice, testActor, useFakeUpstream, type TestSluice } from "../../helpers";
 
 const upstream = useFakeUpstream();
 const messages = [{ role: "user" as const, content: "Hello" }];
@@ -142,13 +141,7 @@ describe("setting a key's models", () => {
   });
 
   test("the CLI: key create --models, key update --models (all for every model), listed; an unknown model refused with the known ones", async () => {
-    const directory = temporaryDirectory();
-    try {
-      const configPath = join(directory.path, "sluice.toml");
-      const model = (id: string) => `[[models]]\nid = "${id}"\nbackend = "openai"\nbase_url = "${upstream.url}"\n`;
-      await Bun.write(configPath, `${model("small")}\n${model("large")}\n[[plans]]\nid = "default"\nmodels = ["*"]\n`);
-      const environment = sluiceEnvironment(join(directory.path, "sluice.db"), configPath);
-      expect(sluiceCommand(environment, "org", "create", "acme").code).toBe(0);
+    await withCliOrganization(upstream.url, ["small", "large"], (environment) => {
       const created = sluiceCommand(environment, "key", "create", "--org", "acme", "--models", "small");
       expect(created.code).toBe(0);
       // Models are the last column but one (networks are the last).
@@ -161,8 +154,6 @@ describe("setting a key's models", () => {
       const unknown = sluiceCommand(environment, "key", "update", keyId, "--models", "huge");
       expect(unknown.code).toBe(2);
       expect(unknown.stderr).toContain('unknown model "huge": expected one of small, large');
-    } finally {
-      directory.remove();
-    }
+    });
   });
 });

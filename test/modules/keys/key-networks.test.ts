@@ -3,11 +3,10 @@
 // the key's next request and is audited; a rotation keeps them. The address behind trusted proxies: test/http/client-address.test.ts.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import Anthropic from "@anthropic-ai/sdk";
-import { join } from "node:path";
 import { checkNetworks, listHas, maxNetworks, networkList, NetworkListError } from "../../../src/modules/keys/networks";
 import { ConsoleClient, consolePassword } from "../console/console-client";
-import { sluiceCommand, sluiceEnvironment } from "../../support/sluice-process";
-import { capturingLogger, eventually, fakeModel, refusal, startSluice, temporaryDirectory, testActor, useFakeUpstream, type TestSluice } from "../../helpers";
+import { sluiceCommand, withCliOrganization } from "../../support/sluice-process";
+import { capturingLogger, eventually, fakeModel, refusal, startSluice, testActor, useFakeUpstream, type TestSluice } from "../../helpers";
 
 const upstream = useFakeUpstream();
 const messages = [{ role: "user" as const, content: "Hello" }];
@@ -226,12 +225,7 @@ describe("a key bound to networks, on a server with no trusted proxy (the tests'
 });
 
 test("sluice key create|update --networks and org create|update --networks (any for anywhere), listed last; a bad entry exits 2 naming it", async () => {
-  const directory = temporaryDirectory();
-  try {
-    const configPath = join(directory.path, "sluice.toml");
-    await Bun.write(configPath, `[[models]]\nid = "m"\nbackend = "openai"\nbase_url = "${upstream.url}"\n[[plans]]\nid = "default"\nmodels = ["*"]\n`);
-    const environment = sluiceEnvironment(join(directory.path, "sluice.db"), configPath);
-    expect(sluiceCommand(environment, "org", "create", "acme").code).toBe(0);
+  await withCliOrganization(upstream.url, ["m"], (environment) => {
     const created = sluiceCommand(environment, "key", "create", "--org", "acme", "--networks", "10.0.0.0/8, 2001:db8::/32");
     expect(created.code).toBe(0);
     const listed = () => sluiceCommand(environment, "key", "list", "--org", "acme").stdout.trim().split("\t").at(-1);
@@ -253,7 +247,5 @@ test("sluice key create|update --networks and org create|update --networks (any 
     const refused = sluiceCommand(environment, "org", "update", "bound", "--networks", "203.0.113.0/24,somewhere");
     expect(refused.code).toBe(2);
     expect(refused.stderr).toContain('"somewhere" is not an IP address or CIDR range');
-  } finally {
-    directory.remove();
-  }
+  });
 });
