@@ -158,7 +158,7 @@ function fillDatabase(path: string, rows: number): void {
       // million others in the primary key, which cost the phase about 8 % (bench/HISTORY.md, forty-fourth session).
       insertRow.run(newRequestId(at), organizationId, at, at);
       fold.add(organizationId, fillerTokens, at);
-      fold.addToHistory(organizationId, "key_filler", "bench", fillerKinds, at);
+      fold.addToHistory(organizationId, "key_filler", "bench", fillerKinds, fillerTokens, at);
     }
     // The aggregates the ledger's commits keep beside it, which a start-up rebuilds admission from: summed as the
     // ledger's own writers sum them.

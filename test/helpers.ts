@@ -205,6 +205,8 @@ export interface LedgerRowView {
   completion_tokens: number;
   reasoning_tokens: number;
   cached_tokens: number;
+  /** Null when the model's quota_weight is 1. */
+  quota_tokens: number | null;
   outcome: string;
   error_code: string | null;
   usage_source: string;

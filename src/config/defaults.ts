@@ -17,6 +17,7 @@ export const defaultConfigFile: ConfigFile = {
 export const modelDefaults = {
   contextWindow: 32768,
   maxOutputTokens: 16384,
+  quotaWeight: 1,
   timeoutMs: 600_000,
   streamDelayMs: 15,
   queueSize: 100,

@@ -172,6 +172,14 @@ function checkFallbacks(models: ModelConfig[]): void {
   }
 }
 
+/** A model's quota weight: thousandths at most, so that what a request counts is exact (see quotaTokens). */
+function quotaWeightOf(weight: number | undefined, where: string): number {
+  if (weight === undefined) return modelDefaults.quotaWeight;
+  if (Math.abs(weight * 1000 - Math.round(weight * 1000)) > 1e-6)
+    throw new ConfigError(`invalid configuration key ${where}: at most three decimals (0.001 to 1000)`);
+  return weight;
+}
+
 /**
  * The prefix of a model whose id ends in `/*` (`openrouter/*`: every model of a hosted API that names its models
  * `vendor/name`); undefined for any other id. A `*` anywhere else, an id that is `*` or `/*` alone, and the settings
@@ -223,6 +231,7 @@ export function resolveConfig(file: unknown): Config {
       contextWindow,
       maxOutputTokens: Math.min(model.max_output_tokens ?? modelDefaults.maxOutputTokens, contextWindow),
       maxTokensField: model.max_tokens_field,
+      quotaWeight: quotaWeightOf(model.quota_weight, `models[${index}].quota_weight`),
       enabled: model.enabled ?? true,
       timeoutMs: model.timeout_ms ?? modelDefaults.timeoutMs,
       streamDelayMs: model.stream_delay_ms ?? modelDefaults.streamDelayMs,

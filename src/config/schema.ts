@@ -39,6 +39,8 @@ export const ModelConfigSchema = Type.Object(
     owned_by: Type.Optional(Type.String()),
     context_window: Type.Optional(Type.Integer({ minimum: 1 })),
     max_output_tokens: Type.Optional(Type.Integer({ minimum: 1 })),
+    /** What each of its tokens counts against the token quotas (a large model's more than a small one's); default 1. */
+    quota_weight: Type.Optional(Type.Number({ exclusiveMinimum: 0, maximum: 1000 })),
     /** The name the output limit is sent upstream under; omitted = the caller's name (max_tokens when none). */
     max_tokens_field: Type.Optional(Type.Union([Type.Literal("max_tokens"), Type.Literal("max_completion_tokens")])),
     enabled: Type.Optional(Type.Boolean()),
@@ -178,6 +180,8 @@ export interface ModelConfig {
   ownedBy: string;
   contextWindow: number;
   maxOutputTokens: number;
+  /** What each token counts against the token quotas: a multiple of 0.001 above 0, at most 1000 (see quotaTokens). */
+  quotaWeight: number;
   /** Undefined: the output limit goes upstream under the name the caller used. */
   maxTokensField: "max_tokens" | "max_completion_tokens" | undefined;
   enabled: boolean;

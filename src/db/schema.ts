@@ -60,6 +60,8 @@ function ledgerRowColumns() {
     reasoningTokens: integer("reasoning_tokens").notNull(),
     /** Prompt tokens the upstream read from its prompt cache (part of prompt_tokens). */
     cachedTokens: integer("cached_tokens").notNull().default(0),
+    /** What the row counts against the token quotas, when its model's quota_weight is not 1; null: prompt + completion. */
+    quotaTokens: integer("quota_tokens"),
     /** completed | client_disconnected | upstream_error | content_filter | shutdown */
     outcome: text("outcome").notNull(),
     errorCode: text("error_code"),
@@ -160,7 +162,7 @@ export const usageMonths = sqliteTable(
 /** The tokens of a history aggregate (usage_hours, usage_key_months), by kind (fresh builders for each table). */
 function historyTokenColumns() {
   return {
-    /** prompt_tokens + completion_tokens, as the quotas count them. */
+    /** prompt_tokens + completion_tokens. */
     tokens: integer("tokens").notNull(),
     promptTokens: integer("prompt_tokens").notNull().default(0),
     completionTokens: integer("completion_tokens").notNull().default(0),
@@ -182,6 +184,8 @@ export const usageHours = sqliteTable(
     keyId: text("key_id").notNull(),
     model: text("model").notNull(),
     ...historyTokenColumns(),
+    /** What these tokens count against the token quotas (a model's quota_weight applied row by row): a key's month reads it. */
+    quotaTokens: integer("quota_tokens").notNull().default(0),
   },
   (table) => [
     primaryKey({ columns: [table.organizationId, table.hour, table.keyId, table.model] }),

@@ -10,10 +10,13 @@ import { addToAggregates, type TokenKinds, UsageFold } from "./usage-fold";
 
 /** usage_ledger's columns in the inbox's order. */
 export const stagedColumns = `request_id, organization_id, key_id, model, prompt_tokens, completion_tokens, reasoning_tokens, cached_tokens,
-  outcome, error_code, rule_id, usage_source, started_at, ended_at, first_token_ms`;
+  quota_tokens, outcome, error_code, rule_id, usage_source, started_at, ended_at, first_token_ms`;
 
-/** Appends one staged row: the 15 fields in the order of `encodeRow`. */
-export const stageRowSql = `INSERT INTO usage_ledger_inbox (${stagedColumns}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`;
+/** What a row counts against the token quotas (see LedgerRow.quotaTokens), in SQL. */
+export const quotaTokensSql = "coalesce(quota_tokens, prompt_tokens + completion_tokens)";
+
+/** Appends one staged row: the 16 fields in the order of `encodeRow`. */
+export const stageRowSql = `INSERT INTO usage_ledger_inbox (${stagedColumns}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`;
 
 /**
  * Every staged row into usage_ledger, oldest first. A request id is unique by construction (a UUIDv7); OR IGNORE
@@ -24,6 +27,8 @@ const moveRowsSql = `INSERT OR IGNORE INTO usage_ledger (${stagedColumns}) SELEC
 /** What the move adds to the aggregates for each row it adds to usage_ledger (the slow path, see below). */
 interface AddedUsage extends TokenKinds {
   organizationId: string;
+  /** What it counts against the token quotas. */
+  quotaTokens: number;
   keyId: string;
   model: string;
   endedAt: number;
@@ -36,6 +41,8 @@ interface StagedGroup extends TokenKinds {
   keyId: string;
   model: string;
   rows: number;
+  /** What its rows count against the token quotas. */
+  quotaTokens: number;
   /** The latest ended_at among the group's rows with tokens (the aggregates skip rows of none, as UsageFold does). */
   lastTime: number | null;
 }
@@ -66,7 +73,8 @@ function moveAll(sqlite: Database): number {
   const groups = sqlite
     .query<StagedGroup, []>(
       `SELECT organization_id AS organizationId, ended_at / ${bucketMs} AS minute, key_id AS keyId, model, count(*) AS rows,
-         sum(prompt_tokens) AS promptTokens, sum(completion_tokens) AS completionTokens, sum(cached_tokens) AS cachedTokens, max(CASE WHEN prompt_tokens + completion_tokens <> 0 THEN ended_at END) AS lastTime
+         sum(prompt_tokens) AS promptTokens, sum(completion_tokens) AS completionTokens, sum(cached_tokens) AS cachedTokens,
+         sum(${quotaTokensSql}) AS quotaTokens, max(CASE WHEN prompt_tokens + completion_tokens <> 0 THEN ended_at END) AS lastTime
        FROM usage_ledger_inbox GROUP BY 1, 2, 3, 4`,
     )
     .all();
@@ -80,8 +88,8 @@ function moveAll(sqlite: Database): number {
   for (const group of groups) {
     if (group.lastTime === null) continue;
     // The group's minute is its lastTime's, and so are its hour and month.
-    fold.add(group.organizationId, group.promptTokens + group.completionTokens, group.lastTime);
-    fold.addToHistory(group.organizationId, group.keyId, group.model, group, group.lastTime);
+    fold.add(group.organizationId, group.quotaTokens, group.lastTime);
+    fold.addToHistory(group.organizationId, group.keyId, group.model, group, group.quotaTokens, group.lastTime);
   }
   finishMove(sqlite, fold);
   return added;
@@ -94,13 +102,13 @@ function moveAdded(sqlite: Database): number {
   const added = sqlite
     .query<AddedUsage, []>(
       `${moveRowsSql} RETURNING organization_id AS organizationId, key_id AS keyId, model, prompt_tokens AS promptTokens,
-        completion_tokens AS completionTokens, cached_tokens AS cachedTokens, ended_at AS endedAt`,
+        completion_tokens AS completionTokens, cached_tokens AS cachedTokens, ${quotaTokensSql} AS quotaTokens, ended_at AS endedAt`,
     )
     .all();
   const fold = new UsageFold();
   for (const row of added) {
-    fold.add(row.organizationId, row.promptTokens + row.completionTokens, row.endedAt);
-    fold.addToHistory(row.organizationId, row.keyId, row.model, row, row.endedAt);
+    fold.add(row.organizationId, row.quotaTokens, row.endedAt);
+    fold.addToHistory(row.organizationId, row.keyId, row.model, row, row.quotaTokens, row.endedAt);
   }
   finishMove(sqlite, fold);
   return added.length;

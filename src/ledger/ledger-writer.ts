@@ -2,9 +2,9 @@ import type { Database } from "bun:sqlite";
 import type { LedgerRow } from "./ledger";
 import { moveStagedRows, stageRowSql } from "./inbox";
 
-/** A row as it crosses to the writer thread: its 15 fields in a flat array (cheaper to copy than objects). */
+/** A row as it crosses to the writer thread: its 16 fields in a flat array (cheaper to copy than objects). */
 export type LedgerValue = string | number | null;
-const fieldsPerRow = 15;
+const fieldsPerRow = 16;
 
 /** Appends one row's fields to `values`, in the order of the INSERT below. */
 export function encodeRow(row: LedgerRow, values: LedgerValue[]): void {
@@ -17,6 +17,7 @@ export function encodeRow(row: LedgerRow, values: LedgerValue[]): void {
     row.completionTokens,
     row.reasoningTokens,
     row.cachedTokens,
+    row.quotaTokens ?? null,
     row.outcome,
     row.errorCode,
     row.ruleId,
@@ -61,6 +62,7 @@ export class LedgerWriter {
             values[start + 12] as LedgerValue,
             values[start + 13] as LedgerValue,
             values[start + 14] as LedgerValue,
+            values[start + 15] as LedgerValue,
           );
         }
       }

@@ -17,6 +17,11 @@ export interface LedgerRow {
   reasoningTokens: number;
   /** Of the prompt tokens, those the upstream read from its prompt cache. */
   cachedTokens: number;
+  /**
+   * What the row counts against the token quotas: prompt + completion at its model's `quota_weight` (see quotaTokens).
+   * Null or absent when the weight is 1, so that the quotas' reads count prompt + completion.
+   */
+  quotaTokens?: number | null;
   outcome: Outcome;
   errorCode: string | null;
   ruleId: string | null;

@@ -33,35 +33,35 @@ export const maxRowsPerCommit = 1000;
 function commitRows(client: SQL, rows: LedgerRow[]): Promise<unknown> {
   return client`WITH inserted AS (
       INSERT INTO usage_ledger (request_id, organization_id, key_id, model, prompt_tokens, completion_tokens, reasoning_tokens, cached_tokens,
-        outcome, error_code, rule_id, usage_source, started_at, ended_at, first_token_ms)
+        quota_tokens, outcome, error_code, rule_id, usage_source, started_at, ended_at, first_token_ms)
       SELECT r."requestId", r."organizationId", r."keyId", r.model, r."promptTokens", r."completionTokens", r."reasoningTokens", r."cachedTokens",
-        r.outcome, r."errorCode", r."ruleId", r."usageSource", r."startedAt", r."endedAt", r."firstTokenMs"
+        r."quotaTokens", r.outcome, r."errorCode", r."ruleId", r."usageSource", r."startedAt", r."endedAt", r."firstTokenMs"
       FROM json_to_recordset(${JSON.stringify(rows)}::text::json) AS r("requestId" text, "organizationId" text, "keyId" text, model text,
-        "promptTokens" bigint, "completionTokens" bigint, "reasoningTokens" bigint, "cachedTokens" bigint, outcome text, "errorCode" text,
-        "ruleId" text, "usageSource" text, "startedAt" bigint, "endedAt" bigint, "firstTokenMs" bigint)
+        "promptTokens" bigint, "completionTokens" bigint, "reasoningTokens" bigint, "cachedTokens" bigint, "quotaTokens" bigint, outcome text,
+        "errorCode" text, "ruleId" text, "usageSource" text, "startedAt" bigint, "endedAt" bigint, "firstTokenMs" bigint)
       ON CONFLICT DO NOTHING RETURNING organization_id, key_id, model, prompt_tokens, completion_tokens, cached_tokens,
-        prompt_tokens + completion_tokens AS tokens, ended_at
+        prompt_tokens + completion_tokens AS tokens, coalesce(quota_tokens, prompt_tokens + completion_tokens) AS quota, ended_at
     ), counted AS (
-      SELECT organization_id, key_id, model, tokens, prompt_tokens, completion_tokens, cached_tokens, ended_at,
+      SELECT organization_id, key_id, model, tokens, quota, prompt_tokens, completion_tokens, cached_tokens, ended_at,
         ended_at / ${bucketMs}::bigint AS minute,
         (extract(year FROM utc) * 12 + extract(month FROM utc) - 1)::bigint AS month
       FROM inserted, LATERAL (SELECT to_timestamp(ended_at / 1000) AT TIME ZONE 'UTC' AS utc) AS ended WHERE tokens > 0
     ), minutes AS (
       INSERT INTO usage_minutes AS m (organization_id, minute, tokens, last_time)
-      SELECT organization_id, minute, sum(tokens), max(ended_at) FROM counted GROUP BY organization_id, minute ORDER BY organization_id COLLATE "C", minute
+      SELECT organization_id, minute, sum(quota), max(ended_at) FROM counted GROUP BY organization_id, minute ORDER BY organization_id COLLATE "C", minute
       ON CONFLICT (organization_id, minute) DO UPDATE SET tokens = m.tokens + excluded.tokens, last_time = greatest(m.last_time, excluded.last_time)
     ), months AS (
       INSERT INTO usage_months AS m (organization_id, month, tokens)
-      SELECT organization_id, month, sum(tokens) FROM counted GROUP BY organization_id, month ORDER BY organization_id COLLATE "C", month
+      SELECT organization_id, month, sum(quota) FROM counted GROUP BY organization_id, month ORDER BY organization_id COLLATE "C", month
       ON CONFLICT (organization_id, month) DO UPDATE SET tokens = m.tokens + excluded.tokens
     ), hours AS (
-      INSERT INTO usage_hours AS h (organization_id, hour, key_id, model, tokens, prompt_tokens, completion_tokens, cached_tokens)
+      INSERT INTO usage_hours AS h (organization_id, hour, key_id, model, tokens, prompt_tokens, completion_tokens, cached_tokens, quota_tokens)
       SELECT organization_id, ended_at / ${hourMs}::bigint, key_id, model, sum(tokens), sum(prompt_tokens), sum(completion_tokens),
-        sum(cached_tokens) FROM counted GROUP BY 1, 2, 3, 4
+        sum(cached_tokens), sum(quota) FROM counted GROUP BY 1, 2, 3, 4
       ORDER BY organization_id COLLATE "C", 2, key_id COLLATE "C", model COLLATE "C"
       ON CONFLICT (organization_id, hour, key_id, model) DO UPDATE SET tokens = h.tokens + excluded.tokens,
         prompt_tokens = h.prompt_tokens + excluded.prompt_tokens, completion_tokens = h.completion_tokens + excluded.completion_tokens,
-        cached_tokens = h.cached_tokens + excluded.cached_tokens
+        cached_tokens = h.cached_tokens + excluded.cached_tokens, quota_tokens = h.quota_tokens + excluded.quota_tokens
     ), key_months AS (
       INSERT INTO usage_key_months AS k (organization_id, month, key_id, model, tokens, prompt_tokens, completion_tokens, cached_tokens)
       SELECT organization_id, month, key_id, model, sum(tokens), sum(prompt_tokens), sum(completion_tokens), sum(cached_tokens)

@@ -17,9 +17,13 @@ const historySums = `tokens = tokens + excluded.tokens, prompt_tokens = prompt_t
 const addToKeyMonthSql = `INSERT INTO usage_key_months (organization_id, month, key_id, model, tokens, prompt_tokens, completion_tokens, cached_tokens)
   VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (organization_id, month, key_id, model) DO UPDATE SET ${historySums}`;
 
-/** Adds tokens to an organization's hour of one key and model: (organization_id, hour, key_id, model, tokens by kind). */
-const addToHourSql = `INSERT INTO usage_hours (organization_id, hour, key_id, model, tokens, prompt_tokens, completion_tokens, cached_tokens)
-  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (organization_id, hour, key_id, model) DO UPDATE SET ${historySums}`;
+/**
+ * Adds tokens to an organization's hour of one key and model: (organization_id, hour, key_id, model, tokens by kind,
+ * quota tokens). The quota tokens are what a key's monthly cap counts (see UsageRepository.keyUsage).
+ */
+const addToHourSql = `INSERT INTO usage_hours (organization_id, hour, key_id, model, tokens, prompt_tokens, completion_tokens, cached_tokens, quota_tokens)
+  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT (organization_id, hour, key_id, model) DO UPDATE SET ${historySums},
+  quota_tokens = quota_tokens + excluded.quota_tokens`;
 
 /** A request's tokens (or a group's) by kind, as the history keeps them: cached tokens are part of the prompt's. */
 export interface TokenKinds {
@@ -47,6 +51,8 @@ export interface HourTotal extends TokenKinds {
   hour: number;
   keyId: string;
   model: string;
+  /** What these tokens count against the token quotas (its model's quota_weight applied row by row). */
+  quotaTokens: number;
 }
 
 export interface KeyMonthTotal extends TokenKinds {
@@ -68,13 +74,19 @@ export class UsageFold {
   private readonly hours = new Map<string, HourTotal>();
   private readonly keyMonths = new Map<string, KeyMonthTotal>();
 
-  addToHistory(organizationId: string, keyId: string, model: string, kinds: TokenKinds, endedAt: number): void {
+  /** `quotaTokens`: what `kinds` count against the token quotas. */
+  addToHistory(organizationId: string, keyId: string, model: string, kinds: TokenKinds, quotaTokens: number, endedAt: number): void {
     if (kinds.promptTokens + kinds.completionTokens === 0) return;
     const hour = Math.floor(endedAt / hourMs);
     const hourKey = `${organizationId} ${hour} ${keyId} ${model}`;
     const hourEntry = this.hours.get(hourKey);
-    if (hourEntry) addKinds(hourEntry, kinds);
-    else this.hours.set(hourKey, addKinds({ organizationId, hour, keyId, model, promptTokens: 0, completionTokens: 0, cachedTokens: 0 }, kinds));
+    if (hourEntry) {
+      addKinds(hourEntry, kinds);
+      hourEntry.quotaTokens += quotaTokens;
+    } else {
+      const entry = { organizationId, hour, keyId, model, promptTokens: 0, completionTokens: 0, cachedTokens: 0, quotaTokens };
+      this.hours.set(hourKey, addKinds(entry, kinds));
+    }
     const month = monthOf(endedAt);
     const monthKey = `${organizationId} ${month} ${keyId} ${model}`;
     const monthEntry = this.keyMonths.get(monthKey);
@@ -125,9 +137,9 @@ export function addToAggregates(sqlite: Database, fold: UsageFold): void {
   for (const entry of fold.monthTotals()) addMonth.run(entry.organizationId, entry.month, entry.tokens);
   const hours = fold.hourTotals();
   if (hours.length === 0) return;
-  const addHour = sqlite.query<unknown, [string, number, string, string, number, number, number, number]>(addToHourSql);
+  const addHour = sqlite.query<unknown, [string, number, string, string, number, number, number, number, number]>(addToHourSql);
   for (const entry of hours) {
-    addHour.run(entry.organizationId, entry.hour, entry.keyId, entry.model, ...historyValues(entry));
+    addHour.run(entry.organizationId, entry.hour, entry.keyId, entry.model, ...historyValues(entry), entry.quotaTokens);
   }
   const addKeyMonth = sqlite.query<unknown, [string, number, string, string, number, number, number, number]>(addToKeyMonthSql);
   for (const entry of fold.keyMonthTotals()) {

@@ -257,6 +257,9 @@ function accountRepository(db: Database): AccountRepository {
   }
 }
 
+/** What a ledger row counts against the token quotas (see LedgerRow.quotaTokens). */
+const quotaTokensOf = sql`coalesce(${usageLedger.quotaTokens}, ${usageLedger.promptTokens} + ${usageLedger.completionTokens})`;
+
 function usageRepository(db: Database): UsageRepository {
   return {
     async read(now, organizationId) {
@@ -300,7 +303,7 @@ function usageRepository(db: Database): UsageRepository {
           await transaction.delete(usageMinutes).where(eq(usageMinutes.organizationId, organizationId));
           await transaction.delete(usageMonths).where(eq(usageMonths.organizationId, organizationId));
           const rows = await transaction
-            .select({ endedAt: usageLedger.endedAt, tokens: sql<number>`${usageLedger.promptTokens} + ${usageLedger.completionTokens}`.mapWith(Number) })
+            .select({ endedAt: usageLedger.endedAt, tokens: sql<number>`${quotaTokensOf}`.mapWith(Number) })
             .from(usageLedger)
             .where(and(eq(usageLedger.organizationId, organizationId), gt(usageLedger.endedAt, at)));
           const fold = new UsageFold();
@@ -334,7 +337,7 @@ function usageRepository(db: Database): UsageRepository {
           .where(eq(apiKeys.id, keyId)),
       );
       const resetAt = reset?.resetAt ?? 0;
-      const tokens = sql<number>`sum(${usageLedger.promptTokens} + ${usageLedger.completionTokens})`.mapWith(Number);
+      const tokens = sql<number>`sum(${quotaTokensOf})`.mapWith(Number);
       const buckets = await timed(
         db
           .select({ tokens, lastTime: sql<number>`max(${usageLedger.endedAt})`.mapWith(Number) })
@@ -349,13 +352,13 @@ function usageRepository(db: Database): UsageRepository {
       const firstWholeHour = Math.ceil(from / hourMs);
       const [hours] = await timed(
         db
-          .select({ tokens: sql<number>`coalesce(sum(${usageHours.tokens}), 0)`.mapWith(Number) })
+          .select({ tokens: sql<number>`coalesce(sum(${usageHours.quotaTokens}), 0)`.mapWith(Number) })
           .from(usageHours)
           .where(and(eq(usageHours.keyId, keyId), gte(usageHours.hour, firstWholeHour))),
       );
       const [firstHour] = await timed(
         db
-          .select({ tokens: sql<number>`coalesce(sum(${usageLedger.promptTokens} + ${usageLedger.completionTokens}), 0)`.mapWith(Number) })
+          .select({ tokens: sql<number>`coalesce(sum(${quotaTokensOf}), 0)`.mapWith(Number) })
           .from(usageLedger)
           .where(and(eq(usageLedger.keyId, keyId), gte(usageLedger.endedAt, from), lt(usageLedger.endedAt, firstWholeHour * hourMs))),
       );

@@ -4,7 +4,7 @@ import { and, asc, desc, eq, getTableColumns, gt, isNull, lt } from "drizzle-orm
 import type { DatabaseHandle } from "../db/client";
 import { apiKeys, auditLog, consoleTokens, organizations, sessions, usageLedger, usageLedgerInbox, users } from "../db/schema";
 import { Ledger } from "../ledger/ledger";
-import { moveStagedRows, stagedColumns } from "../ledger/inbox";
+import { moveStagedRows, quotaTokensSql, stagedColumns } from "../ledger/inbox";
 import { addToAggregates, UsageFold } from "../ledger/usage-fold";
 import { bucketMs, hourMs, monthOf, startOfMonth } from "../usage-periods";
 import { auditConditions, requestLogColumns, requestLogConditions, sqliteCommon } from "./log-conditions";
@@ -252,7 +252,7 @@ function usageRepository({ sqlite }: DatabaseHandle): UsageRepository {
         const fold = new UsageFold();
         const rows = sqlite
           .query<{ tokens: number; endedAt: number }, [string, number]>(
-            "SELECT prompt_tokens + completion_tokens AS tokens, ended_at AS endedAt FROM usage_ledger WHERE organization_id = ? AND ended_at > ?",
+            `SELECT ${quotaTokensSql} AS tokens, ended_at AS endedAt FROM usage_ledger WHERE organization_id = ? AND ended_at > ?`,
           )
           .all(organizationId, at);
         for (const row of rows) fold.add(organizationId, row.tokens, row.endedAt);
@@ -283,7 +283,7 @@ function usageRepository({ sqlite }: DatabaseHandle): UsageRepository {
       const windowStart = Math.max(usageWindowStart(now) * bucketMs, resetAt + 1);
       const buckets = sqlite
         .query<LedgerBucket, [number, string, number]>(
-          `SELECT sum(prompt_tokens + completion_tokens) AS tokens, max(ended_at) AS lastTime FROM ${committedLedger}
+          `SELECT sum(${quotaTokensSql}) AS tokens, max(ended_at) AS lastTime FROM ${committedLedger}
             WHERE key_id = ?2 AND ended_at >= ?3 GROUP BY ended_at / ?1 ORDER BY lastTime`,
         )
         .all(bucketMs, keyId, windowStart);
@@ -293,9 +293,9 @@ function usageRepository({ sqlite }: DatabaseHandle): UsageRepository {
       const firstWholeHour = Math.ceil(from / hourMs);
       const month = sqlite
         .query<{ tokens: number | null }, [string, number, number, number]>(
-          `SELECT (SELECT coalesce(sum(tokens), 0) FROM usage_hours WHERE key_id = ?1 AND hour >= ?4)
-                + (SELECT coalesce(sum(prompt_tokens + completion_tokens), 0) FROM ${committedLedger} WHERE key_id = ?1 AND ended_at >= ?2 AND ended_at < ?3)
-                + (SELECT coalesce(sum(prompt_tokens + completion_tokens), 0) FROM usage_ledger_inbox WHERE key_id = ?1 AND ended_at >= ?3) AS tokens`,
+          `SELECT (SELECT coalesce(sum(quota_tokens), 0) FROM usage_hours WHERE key_id = ?1 AND hour >= ?4)
+                + (SELECT coalesce(sum(${quotaTokensSql}), 0) FROM ${committedLedger} WHERE key_id = ?1 AND ended_at >= ?2 AND ended_at < ?3)
+                + (SELECT coalesce(sum(${quotaTokensSql}), 0) FROM usage_ledger_inbox WHERE key_id = ?1 AND ended_at >= ?3) AS tokens`,
         )
         .get(keyId, from, firstWholeHour * hourMs, firstWholeHour);
       return { buckets, monthTokens: month?.tokens ?? 0 };

@@ -132,6 +132,11 @@ test("refused with the key named: addresses fetch cannot call, durations past a 
     [model({ breaker_window: 10.5 }), "models[0].breaker_window"],
     [model({ routing: "random" }), "models[0].routing"],
     [model({ affinity_slack: -1 }), "models[0].affinity_slack"],
+    [model({ quota_weight: 0 }), "models[0].quota_weight"],
+    [model({ quota_weight: -1 }), "models[0].quota_weight"],
+    [model({ quota_weight: 1001 }), "models[0].quota_weight"],
+    [model({ quota_weight: 0.0005 }), "models[0].quota_weight: at most three decimals"],
+    [model({ quota_weight: "2" }), "models[0].quota_weight"],
     [{ plans: [{ id: "p", models: ["*"], tokens_per_month: 2 ** 53 }] }, "plans[0].tokens_per_month"],
     [{ plans: [{ id: "p", models: ["*"], tokens_per_5h: 1e300 }] }, "plans[0].tokens_per_5h"],
     [{ plans: [{ id: "p", models: ["*"], queue_weight: 0 }] }, "plans[0].queue_weight"],
@@ -167,7 +172,11 @@ test("refused with the key named: addresses fetch cannot call, durations past a 
     routing: "least_busy",
     affinitySlack: 4,
     healthCheckMs: 5000,
+    quotaWeight: 1,
   });
+  expect(resolveConfig(model({ quota_weight: 0.001 })).models[0]?.quotaWeight).toBe(0.001);
+  expect(resolveConfig(model({ quota_weight: 1000 })).models[0]?.quotaWeight).toBe(1000);
+  expect(resolveConfig(model({ quota_weight: 0.07 })).models[0]?.quotaWeight).toBe(0.07);
   expect(resolveConfig(model({ health_check_ms: 0 })).models[0]?.healthCheckMs).toBe(0);
   expect(resolveConfig(model({ routing: "affinity", affinity_slack: 0 })).models[0]).toMatchObject({ routing: "affinity", affinitySlack: 0 });
   expect(largest.plans[0]?.tokensPerMonth).toBe(Number.MAX_SAFE_INTEGER);

@@ -524,6 +524,37 @@ describe("a key's own caps, across instances", () => {
   }, 60_000);
 });
 
+describe("quota weights, across instances", () => {
+  test("a model's quota_weight counts the same through every instance, in PostgreSQL's rows and aggregates, and in a Redis rebuilt from them; a key's caps read it back", async () => {
+    await withCluster(toml("tokens_per_5h = 1000", { upstream: "usage-10-20", extra: "quota_weight = 2.5" }), async (cluster) => {
+      cluster.addOrganization("acme");
+      const created = cluster.cli("key", "create", "--org", "acme", "--name", "agent");
+      const key = created.stdout.trim();
+      const keyId = /created key (key_\S+)/.exec(created.stderr)?.[1] as string;
+      // 3 answers of 30 tokens, one through each instance: 75 each at weight 2.5.
+      for (let index = 0; index < 3; index++) expect((await cluster.chat(index, key, { model: "m", messages, max_tokens: 20 })).status).toBe(200);
+      expect(cluster.cli("usage", "--org", "acme").stdout).toContain("\n5h\t225\t1000\t");
+      const [row] = (await cluster.sql`SELECT sum(quota_tokens)::int AS counted, sum(prompt_tokens + completion_tokens)::int AS used FROM usage_ledger`) as {
+        counted: number;
+        used: number;
+      }[];
+      expect(row).toEqual({ counted: 225, used: 90 });
+      // Redis lost its data: the window is rebuilt from PostgreSQL's aggregates, at the weights the rows were counted at.
+      const flush = new Bun.RedisClient(redis.url);
+      await flush.send("FLUSHALL", []);
+      flush.close();
+      expect((await sendWhileUnavailable(() => cluster.chat(1, key, { model: "m", messages, max_tokens: 20 }))).status).toBe(200);
+      expect(cluster.cli("usage", "--org", "acme").stdout).toContain("\n5h\t300\t1000\t");
+      // A cap given now starts from the key's rows as the quotas counted them: 300 of 310, no room for a prompt at 2.5.
+      expect(cluster.cli("key", "update", keyId, "--tokens-per-5h", "310").code).toBe(0);
+      const refused = await cluster.chat(2, key, { model: "m", messages, max_tokens: 20 });
+      expect(refused.status).toBe(429);
+      expect(((await refused.json()) as { error: { message: string } }).error.message).toContain("This API key has used its 5-hour quota of 310 tokens");
+      expect(await leasesLeft()).toBe(0);
+    });
+  }, 60_000);
+});
+
 describe("what operators see, on PostgreSQL", () => {
   test("the request log (console and CLI) and the audit trail across instances", async () => {
     await withCluster(

@@ -26,6 +26,7 @@ function model(baseUrls: string[]): ModelConfig {
     ownedBy: "test",
     contextWindow: 100_000,
     maxOutputTokens: 1000,
+    quotaWeight: 1,
     maxTokensField: undefined,
     enabled: true,
     timeoutMs: 10_000,

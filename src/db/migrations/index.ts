@@ -22,6 +22,7 @@ import keyRequestsPerMinute from "./0016_key_requests_per_minute.sql" with { typ
 import keyNetworks from "./0017_key_networks.sql" with { type: "text" };
 import auditAddress from "./0018_audit_address.sql" with { type: "text" };
 import organizationNetworks from "./0019_organization_networks.sql" with { type: "text" };
+import quotaWeights from "./0020_quota_weights.sql" with { type: "text" };
 
 export interface EmbeddedMigration {
   tag: string;
@@ -49,6 +50,7 @@ const sqlByTag: Record<string, string> = {
   "0017_key_networks": keyNetworks,
   "0018_audit_address": auditAddress,
   "0019_organization_networks": organizationNetworks,
+  "0020_quota_weights": quotaWeights,
 };
 
 export const journalTags: string[] = journal.entries.map((entry) => entry.tag);

@@ -57,6 +57,8 @@ export const usageLedger = pgTable(
     reasoningTokens: bigint("reasoning_tokens", { mode: "number" }).notNull(),
     /** Prompt tokens the upstream read from its prompt cache (part of prompt_tokens). */
     cachedTokens: bigint("cached_tokens", { mode: "number" }).notNull().default(0),
+    /** What the row counts against the token quotas, when its model's quota_weight is not 1; null: prompt + completion. */
+    quotaTokens: bigint("quota_tokens", { mode: "number" }),
     outcome: text("outcome").notNull(),
     errorCode: text("error_code"),
     ruleId: text("rule_id"),
@@ -119,7 +121,7 @@ export const usageMonths = pgTable(
 /** The tokens of a history aggregate (usage_hours, usage_key_months), by kind (fresh builders for each table). */
 function historyTokenColumns() {
   return {
-    /** prompt_tokens + completion_tokens, as the quotas count them. */
+    /** prompt_tokens + completion_tokens. */
     tokens: bigint("tokens", { mode: "number" }).notNull(),
     promptTokens: bigint("prompt_tokens", { mode: "number" }).notNull().default(0),
     completionTokens: bigint("completion_tokens", { mode: "number" }).notNull().default(0),
@@ -137,6 +139,8 @@ export const usageHours = pgTable(
     keyId: text("key_id").notNull(),
     model: text("model").notNull(),
     ...historyTokenColumns(),
+    /** What these tokens count against the token quotas (a model's quota_weight applied row by row): a key's month reads it. */
+    quotaTokens: bigint("quota_tokens", { mode: "number" }).notNull().default(0),
   },
   (table) => [
     primaryKey({ columns: [table.organizationId, table.hour, table.keyId, table.model] }),

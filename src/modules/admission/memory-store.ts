@@ -2,6 +2,7 @@ import type { PlanConfig } from "../../config/schema";
 import type { RequestStart } from "../../storage/types";
 import { fiveHoursMs, monthOf, startOfNextMonth } from "../../usage-periods";
 import { OutputEstimate } from "./estimate";
+import { quotaTokens } from "./quota-weight";
 import { replayStarts, requestsHeld, requestWaitMs, type RequestBucket } from "./request-rate";
 import { quotaRejection, rateLimitFigures, usageSnapshot, type QuotaState, type RateLimitFigures } from "./quota-answers";
 import {
@@ -95,13 +96,13 @@ class SubjectState {
   }
 
   /** Gives the place and the reservation back, and records what was really spent. */
-  give(reservation: number, spent: SpentTokens | null, at: number): void {
+  give(reservation: number, counted: number, at: number): void {
     this.reserved -= reservation;
     this.inFlight--;
-    if (!spent) return;
-    this.window.add(spent.promptTokens + spent.completionTokens, at);
+    if (counted === 0) return;
+    this.window.add(counted, at);
     this.monthUsedAt(at);
-    this.monthUsed += spent.promptTokens + spent.completionTokens;
+    this.monthUsed += counted;
   }
 
   quotaState(now: number, windowUsed: number): QuotaState {
@@ -137,10 +138,10 @@ class MemoryLease implements Lease {
     return this.figures ? this.figures.headers() : {};
   }
 
-  settle(spent: SpentTokens | null, at: number): void {
+  settle(spent: SpentTokens | null, at: number, weight = 1): void {
     if (this.done) return;
     this.done = true;
-    this.store.settled(this, spent, at);
+    this.store.settled(this, spent, at, weight);
   }
 }
 
@@ -160,7 +161,7 @@ export class MemoryAdmissionStore implements AdmissionStore {
     const keyLimits = request.key?.limits;
     const organization = this.state(request.organizationId);
     const key = request.key ? this.state(keySubject(request.organizationId, request.key.id)) : undefined;
-    const need = request.promptTokens + 1;
+    const need = quotaTokens(request.promptTokens, request.weight ?? 1) + 1;
     const organizationWindow = organization.check(plan, need, now, "organization");
     const keyWindow = key && keyLimits ? key.check(keyLimits, need, now, "key") : 0;
     const reservation = this.reservationFor(
@@ -180,9 +181,10 @@ export class MemoryAdmissionStore implements AdmissionStore {
   }
 
   /** A lease's settle (MemoryLease calls it once): the places and reservations are given back, the spend recorded. */
-  settled(lease: MemoryLease, spent: SpentTokens | null, at: number): void {
-    lease.organization.give(lease.reservedTokens, spent, at);
-    lease.key?.give(lease.reservedTokens, spent, at);
+  settled(lease: MemoryLease, spent: SpentTokens | null, at: number, weight: number): void {
+    const counted = spent ? quotaTokens(spent.promptTokens + spent.completionTokens, weight) : 0;
+    lease.organization.give(lease.reservedTokens, counted, at);
+    lease.key?.give(lease.reservedTokens, counted, at);
     this.reservedTotal -= lease.reservedTokens;
     this.inFlightTotal--;
     if (spent) this.estimate.observe(lease.modelId, spent.completionTokens);
@@ -246,7 +248,7 @@ export class MemoryAdmissionStore implements AdmissionStore {
   private reservationFor(request: AdmissionRequest, organizationRoom: number, keyRoom: number): number {
     if (!hasQuota(request.plan) && !(request.key && hasQuota(request.key.limits))) return 0;
     const expected = this.estimate.expected(request.modelId, request.maxTokens);
-    return Math.min(request.promptTokens + expected, organizationRoom, keyRoom);
+    return Math.min(quotaTokens(request.promptTokens + expected, request.weight ?? 1), organizationRoom, keyRoom);
   }
 
   private state(id: string): SubjectState {

@@ -6,6 +6,7 @@ import type { KeyRepository, UsageRepository } from "../../storage/types";
 import { restoreLimitedKeys } from "./ledger-usage";
 import { withTimeout } from "../../storage/with-timeout";
 import { OutputEstimate } from "./estimate";
+import { quotaTokens } from "./quota-weight";
 import { minuteMs, replayStarts } from "./request-rate";
 import { leaseMs, type LeaseKeeper, type LeaseSets, rebuiltChannel } from "./lease-keeper";
 import { bucketMs, monthOf, startOfNextMonth } from "../../usage-periods";
@@ -174,10 +175,13 @@ export class RedisAdmissionStore implements AdmissionStore {
     const leaseId = crypto.randomUUID();
     const key = request.key;
     const subjects = this.subjectsOf(request.organizationId, key?.id);
-    const wanted = hasQuota(plan) || (key && hasQuota(key.limits)) ? request.promptTokens + this.estimate.expected(request.modelId, request.maxTokens) : 0;
+    const wanted =
+      hasQuota(plan) || (key && hasQuota(key.limits))
+        ? quotaTokens(request.promptTokens + this.estimate.expected(request.modelId, request.maxTokens), request.weight ?? 1)
+        : 0;
     const head = ["admit", leaseMs, ...limitArgs(plan), ...(key ? limitArgs(key.limits) : [])];
     const batch = `${subjects.id}\n${head.join(" ")}`;
-    const values = [request.promptTokens + 1, wanted, leaseId];
+    const values = [quotaTokens(request.promptTokens, request.weight ?? 1) + 1, wanted, leaseId];
     const reply = await this.runRebuilt(() => this.admits.run(batch, subjects.scriptKeys, head, values));
     this.keeper?.sawGeneration(reply.generation);
     if (reply.status !== 0) {
@@ -197,7 +201,7 @@ export class RedisAdmissionStore implements AdmissionStore {
         { limits: plan, state: reply.subjects[0] as QuotaState },
         key ? { limits: key.limits, state: reply.subjects[1] as QuotaState } : undefined,
       ),
-      settle: (spent: SpentTokens | null) => {
+      settle: (spent: SpentTokens | null, _at: number, weight = 1) => {
         if (settled) return;
         settled = true;
         // A renewal may have moved the lease into a new generation (see LeaseKeeper).
@@ -205,7 +209,7 @@ export class RedisAdmissionStore implements AdmissionStore {
         this.localInFlight--;
         this.localReserved -= reply.reservation;
         if (spent) this.estimate.observe(request.modelId, spent.completionTokens);
-        const tokens = spent ? spent.promptTokens + spent.completionTokens : -1;
+        const tokens = spent ? quotaTokens(spent.promptTokens + spent.completionTokens, weight) : -1;
         this.settleInRedis({ subjects, generation, leaseId, tokens, since: Date.now() });
       },
     };

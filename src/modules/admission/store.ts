@@ -43,6 +43,8 @@ export interface AdmissionRequest {
   promptTokens: number;
   /** The effective output limit sent upstream. */
   maxTokens: number;
+  /** The model's quota weight (1 unless given): the reservation counts the prompt and output at it (see quotaTokens). */
+  weight?: number;
 }
 
 /** Tokens a request really used: prompt + completion (reasoning included). */
@@ -62,7 +64,11 @@ export interface Lease {
    * adds its own headers to the object rather than copying it.
    */
   readonly headers: Record<string, string>;
-  settle(spent: SpentTokens | null, at: number): void;
+  /**
+   * `weight`: the quota weight of the model that answered (a fallback's may differ from the one admitted); the quotas
+   * count the spent tokens at it.
+   */
+  settle(spent: SpentTokens | null, at: number, weight?: number): void;
 }
 
 export interface WindowUsage {

@@ -35,11 +35,12 @@ export class Permit {
     this.slot = null;
   }
 
-  release(spent: SpentTokens | null, at: number): void {
+  /** Frees everything, once; the quotas count `spent` at `weight`, the quota weight of the model that answered. */
+  release(spent: SpentTokens | null, at: number, weight = 1): void {
     if (this.released) return;
     this.released = true;
     this.vacate();
     this.active.delete(this.abort);
-    this.lease.settle(spent, at);
+    this.lease.settle(spent, at, weight);
   }
 }

@@ -6,6 +6,7 @@ import { LedgerUnavailable } from "../../ledger/not-recorded";
 import type { LedgerStore } from "../../storage/types";
 import { countChatTokens, countTextTokens, estimateChatTokens } from "../../tokens/count";
 import { AdmissionRejected, type Lease } from "../admission/store";
+import { quotaTokens } from "../admission/quota-weight";
 import { ServerShutdown } from "../../upstream/errors";
 import type { Metrics } from "../observability/metrics";
 import { deferRecord, noteBilled, noteQueueWait, noteServer, type RequestRecord } from "../observability/request-record";
@@ -133,6 +134,7 @@ export class ChatService implements RunSettler {
           modelId: prepared.modelId,
           promptTokens: promptEstimate,
           maxTokens: prepared.maxTokens,
+          weight: prepared.entry.config.quotaWeight,
         },
         clock(),
       );
@@ -435,8 +437,10 @@ export class ChatService implements RunSettler {
     ending: Ending,
   ): Promise<void> {
     const endedAt = this.deps.clock();
-    if (places instanceof Permit) places.release(usage, endedAt);
-    else places.settle(usage, endedAt);
+    // The model that answered: a fallback counts at its own weight.
+    const weight = prepared.entry.config.quotaWeight;
+    if (places instanceof Permit) places.release(usage, endedAt, weight);
+    else places.settle(usage, endedAt, weight);
     this.note(context, prepared.modelId, usage, ending);
     return this.deps.ledger.record({
       requestId: context.requestId,
@@ -447,6 +451,7 @@ export class ChatService implements RunSettler {
       completionTokens: usage.completionTokens,
       reasoningTokens: usage.reasoningTokens,
       cachedTokens: usage.cachedTokens,
+      quotaTokens: weight === 1 ? null : quotaTokens(usage.promptTokens + usage.completionTokens, weight),
       outcome: ending.outcome,
       errorCode: ending.errorCode ?? null,
       ruleId: ending.ruleId ?? null,

@@ -160,6 +160,16 @@ export class ConsoleService {
     return plan ? this.deps.models.idsIn(plan) : [];
   }
 
+  /** The plan's models whose tokens count other than once against the quotas: model id → its quota weight. */
+  private planWeights(planId: string): Record<string, number> {
+    const weights: Record<string, number> = {};
+    for (const id of this.planModels(planId)) {
+      const weight = this.deps.models.named(id)?.config.quotaWeight ?? 1;
+      if (weight !== 1) weights[id] = weight;
+    }
+    return weights;
+  }
+
   /** A key's models as the body gives them, checked against the plan's (400 naming `models` otherwise). */
   private keyModels(planId: string, models: string[] | null | undefined): string[] | null | undefined {
     if (models === undefined) return undefined;
@@ -270,7 +280,7 @@ export class ConsoleService {
         snapshot: await this.deps.admission.keySnapshot(organization.id, { id: key.id, limits }, now),
       });
     }
-    return { plan: organization.plan, snapshot, keys, series: await this.series(organization.id) };
+    return { plan: organization.plan, snapshot, keys, weights: this.planWeights(organization.plan), series: await this.series(organization.id) };
   }
 
   async listOrganizations(actor: Actor) {
@@ -351,6 +361,7 @@ export class ConsoleService {
       // The limits in force, as the last (re)loaded configuration set them.
       maxConcurrency: model.maxConcurrency ?? null,
       queueSize: model.queueSize,
+      quotaWeight: model.quotaWeight,
       servers: servers.get(model.id) ?? [],
     }));
   }

@@ -6,6 +6,7 @@ import { countTexts, estimateTextTokens } from "../../tokens/count";
 import { ServerShutdown } from "../../upstream/errors";
 import type { BackendRequest, Embeddings, Usage } from "../../upstream/types";
 import { AdmissionRejected, type AdmissionStore, type Lease } from "../admission/store";
+import { quotaTokens } from "../admission/quota-weight";
 import type { Caller } from "../auth/service";
 import { Permit } from "../chat/permit";
 import { ledgerModelOf, upstreamNameOf } from "../chat/prepare";
@@ -97,6 +98,7 @@ export class EmbeddingsService {
           modelId: model.id,
           promptTokens: estimatedTokens(request),
           maxTokens: 0,
+          weight: model.quotaWeight,
         },
         clock(),
       );
@@ -171,7 +173,7 @@ export class EmbeddingsService {
   ): Promise<void> {
     const endedAt = this.deps.clock();
     const usage: Usage = { promptTokens, completionTokens: 0, reasoningTokens: 0, cachedTokens: 0 };
-    permit.release(usage, endedAt);
+    permit.release(usage, endedAt, model.quotaWeight);
     noteBilled(context.record, how.ending, usage);
     this.deps.metrics?.tokensOf(model.id).prompt.inc(promptTokens);
     return this.deps.ledger.record({
@@ -183,6 +185,7 @@ export class EmbeddingsService {
       completionTokens: 0,
       reasoningTokens: 0,
       cachedTokens: 0,
+      quotaTokens: model.quotaWeight === 1 ? null : quotaTokens(promptTokens, model.quotaWeight),
       outcome: how.ending.outcome,
       errorCode: how.ending.errorCode ?? null,
       ruleId: null,

@@ -284,7 +284,19 @@ describe("usage and operator", () => {
       },
     ];
     expect(await models()).toEqual([
-      { id: "m", backend: "openai", enabled: true, fallbacks: [], contextFallbacks: [], active: 0, queued: 0, maxConcurrency: null, queueSize: 100, servers },
+      {
+        id: "m",
+        backend: "openai",
+        enabled: true,
+        fallbacks: [],
+        contextFallbacks: [],
+        active: 0,
+        queued: 0,
+        maxConcurrency: null,
+        queueSize: 100,
+        quotaWeight: 1,
+        servers,
+      },
     ]);
     // The limits in force: a reloaded configuration's, at once.
     const plans = [
@@ -294,15 +306,18 @@ describe("usage and operator", () => {
     const reloaded = {
       models: [
         fakeModel(server.upstream.url, "m", "usage-10-5", { max_concurrency: 4, queue_size: 20, fallbacks: ["n"] }),
-        fakeModel(server.upstream.url, "n"),
+        fakeModel(server.upstream.url, "n", "n", { quota_weight: 2.5 }),
       ],
       plans,
     };
+    expect((await operator.json<{ weights: unknown }>("GET", `/operator/organizations/${target.id}/usage`)).body.weights).toEqual({});
     await sluice.server.reconfigure(resolveConfig(reloaded), { kind: "server", name: "SIGHUP" });
     expect(await models()).toMatchObject([
-      { id: "m", maxConcurrency: 4, queueSize: 20, fallbacks: ["n"] },
-      { id: "n", fallbacks: [] },
+      { id: "m", maxConcurrency: 4, queueSize: 20, fallbacks: ["n"], quotaWeight: 1 },
+      { id: "n", fallbacks: [], quotaWeight: 2.5 },
     ]);
+    // What an organization's usage page says of its plan's models that count other than once.
+    expect((await operator.json<{ weights: unknown }>("GET", `/operator/organizations/${target.id}/usage`)).body.weights).toEqual({ n: 2.5 });
     expect((await operator.request("GET", "/keys")).status).toBe(403);
   });
 });

@@ -15,7 +15,7 @@ const configFile = (signUp: boolean): ConfigFile => ({
   models: [
     fakeModel(upstream.url, "qwen3", "usage-12-30", { fallbacks: ["qwen3-mini"], context_fallbacks: ["qwen3-long"] }),
     fakeModel(upstream.url, "qwen3-mini", "usage-12-30"),
-    fakeModel(upstream.url, "qwen3-long", "usage-12-30", { context_window: 131_072 }),
+    fakeModel(upstream.url, "qwen3-long", "usage-12-30", { context_window: 131_072, quota_weight: 2.5 }),
   ],
   plans: [{ id: "default", models: ["*"], tokens_per_5h: 200_000, tokens_per_month: 5_000_000, requests_per_minute: 1000 }],
   console: { sign_up: signUp },
@@ -93,6 +93,8 @@ test("sign up, waitlist, operator activates, sign in, create a key, use it, usag
   await visible(operator.getByTestId("server-qwen3").getByText(`${upstream.url}: up`));
   await visible(operator.getByTestId("fallbacks-qwen3").getByText("qwen3-mini; too long: qwen3-long"));
   await visible(operator.getByTestId("fallbacks-qwen3-mini").getByText("none"));
+  await showsText(operator.getByTestId("quota-weight-qwen3-long"), "2.5");
+  await showsText(operator.getByTestId("quota-weight-qwen3"), "1");
   await shot(operator, "03-operator-organizations");
 
   // The key list's answer held back: what is typed before it arrives must survive the page rendering it.
@@ -140,6 +142,7 @@ test("sign up, waitlist, operator activates, sign in, create a key, use it, usag
 
   await member.getByRole("button", { name: "Usage" }).click();
   await showsText(member.getByTestId("usage-5 hours"), "42 tokens used");
+  await showsText(member.getByTestId("quota-weights"), "each token of qwen3-long counts 2.5; of the other models, 1.");
   await showsText(member.getByTestId("usage-report"), "qwen342");
   // Model, tokens, then the prompt, cached and completion tokens they are made of.
   const [, tokens, prompt, cached, completed] = await member.getByTestId("usage-report").getByRole("row").nth(1).getByRole("cell").allTextContents();

@@ -15,6 +15,7 @@ import keyRequestsPerMinute from "./0009_key_requests_per_minute.sql" with { typ
 import keyNetworks from "./0010_key_networks.sql" with { type: "text" };
 import auditAddress from "./0011_audit_address.sql" with { type: "text" };
 import organizationNetworks from "./0012_organization_networks.sql" with { type: "text" };
+import quotaWeights from "./0013_quota_weights.sql" with { type: "text" };
 import type { EmbeddedMigration } from "../../migrations/index";
 
 const sqlByTag: Record<string, string> = {
@@ -31,6 +32,7 @@ const sqlByTag: Record<string, string> = {
   "0010_key_networks": keyNetworks,
   "0011_audit_address": auditAddress,
   "0012_organization_networks": organizationNetworks,
+  "0013_quota_weights": quotaWeights,
 };
 
 export const postgresJournalTags: string[] = journal.entries.map((entry) => entry.tag);

@@ -44,6 +44,8 @@ interface Usage {
   plan: string;
   snapshot?: { fiveHours: Window; month: Window; requests?: Requests };
   keys: { id: string; name: string; limits: Caps; snapshot: { fiveHours: Window; month: Window; inFlight: number; requests?: Requests } }[];
+  /** The plan's models whose tokens count other than once against the quotas, with their weights. */
+  weights: Record<string, number>;
   series: { hours: number[]; byModel: Record<string, number[]>; byKey: Record<string, number[]> };
 }
 
@@ -300,6 +302,15 @@ function UsagePage() {
           </div>
         )}
       </div>
+      {Object.keys(usage.weights).length > 0 && (
+        <p data-testid="quota-weights">
+          Against the quotas, each token of{" "}
+          {Object.entries(usage.weights)
+            .map(([model, weight]) => `${model} counts ${weight}`)
+            .join(", ")}
+          ; of the other models, 1.
+        </p>
+      )}
       {usage.keys.length > 0 && (
         <div class="table-wrap">
           <table data-testid="key-usage">
@@ -457,6 +468,7 @@ function Operator() {
       queued: number;
       maxConcurrency: number | null;
       queueSize: number;
+      quotaWeight: number;
       servers: ServerHealth[];
     }[]
   >([]);
@@ -586,6 +598,7 @@ function Operator() {
                 <th scope="col">State</th>
                 <th scope="col">In flight</th>
                 <th scope="col">Queued</th>
+                <th scope="col">Quota weight</th>
                 <th scope="col">Servers</th>
                 <th scope="col">Fallbacks</th>
               </tr>
@@ -603,6 +616,7 @@ function Operator() {
                   <td>
                     {model.queued} of {model.queueSize}
                   </td>
+                  <td data-testid={`quota-weight-${model.id}`}>{model.quotaWeight}</td>
                   <td>
                     {model.servers.length === 0
                       ? "built in"
