@@ -1,5 +1,5 @@
 import { configChanges, type ConfigChanges } from "./config/changes";
-import type { Config, ModelConfig } from "./config/schema";
+import type { Config, ModelConfig, SsoConfig } from "./config/schema";
 import { createApp } from "./http/app";
 import { ClientAddresses } from "./http/client-address";
 import { Cors } from "./http/cors";
@@ -13,6 +13,7 @@ import { AuthService } from "./modules/auth/service";
 import { AuditLog, type AuditActor } from "./modules/audit/service";
 import { AccountService } from "./modules/console/accounts";
 import { ConsoleService } from "./modules/console/service";
+import { SingleSignOn, ssoSettingsOf } from "./modules/console/sso";
 import { networkList } from "./modules/keys/networks";
 import { KeyService } from "./modules/keys/service";
 import { OrganizationService } from "./modules/organizations/service";
@@ -172,6 +173,13 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   registerQuotaGauges(metrics, { organizations: storage.organizations, keys: storage.keys, changes: storage.changes, plans, admission, clock });
   const keys = new KeyService(storage.keys, audit, storage.changes);
   const accounts = new AccountService(storage.accounts, audit);
+  // The console's single sign-on: made again when a reload changes [console.sso].
+  let sso: { config: SsoConfig | undefined; client: SingleSignOn | undefined } = { config: undefined, client: undefined };
+  function singleSignOn(): SingleSignOn | undefined {
+    const current = config.console.sso;
+    if (current !== sso.config) sso = { config: current, client: current && new SingleSignOn(ssoSettingsOf(current, options.environment)) };
+    return sso.client;
+  }
   const consoleService = new ConsoleService({
     accounts,
     organizations,
@@ -187,6 +195,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     clock,
     // A reloaded configuration's from then on.
     signUpOpen: () => config.console.signUp,
+    singleSignOn,
   });
   /** Everything the services hold (threads, timers, connections' batches), let go once nothing is in flight. */
   const closeServices = async (): Promise<void> => {

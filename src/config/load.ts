@@ -3,7 +3,16 @@ import { Value } from "@sinclair/typebox/value";
 import { defaultConfigFile, modelDefaults } from "./defaults";
 import { defaultSafetyRules } from "./default-rules";
 import { paramOf } from "../validation";
-import { ConfigFileSchema, type Config, type ConfigFile, type ModelConfig, type ModelConfigFile, type SafetyConfig } from "./schema";
+import {
+  ConfigFileSchema,
+  type Config,
+  type ConfigFile,
+  type ModelConfig,
+  type ModelConfigFile,
+  type SafetyConfig,
+  type SsoConfig,
+  type SsoConfigFile,
+} from "./schema";
 
 export class ConfigError extends Error {
   override name = "ConfigError";
@@ -172,6 +181,35 @@ function checkFallbacks(models: ModelConfig[]): void {
   }
 }
 
+/** The path every console's single sign-on callback has (see src/modules/console/index.ts). */
+export const ssoCallbackPath = "/console/api/sso/callback";
+
+/** `[console.sso]`, checked: URLs fetch can call, a callback at the console's path, one place for the secret. */
+function ssoOf(sso: SsoConfigFile | undefined): SsoConfig | undefined {
+  if (sso === undefined) return undefined;
+  checkHttpUrl(sso.issuer, "console.sso.issuer");
+  checkHttpUrl(sso.redirect_url, "console.sso.redirect_url");
+  if (new URL(sso.redirect_url).pathname !== ssoCallbackPath) {
+    throw new ConfigError(`invalid configuration key console.sso.redirect_url: it must end in ${ssoCallbackPath}, the console's callback`);
+  }
+  if (sso.client_secret_env !== undefined && sso.client_secret_file !== undefined) {
+    throw new ConfigError(
+      "invalid configuration key console.sso.client_secret_file: give console.sso.client_secret_env or console.sso.client_secret_file, not both",
+    );
+  }
+  if (sso.client_secret_env === undefined && sso.client_secret_file === undefined) {
+    throw new ConfigError("console.sso: client_secret_env or client_secret_file is required (the console is a confidential client)");
+  }
+  return {
+    issuer: sso.issuer.replace(/\/+$/, ""),
+    clientId: sso.client_id,
+    clientSecret: { env: sso.client_secret_env, file: sso.client_secret_file },
+    redirectUrl: sso.redirect_url,
+    allowedDomains: (sso.allowed_domains ?? []).map((domain) => domain.toLowerCase()),
+    label: sso.label ?? "Sign in with single sign-on",
+  };
+}
+
 /** A model's quota weight: thousandths at most, so that what a request counts is exact (see quotaTokens). */
 function quotaWeightOf(weight: number | undefined, where: string): number {
   if (weight === undefined) return modelDefaults.quotaWeight;
@@ -277,7 +315,7 @@ export function resolveConfig(file: unknown): Config {
   return {
     models,
     safety: resolveSafety(checked.safety),
-    console: { signUp: checked.console?.sign_up ?? true },
+    console: { signUp: checked.console?.sign_up ?? true, sso: ssoOf(checked.console?.sso) },
     ledger: { retentionDays: checked.ledger?.retention_days },
     plans: plans.map((plan) => ({
       id: plan.id,

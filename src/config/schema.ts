@@ -121,10 +121,30 @@ export const SafetyConfigSchema = Type.Object(
   strict,
 );
 
+/** Console sign-in through the company's OpenID Connect provider (see src/modules/console/sso.ts). */
+export const SsoConfigSchema = Type.Object(
+  {
+    /** The provider's issuer; its discovery document is at `<issuer>/.well-known/openid-configuration`. */
+    issuer: Type.String({ minLength: 1 }),
+    client_id: Type.String({ minLength: 1 }),
+    /** Where the client secret is: an environment variable, or a file (as a model's api_key_env / api_key_file). */
+    client_secret_env: Type.Optional(Type.String({ minLength: 1 })),
+    client_secret_file: Type.Optional(Type.String({ minLength: 1 })),
+    /** The console's callback as registered at the provider: `https://<this console>/console/api/sso/callback`. */
+    redirect_url: Type.String({ minLength: 1 }),
+    /** Only emails of these domains sign in; omitted: any the provider vouches for. */
+    allowed_domains: Type.Optional(Type.Array(Type.String({ pattern: "^[A-Za-z0-9-]+(\\.[A-Za-z0-9-]+)+$" }))),
+    /** The sign-in button's text. */
+    label: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
+  },
+  strict,
+);
+
 export const ConsoleConfigSchema = Type.Object(
   {
     /** Whether anyone may sign up (their organization starts on the waitlist); false: operators create accounts. */
     sign_up: Type.Optional(Type.Boolean()),
+    sso: Type.Optional(SsoConfigSchema),
   },
   strict,
 );
@@ -151,6 +171,8 @@ export const ConfigFileSchema = Type.Object(
 export type ConfigFile = Static<typeof ConfigFileSchema>;
 /** A model as the file writes it. */
 export type ModelConfigFile = Static<typeof ModelConfigSchema>;
+/** `[console.sso]` as the file writes it. */
+export type SsoConfigFile = Static<typeof SsoConfigSchema>;
 
 /** A model with every default filled in. */
 export interface ModelConfig {
@@ -235,6 +257,19 @@ export interface SafetyConfig {
 
 export interface ConsoleConfig {
   signUp: boolean;
+  /** Undefined: passwords (and console tokens) only. */
+  sso: SsoConfig | undefined;
+}
+
+export interface SsoConfig {
+  issuer: string;
+  clientId: string;
+  /** Where the client secret is read from, at start and at every reload. */
+  clientSecret: { env: string | undefined; file: string | undefined };
+  redirectUrl: string;
+  /** Lower case; empty: any domain. */
+  allowedDomains: string[];
+  label: string;
 }
 
 export interface LedgerConfig {

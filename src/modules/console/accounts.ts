@@ -130,9 +130,35 @@ export class AccountService {
       throw new SluiceError("wrong_credentials", "Wrong email or password.");
     }
     if (failure) await this.repository.clearFailures(email);
+    await this.audit.record(attempt, "signin.succeeded", email, { organizationId: user.organizationId });
+    return await this.openSession(user, now);
+  }
+
+  /**
+   * Opens a session for the account of an email the company's identity provider vouched for (single sign-on, see
+   * sso.ts); 401 when no account has it: an operator makes accounts, as where sign-up is closed.
+   */
+  async signInVerified(verifiedEmail: string, from: { address?: string } = {}, now = Date.now()): Promise<{ token: string; actor: Actor }> {
+    const email = verifiedEmail.trim().toLowerCase();
+    const attempt: AuditActor = { kind: "console", name: email, address: from.address };
+    const user = await this.findByEmail(email);
+    if (!user) {
+      await this.audit.record(attempt, "signin.failed", email, { changes: { method: [null, "sso"], reason: [null, "no console account for this email"] } });
+      throw new SluiceError("not_signed_in", `No console account for ${email}: ask an operator for one (sluice member create).`);
+    }
+    await this.audit.record(attempt, "signin.succeeded", email, { organizationId: user.organizationId, changes: { method: [null, "sso"] } });
+    return await this.openSession(user, now);
+  }
+
+  /** Records a single sign-on that the identity provider's answer did not let through (see sso.ts), with the reason. */
+  async ssoRefused(reason: string, address?: string): Promise<void> {
+    const attempt: AuditActor = { kind: "console", name: "single sign-on", address };
+    await this.audit.record(attempt, "signin.failed", "single sign-on", { changes: { method: [null, "sso"], reason: [null, reason] } });
+  }
+
+  private async openSession(user: User, now: number): Promise<{ token: string; actor: Actor }> {
     const sessionToken = randomToken(32);
     const csrfToken = randomToken(32);
-    await this.audit.record(attempt, "signin.succeeded", email, { organizationId: user.organizationId });
     await this.repository.openSession(
       { tokenHash: hashKeySecret(sessionToken), userId: user.id, csrfToken, createdAt: now, expiresAt: now + sessionLifetimeMs },
       now,

@@ -23,8 +23,37 @@ import {
 import { consoleAssets } from "./page";
 import { reportCsv } from "../usage/report";
 import { requireSession, type ConsoleService } from "./service";
+import { flowLifetimeSeconds, SsoError } from "./sso";
 
 const sessionCookie = "sluice_session";
+const flowCookie = "sluice_sso";
+const flowCookiePath = "/console/api/sso";
+
+function isHttps(request: Request): boolean {
+  return new URL(request.url).protocol === "https:" || request.headers.get("x-forwarded-proto") === "https";
+}
+
+/** The session cookie's attributes: HttpOnly, SameSite=Strict, a week, Secure behind HTTPS. */
+function sessionCookieOf(token: string, request: Request) {
+  return { value: token, httpOnly: true, sameSite: "strict" as const, path: "/", maxAge: 7 * 24 * 3600, secure: isHttps(request) };
+}
+
+/** What a handler's `set` needs to redirect: the answer then carries the cookies it set too. */
+interface Redirecting {
+  status?: number | string;
+  headers: Record<string, string | number | undefined> | Record<string, string>;
+}
+
+function redirectTo(set: Redirecting, location: string): string {
+  set.status = 302;
+  (set.headers as Record<string, string>).location = location;
+  return "";
+}
+
+/** Back to the console's sign-in page, which shows why single sign-on did not let the browser in. */
+function signInPageWith(set: Redirecting, reason: string): string {
+  return redirectTo(set, `/?sign_in_error=${encodeURIComponent(reason)}`);
+}
 
 /**
  * Sent with every response but the answer routes' (which build their own): the console's pages load scripts and
@@ -56,15 +85,51 @@ export const consoleRoutes = (service: ConsoleService, accounts: AccountService,
         // Failures through a proxy nobody named are not held against its address, which its every caller shares.
         const { address, throughUnnamedProxy } = addresses.origin(request, server);
         const { token, actor } = await accounts.signIn(body.email, body.password, { address, counted: throughUnnamedProxy ? undefined : address });
-        cookie[sessionCookie]?.set({
-          value: token,
-          httpOnly: true,
-          sameSite: "strict",
-          path: "/",
-          maxAge: 7 * 24 * 3600,
-          secure: new URL(request.url).protocol === "https:" || request.headers.get("x-forwarded-proto") === "https",
-        });
+        cookie[sessionCookie]?.set(sessionCookieOf(token, request));
         return service.me(actor);
+      })
+      // Single sign-on: off to the identity provider, with the flow's secrets in a cookie of their own (SameSite=Lax,
+      // since the provider sends the browser back from another site), then back to the console signed in, or to its
+      // sign-in page with the reason.
+      .get("/sso/start", async ({ cookie, request, set }) => {
+        const sso = service.singleSignOn();
+        if (!sso) throw new SluiceError("not_found", "Single sign-on is not set up on this console ([console.sso]).");
+        try {
+          const { location, flow } = await sso.start();
+          cookie[flowCookie]?.set({
+            value: flow,
+            httpOnly: true,
+            sameSite: "lax",
+            path: flowCookiePath,
+            maxAge: flowLifetimeSeconds,
+            secure: isHttps(request),
+          });
+          return redirectTo(set, location);
+        } catch (error) {
+          if (error instanceof SsoError) return signInPageWith(set, error.message);
+          throw error;
+        }
+      })
+      .get("/sso/callback", async ({ cookie, request, server, set }) => {
+        const sso = service.singleSignOn();
+        if (!sso) throw new SluiceError("not_found", "Single sign-on is not set up on this console ([console.sso]).");
+        const flow = cookie[flowCookie]?.value as string | undefined;
+        // Spent whatever happens: a flow is finished once.
+        cookie[flowCookie]?.set({ value: "", httpOnly: true, sameSite: "lax", path: flowCookiePath, maxAge: 0, secure: isHttps(request) });
+        const address = addresses.of(request, server);
+        try {
+          const email = await sso.finish(new URL(request.url).searchParams, flow);
+          const { token } = await accounts.signInVerified(email, { address });
+          cookie[sessionCookie]?.set(sessionCookieOf(token, request));
+          return redirectTo(set, "/");
+        } catch (error) {
+          if (error instanceof SsoError) {
+            await accounts.ssoRefused(error.message, address);
+            return signInPageWith(set, error.message);
+          }
+          if (error instanceof SluiceError) return signInPageWith(set, error.message);
+          throw error;
+        }
       })
       .resolve(async ({ cookie, request, server }) => {
         // A console token (scripts, provisioning) rather than a session: no cookie, so no CSRF token either.

@@ -6,6 +6,7 @@ import { parseDuration, parseGrace, parseTimeBound, timeBoundForms } from "../ke
 import { checkOutcome, defaultPageSize, maxPageSize, type RequestLogPage, type RequestLogService } from "../requests/service";
 import { checkNetworks, NetworkListError } from "../keys/networks";
 import { capsOf, checkKeyModels, KeyError, type ApiKeyInfo, type KeyService } from "../keys/service";
+import type { SingleSignOn } from "./sso";
 import type { ModelRegistry } from "../models/registry";
 import { OrganizationExistsError, organizationStatuses, type Organization, type OrganizationService, type OrganizationStatus } from "../organizations/service";
 import type { Queue } from "../queue/model-queue";
@@ -49,6 +50,8 @@ export interface ConsoleDependencies {
   clock: () => number;
   /** Whether anyone may sign up (`[console] sign_up`); false: operators create the accounts. */
   signUpOpen: () => boolean;
+  /** The company's identity provider (`[console.sso]`), when one is set up. */
+  singleSignOn?: () => SingleSignOn | undefined;
 }
 
 /** Tokens per hour over the last day, by model and by key. */
@@ -112,8 +115,13 @@ export class ConsoleService {
   constructor(private readonly deps: ConsoleDependencies) {}
 
   /** Whether the sign-in page offers sign-up. */
-  signUpSetting(): { open: boolean } {
-    return { open: this.deps.signUpOpen() };
+  /** How the sign-in page may let people in: sign-up, and the single sign-on button's text (null: none). */
+  signUpSetting(): { open: boolean; sso: string | null } {
+    return { open: this.deps.signUpOpen(), sso: this.singleSignOn()?.settings.label ?? null };
+  }
+
+  singleSignOn(): SingleSignOn | undefined {
+    return this.deps.singleSignOn?.();
   }
 
   /** Sign-up creates the organization on the waitlist and its first member; 403 when sign-up is closed. */

@@ -5,6 +5,7 @@ import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import OpenAI from "openai";
 import { chromium, type Browser, type Locator, type Page } from "playwright-core";
+import { startFakeOidc } from "../../fake-oidc";
 import { startFakeUpstream, type FakeUpstream } from "../../fake-upstream";
 import { resolveConfig } from "../../../src/config/load";
 import type { ConfigFile } from "../../../src/config/schema";
@@ -349,6 +350,52 @@ test("sign-up closed: the page says to ask an operator, who adds the member from
     expect(violations).toEqual([]);
   } finally {
     await sluice.server.reconfigure(resolveConfig(configFile(true)), testActor);
+  }
+}, 60_000);
+
+test("single sign-on through a provider of another site: the button, the provider, back signed in; a refusal is shown on the sign-in page", async () => {
+  const provider = await startFakeOidc("localhost");
+  const withSso = (allowedDomains: string[]): ConfigFile => ({
+    ...configFile(true),
+    console: {
+      sign_up: true,
+      sso: {
+        issuer: provider.issuer,
+        client_id: provider.clientId,
+        client_secret_env: "BROWSER_SSO_SECRET",
+        redirect_url: `${sluice.url}/console/api/sso/callback`,
+        allowed_domains: allowedDomains,
+        label: "Sign in with Acme ID",
+      },
+    },
+  });
+  process.env.BROWSER_SSO_SECRET = provider.clientSecret;
+  await sluice.server.reconfigure(resolveConfig(withSso(["example.com"])), testActor);
+  try {
+    provider.user = { email: "operator@example.com", emailVerified: true };
+    // The way back is a navigation from the provider's page, another site: the flow's cookie must be sent with it.
+    provider.consentPage = true;
+    const page = watchPolicy(await (await browser.newContext()).newPage());
+    await page.goto(sluice.url);
+    await page.getByRole("link", { name: "Sign in with Acme ID" }).click();
+    await page.getByRole("link", { name: "Continue as operator@example.com" }).click();
+    // Back from the provider (another site) with the flow's cookie, and signed in: the console shows the operator's pages.
+    await visible(page.getByRole("button", { name: "Organizations and models" }));
+    expect(provider.authorizations.length).toBe(1);
+    await shot(page, "10-single-sign-on");
+
+    await sluice.server.reconfigure(resolveConfig(withSso(["example.org"])), testActor);
+    const refused = watchPolicy(await (await browser.newContext()).newPage());
+    await refused.goto(sluice.url);
+    await refused.getByRole("link", { name: "Sign in with Acme ID" }).click();
+    await refused.getByRole("link", { name: "Continue as operator@example.com" }).click();
+    await visible(refused.getByText("operator@example.com is not of a domain this console accepts (example.org)"));
+    await visible(refused.getByRole("button", { name: "Sign in" }));
+    expect(violations).toEqual([]);
+  } finally {
+    await sluice.server.reconfigure(resolveConfig(configFile(true)), testActor);
+    delete process.env.BROWSER_SSO_SECRET;
+    await provider.stop();
   }
 }, 60_000);
 

@@ -53,15 +53,21 @@ function SignIn({ onSignedIn }: { onSignedIn: (me: Me) => void }) {
   const [mode, setMode] = useState<"signin" | "signup">("signin");
   // Closed by the operator (`[console] sign_up = false`): accounts come from an operator only.
   const [signUpOpen, setSignUpOpen] = useState(true);
+  // The single sign-on button's text, when the console has an identity provider (`[console.sso]`).
+  const [sso, setSso] = useState<string | null>(null);
   useEffect(
     () =>
-      void api<{ open: boolean }>("/sign-up").then(
-        (setting) => setSignUpOpen(setting.open),
+      void api<{ open: boolean; sso: string | null }>("/sign-up").then(
+        (setting) => {
+          setSignUpOpen(setting.open);
+          setSso(setting.sso);
+        },
         () => undefined,
       ),
     [],
   );
-  const [error, setError] = useState("");
+  // Why single sign-on sent the browser back here without a session, if it did.
+  const [error, setError] = useState(() => new URLSearchParams(location.search).get("sign_in_error") ?? "");
   const [notice, setNotice] = useState("");
   const submit = async (event: Event) => {
     event.preventDefault();
@@ -81,6 +87,13 @@ function SignIn({ onSignedIn }: { onSignedIn: (me: Me) => void }) {
     <section aria-labelledby="auth-title">
       <h2 id="auth-title">{mode === "signin" ? "Sign in" : "Create an account"}</h2>
       {notice && <p class="notice">{notice}</p>}
+      {sso && mode === "signin" && (
+        <p>
+          <a class="button primary" href="/console/api/sso/start">
+            {sso}
+          </a>
+        </p>
+      )}
       <form onSubmit={submit}>
         <label>
           Email
