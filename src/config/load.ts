@@ -207,6 +207,7 @@ function ssoOf(sso: SsoConfigFile | undefined): SsoConfig | undefined {
     redirectUrl: sso.redirect_url,
     allowedDomains: (sso.allowed_domains ?? []).map((domain) => domain.toLowerCase()),
     label: sso.label ?? "Sign in with single sign-on",
+    passwords: sso.passwords ?? true,
   };
 }
 

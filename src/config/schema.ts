@@ -136,6 +136,8 @@ export const SsoConfigSchema = Type.Object(
     allowed_domains: Type.Optional(Type.Array(Type.String({ pattern: "^[A-Za-z0-9-]+(\\.[A-Za-z0-9-]+)+$" }))),
     /** The sign-in button's text. */
     label: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
+    /** false: single sign-on only (no password sign-in or sign-up); console tokens still work. Default true. */
+    passwords: Type.Optional(Type.Boolean()),
   },
   strict,
 );
@@ -270,6 +272,8 @@ export interface SsoConfig {
   /** Lower case; empty: any domain. */
   allowedDomains: string[];
   label: string;
+  /** false: passwords neither sign in nor sign up. */
+  passwords: boolean;
 }
 
 export interface LedgerConfig {

@@ -81,6 +81,7 @@ export const consoleRoutes = (service: ConsoleService, accounts: AccountService,
         return { ok: true };
       })
       .post("/signin", async ({ request, server, cookie }) => {
+        service.requirePasswords();
         const body = await readConsoleBody(request, SignInBody);
         // Failures through a proxy nobody named are not held against its address, which its every caller shares.
         const { address, throughUnnamedProxy } = addresses.origin(request, server);

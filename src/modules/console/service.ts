@@ -115,9 +115,22 @@ export class ConsoleService {
   constructor(private readonly deps: ConsoleDependencies) {}
 
   /** Whether the sign-in page offers sign-up. */
-  /** How the sign-in page may let people in: sign-up, and the single sign-on button's text (null: none). */
-  signUpSetting(): { open: boolean; sso: string | null } {
-    return { open: this.deps.signUpOpen(), sso: this.singleSignOn()?.settings.label ?? null };
+  /** How the sign-in page may let people in: sign-up, the single sign-on button's text (null: none), passwords. */
+  signUpSetting(): { open: boolean; sso: string | null; passwords: boolean } {
+    const sso = this.singleSignOn()?.settings;
+    return { open: this.deps.signUpOpen() && this.passwordsOn(), sso: sso?.label ?? null, passwords: sso?.passwords ?? true };
+  }
+
+  /** Whether passwords sign in and sign up: unless `[console.sso] passwords = false` makes single sign-on the only way. */
+  passwordsOn(): boolean {
+    return this.singleSignOn()?.settings.passwords ?? true;
+  }
+
+  /** 403 when passwords are off (see passwordsOn), before any password is looked at. */
+  requirePasswords(): void {
+    if (!this.passwordsOn()) {
+      throw new SluiceError("forbidden", "Passwords are off on this console: sign in with single sign-on ([console.sso] passwords = false).");
+    }
   }
 
   singleSignOn(): SingleSignOn | undefined {
@@ -126,6 +139,7 @@ export class ConsoleService {
 
   /** Sign-up creates the organization on the waitlist and its first member; 403 when sign-up is closed. */
   async signUp(input: SignUp, address?: string): Promise<void> {
+    this.requirePasswords();
     if (!this.deps.signUpOpen()) throw new SluiceError("forbidden", "Sign-up is closed here: ask an operator for an account.");
     const name = input.organization.trim();
     if (!name || name.length > 100) throw invalidRequest("Enter your organization's name (at most 100 characters).", "organization");

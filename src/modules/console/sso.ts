@@ -16,6 +16,8 @@ export interface SsoSettings {
   /** Lower case; empty: any domain the provider vouches for. */
   allowedDomains: string[];
   label: string;
+  /** false: the console's passwords are off, and this is the only way in (besides console tokens). */
+  passwords: boolean;
 }
 
 /** A sign-in through the provider that did not work, with the reason a person can act on. */
@@ -211,5 +213,6 @@ export function ssoSettingsOf(config: SsoConfig, environment: Record<string, str
     redirectUrl: config.redirectUrl,
     allowedDomains: config.allowedDomains,
     label: config.label,
+    passwords: config.passwords,
   };
 }

@@ -355,7 +355,7 @@ test("sign-up closed: the page says to ask an operator, who adds the member from
 
 test("single sign-on through a provider of another site: the button, the provider, back signed in; a refusal is shown on the sign-in page", async () => {
   const provider = await startFakeOidc("localhost");
-  const withSso = (allowedDomains: string[]): ConfigFile => ({
+  const withSso = (allowedDomains: string[], passwords = true): ConfigFile => ({
     ...configFile(true),
     console: {
       sign_up: true,
@@ -366,6 +366,7 @@ test("single sign-on through a provider of another site: the button, the provide
         redirect_url: `${sluice.url}/console/api/sso/callback`,
         allowed_domains: allowedDomains,
         label: "Sign in with Acme ID",
+        passwords,
       },
     },
   });
@@ -391,6 +392,14 @@ test("single sign-on through a provider of another site: the button, the provide
     await refused.getByRole("link", { name: "Continue as operator@example.com" }).click();
     await visible(refused.getByText("operator@example.com is not of a domain this console accepts (example.org)"));
     await visible(refused.getByRole("button", { name: "Sign in" }));
+
+    // Passwords off: the button is the only way in the page offers.
+    await sluice.server.reconfigure(resolveConfig(withSso(["example.com"], false)), testActor);
+    const ssoOnly = watchPolicy(await (await browser.newContext()).newPage());
+    await ssoOnly.goto(sluice.url);
+    await visible(ssoOnly.getByRole("link", { name: "Sign in with Acme ID" }));
+    expect(await ssoOnly.getByLabel("Password").count()).toBe(0);
+    expect(await ssoOnly.getByRole("button", { name: "No account yet? Sign up" }).count()).toBe(0);
     expect(violations).toEqual([]);
   } finally {
     await sluice.server.reconfigure(resolveConfig(configFile(true)), testActor);

@@ -26,7 +26,7 @@ afterAll(() => sluice.stop());
 
 test("closed: sign-up is 403 and creates nothing; the page is told so", async () => {
   const visitor = new ConsoleClient(sluice.url);
-  expect((await visitor.json("GET", "/sign-up")).body).toEqual({ open: false, sso: null });
+  expect((await visitor.json("GET", "/sign-up")).body).toEqual({ open: false, sso: null, passwords: true });
   const refused = await visitor.json<{ error: { code: string; message: string } }>("POST", "/signup", {
     email: "new@example.com",
     password,
@@ -69,7 +69,7 @@ test("a reload opens sign-up from the next request, and closes it again; the aud
   const changes = await sluice.server.reconfigure(resolveConfig(configFile(true)), { kind: "server", name: "test" });
   expect(changes.console).toBe(true);
   const visitor = new ConsoleClient(sluice.url);
-  expect((await visitor.json("GET", "/sign-up")).body).toEqual({ open: true, sso: null });
+  expect((await visitor.json("GET", "/sign-up")).body).toEqual({ open: true, sso: null, passwords: true });
   expect((await visitor.json("POST", "/signup", { email: "early@example.com", password, organization: "Early Co" })).status).toBe(201);
   await sluice.server.reconfigure(resolveConfig(configFile(false)), { kind: "server", name: "test" });
   expect((await visitor.json("POST", "/signup", { email: "late@example.com", password, organization: "Late Co" })).status).toBe(403);

@@ -80,7 +80,7 @@ function errorShown(landing: Landing): string {
 
 describe("single sign-on", () => {
   test("the console says how to sign in; a member signs in through the provider and gets a working session; the audit trail says so", async () => {
-    expect(await (await fetch(`${sluice.url}/console/api/sign-up`)).json()).toEqual({ open: true, sso: "Sign in with Acme ID" });
+    expect(await (await fetch(`${sluice.url}/console/api/sign-up`)).json()).toEqual({ open: true, sso: "Sign in with Acme ID", passwords: true });
     oidc.user = { email: "Dana@Example.com", emailVerified: true };
     const landing = await signInThroughProvider();
     expect(landing.status).toBe(302);
@@ -178,12 +178,39 @@ describe("single sign-on", () => {
   test("without [console.sso]: no button, and its routes are 404", async () => {
     const plain = await startSluice({ models: [{ id: "m", backend: "demo" }], plans: [{ id: "default", models: ["*"] }] });
     try {
-      expect(await (await fetch(`${plain.url}/console/api/sign-up`)).json()).toEqual({ open: true, sso: null });
+      expect(await (await fetch(`${plain.url}/console/api/sign-up`)).json()).toEqual({ open: true, sso: null, passwords: true });
       const start = await fetch(`${plain.url}/console/api/sso/start`, { redirect: "manual" });
       expect(start.status).toBe(404);
       expect(((await start.json()) as { error: { code: string } }).error.code).toBe("not_found");
     } finally {
       await plain.stop();
+    }
+  });
+
+  test("passwords = false: single sign-on is the only way in; password sign-in and sign-up are 403, console tokens still work", async () => {
+    const redirectUrl = `${sluice.url}/console/api/sso/callback`;
+    const settings = { allowed_domains: ["example.com", "Example.org"], redirect_url: redirectUrl };
+    await sluice.server.reconfigure(resolveConfig(configFile(oidc.issuer, { ...settings, passwords: false })), testActor);
+    try {
+      expect(await (await fetch(`${sluice.url}/console/api/sign-up`)).json()).toEqual({ open: false, sso: "Sign in with Acme ID", passwords: false });
+      const post = (path: string, body: unknown) =>
+        fetch(`${sluice.url}/console/api${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+      for (const [path, body] of [
+        ["/signin", { email: "dana@example.com", password }],
+        ["/signup", { email: "new@example.com", password, organization: "New Co" }],
+      ] as const) {
+        const refused = await post(path, body);
+        expect(refused.status).toBe(403);
+        expect(((await refused.json()) as { error: { message: string } }).error.message).toContain("Passwords are off on this console");
+      }
+      expect(await sluice.organizations.findByName("New Co")).toBeUndefined();
+      oidc.user = { email: "dana@example.com", emailVerified: true };
+      expect((await signInThroughProvider()).session).toBeDefined();
+      const dana = (await sluice.accounts.findByEmail("dana@example.com"))!;
+      const { secret } = await sluice.accounts.tokens.create({ owner: dana, name: "script" }, testActor);
+      expect((await fetch(`${sluice.url}/console/api/me`, { headers: { authorization: `Bearer ${secret}` } })).status).toBe(200);
+    } finally {
+      await sluice.server.reconfigure(resolveConfig(configFile(oidc.issuer, settings)), testActor);
     }
   });
 

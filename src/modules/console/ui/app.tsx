@@ -55,12 +55,15 @@ function SignIn({ onSignedIn }: { onSignedIn: (me: Me) => void }) {
   const [signUpOpen, setSignUpOpen] = useState(true);
   // The single sign-on button's text, when the console has an identity provider (`[console.sso]`).
   const [sso, setSso] = useState<string | null>(null);
+  // Off (`[console.sso] passwords = false`): single sign-on is the only way in, and the password form is not shown.
+  const [passwords, setPasswords] = useState(true);
   useEffect(
     () =>
-      void api<{ open: boolean; sso: string | null }>("/sign-up").then(
+      void api<{ open: boolean; sso: string | null; passwords: boolean }>("/sign-up").then(
         (setting) => {
           setSignUpOpen(setting.open);
           setSso(setting.sso);
+          setPasswords(setting.passwords);
         },
         () => undefined,
       ),
@@ -94,27 +97,30 @@ function SignIn({ onSignedIn }: { onSignedIn: (me: Me) => void }) {
           </a>
         </p>
       )}
-      <form onSubmit={submit}>
-        <label>
-          Email
-          <input name="email" type="email" autocomplete="email" required />
-        </label>
-        <label>
-          Password
-          <input name="password" type="password" autocomplete={mode === "signin" ? "current-password" : "new-password"} minLength={10} required />
-        </label>
-        {mode === "signup" && (
+      {!passwords && <ErrorText error={error} />}
+      {passwords && (
+        <form onSubmit={submit}>
           <label>
-            Organization
-            <input name="organization" required />
+            Email
+            <input name="email" type="email" autocomplete="email" required />
           </label>
-        )}
-        <button class="primary" type="submit">
-          {mode === "signin" ? "Sign in" : "Sign up"}
-        </button>
-        <ErrorText error={error} />
-      </form>
-      {signUpOpen ? (
+          <label>
+            Password
+            <input name="password" type="password" autocomplete={mode === "signin" ? "current-password" : "new-password"} minLength={10} required />
+          </label>
+          {mode === "signup" && (
+            <label>
+              Organization
+              <input name="organization" required />
+            </label>
+          )}
+          <button class="primary" type="submit">
+            {mode === "signin" ? "Sign in" : "Sign up"}
+          </button>
+          <ErrorText error={error} />
+        </form>
+      )}
+      {!passwords ? null : signUpOpen ? (
         <p>
           <button type="button" onClick={() => setMode(mode === "signin" ? "signup" : "signin")}>
             {mode === "signin" ? "No account yet? Sign up" : "Have an account? Sign in"}
