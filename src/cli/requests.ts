@@ -1,5 +1,6 @@
 import { parseTimeBound, timeBoundForms } from "../modules/keys/duration";
 import { checkOutcome, maxPageSize, RequestLogService, type RequestLogFilter } from "../modules/requests/service";
+import { countedTokens } from "../modules/requests/row";
 import { formatTime, withCliContext } from "./context";
 import { UsageError, parseCommand } from "./usage";
 
@@ -63,6 +64,7 @@ export async function runRequests(args: string[]): Promise<number> {
         "cached",
         "completion",
         "reasoning",
+        "counted",
         "duration_ms",
         "first_token_ms",
         "rule",
@@ -81,6 +83,7 @@ export async function runRequests(args: string[]): Promise<number> {
           row.cachedTokens,
           row.completionTokens,
           row.reasoningTokens,
+          countedTokens(row),
           row.endedAt - row.startedAt,
           row.firstTokenMs ?? "-",
           row.ruleId ?? "-",

@@ -208,6 +208,7 @@ function ssoOf(sso: SsoConfigFile | undefined): SsoConfig | undefined {
     allowedDomains: (sso.allowed_domains ?? []).map((domain) => domain.toLowerCase()),
     label: sso.label ?? "Sign in with single sign-on",
     passwords: sso.passwords ?? true,
+    organization: sso.organization,
   };
 }
 

@@ -138,6 +138,8 @@ export const SsoConfigSchema = Type.Object(
     label: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
     /** false: single sign-on only (no password sign-in or sign-up); console tokens still work. Default true. */
     passwords: Type.Optional(Type.Boolean()),
+    /** The organization (by name) that a verified email without an account joins as a member; omitted: refused. */
+    organization: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
   },
   strict,
 );
@@ -274,6 +276,8 @@ export interface SsoConfig {
   label: string;
   /** false: passwords neither sign in nor sign up. */
   passwords: boolean;
+  /** The organization a verified email without an account joins, by name; undefined: such emails are refused. */
+  organization: string | undefined;
 }
 
 export interface LedgerConfig {

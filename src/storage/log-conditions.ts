@@ -55,6 +55,7 @@ const requestLogFields = [
   "completionTokens",
   "reasoningTokens",
   "cachedTokens",
+  "quotaTokens",
   "firstTokenMs",
   "usageSource",
 ] as const;

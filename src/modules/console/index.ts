@@ -120,7 +120,7 @@ export const consoleRoutes = (service: ConsoleService, accounts: AccountService,
         const address = addresses.of(request, server);
         try {
           const email = await sso.finish(new URL(request.url).searchParams, flow);
-          const { token } = await accounts.signInVerified(email, { address });
+          const { token } = await service.signInVerified(email, address);
           cookie[sessionCookie]?.set(sessionCookieOf(token, request));
           return redirectTo(set, "/");
         } catch (error) {

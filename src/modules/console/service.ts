@@ -1,5 +1,6 @@
 import type { PlanConfig } from "../../config/schema";
 import { SluiceError, invalidRequest } from "../../errors";
+import { randomToken } from "../../ids";
 import type { AdmissionStore } from "../admission/store";
 import type { AuthService } from "../auth/service";
 import { parseDuration, parseGrace, parseTimeBound, timeBoundForms } from "../keys/duration";
@@ -135,6 +136,27 @@ export class ConsoleService {
 
   singleSignOn(): SingleSignOn | undefined {
     return this.deps.singleSignOn?.();
+  }
+
+  /**
+   * Opens a session for an email the identity provider vouched for. One without an account gets a member account in
+   * `[console.sso] organization` when that is set (just in time: nobody has to make two hundred accounts by hand), with
+   * a random password nobody knows; otherwise it is refused.
+   */
+  async signInVerified(email: string, address?: string): Promise<{ token: string; actor: Actor }> {
+    const joining = this.singleSignOn()?.settings.organization;
+    if (joining !== undefined && !(await this.deps.accounts.findByEmail(email))) {
+      const organization = await this.deps.organizations.findByName(joining);
+      if (!organization) {
+        throw new SluiceError(
+          "not_signed_in",
+          `No console account for ${email}, and ${joining}, the organization new members join, does not exist: ask an operator.`,
+        );
+      }
+      const actor: AuditActor = { kind: "console", name: email, address };
+      await this.deps.accounts.createUser({ email, password: randomToken(32), role: "member", organizationId: organization.id }, actor);
+    }
+    return await this.deps.accounts.signInVerified(email, { address });
   }
 
   /** Sign-up creates the organization on the waitlist and its first member; 403 when sign-up is closed. */

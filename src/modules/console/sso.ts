@@ -18,6 +18,8 @@ export interface SsoSettings {
   label: string;
   /** false: the console's passwords are off, and this is the only way in (besides console tokens). */
   passwords: boolean;
+  /** The organization (by name) a verified email without an account joins as a member; undefined: refused. */
+  organization: string | undefined;
 }
 
 /** A sign-in through the provider that did not work, with the reason a person can act on. */
@@ -214,5 +216,6 @@ export function ssoSettingsOf(config: SsoConfig, environment: Record<string, str
     allowedDomains: config.allowedDomains,
     label: config.label,
     passwords: config.passwords,
+    organization: config.organization,
   };
 }

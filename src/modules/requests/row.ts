@@ -1,5 +1,10 @@
 // A row of the request log, without imports: the server, the console's pages and the tests share it.
 
+/** What a row counted against the token quotas: its tokens at its model's weight then (see quota-weight.ts). */
+export function countedTokens(row: Pick<RequestLogRow, "promptTokens" | "completionTokens" | "quotaTokens">): number {
+  return row.quotaTokens ?? row.promptTokens + row.completionTokens;
+}
+
 /** How a request ended, as its ledger row says. */
 export const outcomes = ["completed", "content_filter", "client_disconnected", "upstream_error", "shutdown"] as const;
 
@@ -23,6 +28,8 @@ export interface RequestLogRow {
   reasoningTokens: number;
   /** Of the prompt tokens, those the upstream read from its prompt cache. */
   cachedTokens: number;
+  /** What the quotas counted, when its model's quota_weight is not 1; null: prompt + completion. */
+  quotaTokens: number | null;
   firstTokenMs: number | null;
   usageSource: string;
 }

@@ -1,5 +1,5 @@
 import { invalidRequest } from "../../errors";
-import { outcomes } from "./row";
+import { countedTokens, outcomes } from "./row";
 import type { RequestLogCursor, RequestLogFilter, RequestLogRepository, RequestLogRow } from "../../storage/types";
 
 export type { RequestLogFilter };
@@ -50,6 +50,7 @@ const csvColumns = [
   "completion_tokens",
   "reasoning_tokens",
   "cached_tokens",
+  "quota_tokens",
   "duration_ms",
   "first_token_ms",
   "usage_source",
@@ -79,6 +80,7 @@ function csvLine(row: RequestLogRow): string {
     row.completionTokens,
     row.reasoningTokens,
     row.cachedTokens,
+    countedTokens(row),
     row.endedAt - row.startedAt,
     row.firstTokenMs,
     row.usageSource,

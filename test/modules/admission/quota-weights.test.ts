@@ -5,6 +5,8 @@ import { join } from "node:path";
 import type { ConfigFile } from "../../../src/config/schema";
 import type { MemoryAdmissionStore } from "../../../src/modules/admission/memory-store";
 import { quotaTokens } from "../../../src/modules/admission/quota-weight";
+import { countedTokens } from "../../../src/modules/requests/row";
+import { RequestLogService } from "../../../src/modules/requests/service";
 import type { KeyLimits } from "../../../src/storage/types";
 import { countChatTokens } from "../../../src/tokens/count";
 import { eventually, expectFiveHourQuotaAnswers, fakeModel, temporaryDirectory, testActor, useFakeUpstream, withSluice, type TestSluice } from "../../helpers";
@@ -85,6 +87,18 @@ describe("each model's tokens count at its weight", () => {
           ["big", 15, 60],
           ["small", 15, 8],
         ]);
+        // The request log shows both, newest first: its rows, and its CSV's quota_tokens column.
+        const log = new RequestLogService(sluice.storage.requestLog);
+        const page = await log.page({ organizationId });
+        expect(page.rows.map((row) => [row.model, row.promptTokens + row.completionTokens, countedTokens(row)])).toEqual([
+          ["small", 15, 8],
+          ["big", 15, 60],
+          ["m", 15, 15],
+        ]);
+        const csv = (await Bun.readableStreamToText(log.csv({ organizationId }))).trim().split("\n");
+        const column = (csv[0] as string).split(",").indexOf("quota_tokens");
+        expect(column).toBeGreaterThan(0);
+        expect(csv.slice(1).map((line) => line.split(",")[column])).toEqual(["8", "60", "15"]);
       },
       { databasePath },
     );

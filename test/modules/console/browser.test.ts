@@ -159,6 +159,8 @@ test("sign up, waitlist, operator activates, sign in, create a key, use it, usag
   await showsText(log, completionId);
   await showsText(log, "completed");
   await showsText(log, "notebook");
+  // What the quotas counted: qwen3's weight is 1, so its 42 tokens.
+  await showsText(member.getByTestId(`counted-${completionId}`), "42");
   await shot(member, "05b-requests");
   await member.getByLabel("Outcome").selectOption("content_filter");
   await member.getByRole("button", { name: "Show requests" }).click();

@@ -214,6 +214,44 @@ describe("single sign-on", () => {
     }
   });
 
+  test("organization set: a verified email without an account joins it as a member, once; one that does not exist is named", async () => {
+    const redirectUrl = `${sluice.url}/console/api/sso/callback`;
+    const settings = { allowed_domains: ["example.com", "Example.org"], redirect_url: redirectUrl };
+    await sluice.server.reconfigure(resolveConfig(configFile(oidc.issuer, { ...settings, organization: "acme" })), testActor);
+    try {
+      oidc.user = { email: "newcomer@example.com", emailVerified: true };
+      const landing = await signInThroughProvider();
+      expect(landing.session).toBeDefined();
+      const me = (await (await fetch(`${sluice.url}/console/api/me`, { headers: { cookie: landing.session as string } })).json()) as Record<string, unknown>;
+      expect(me).toMatchObject({ email: "newcomer@example.com", role: "member", organization: { name: "acme" } });
+      const entries = await sluice.audit.list({ since: 0, limit: 50 });
+      expect(entries.filter((entry) => entry.action === "account.created" && entry.target === "newcomer@example.com").length).toBe(1);
+      // The second sign-in finds the account: none made again.
+      expect((await signInThroughProvider()).session).toBeDefined();
+      expect(
+        (await sluice.audit.list({ since: 0, limit: 50 })).filter((entry) => entry.action === "account.created" && entry.target === "newcomer@example.com")
+          .length,
+      ).toBe(1);
+      // Its password is random and never shown: it signs in through the provider only.
+      const byPassword = await fetch(`${sluice.url}/console/api/signin`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ email: "newcomer@example.com", password: "a guessed password" }),
+      });
+      expect(byPassword.status).toBe(401);
+      // The domain rule still comes first: an email of another domain joins nothing.
+      oidc.user = { email: "outsider@elsewhere.net", emailVerified: true };
+      expect(errorShown(await signInThroughProvider())).toContain("not of a domain this console accepts");
+      expect(await sluice.accounts.findByEmail("outsider@elsewhere.net")).toBeUndefined();
+      await sluice.server.reconfigure(resolveConfig(configFile(oidc.issuer, { ...settings, organization: "Ghost Co" })), testActor);
+      oidc.user = { email: "another@example.com", emailVerified: true };
+      expect(errorShown(await signInThroughProvider())).toContain("Ghost Co, the organization new members join, does not exist");
+      expect(await sluice.accounts.findByEmail("another@example.com")).toBeUndefined();
+    } finally {
+      await sluice.server.reconfigure(resolveConfig(configFile(oidc.issuer, settings)), testActor);
+    }
+  });
+
   test("configuration mistakes are refused at start, naming the key", () => {
     const cases: [Record<string, unknown>, string][] = [
       [{ issuer: "login.example.com" }, "console.sso.issuer"],

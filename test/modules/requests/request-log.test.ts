@@ -194,7 +194,7 @@ describe("the console's request log", () => {
     expect(response.headers.get("content-disposition")).toContain("attachment");
     const lines = (await response.text()).trim().split("\n");
     expect(lines[0]).toBe(
-      "ended_at,request_id,organization,key_id,key,model,outcome,error_code,rule_id,prompt_tokens,completion_tokens,reasoning_tokens,cached_tokens,duration_ms,first_token_ms,usage_source",
+      "ended_at,request_id,organization,key_id,key,model,outcome,error_code,rule_id,prompt_tokens,completion_tokens,reasoning_tokens,cached_tokens,quota_tokens,duration_ms,first_token_ms,usage_source",
     );
     expect(lines.length).toBe(41);
     const all = (await (await acme.request("GET", "/requests.csv")).text()).trim().split("\n");

@@ -1,7 +1,7 @@
 // The request log (members: their organization; operators: every one) and the operator's audit trail.
 import { useEffect, useState } from "preact/hooks";
 import { type AuditEntry, auditActions } from "../../audit/entry";
-import { outcomes, type RequestLogRow } from "../../requests/row";
+import { countedTokens, outcomes, type RequestLogRow } from "../../requests/row";
 import { api } from "./api";
 import { ErrorText } from "./error-text";
 
@@ -108,6 +108,7 @@ export function RequestsPage({ operator }: { operator: boolean }) {
               <th scope="col">Model</th>
               <th scope="col">Outcome</th>
               <th scope="col">Prompt (cached) / completion / reasoning</th>
+              <th scope="col">Counted</th>
               <th scope="col">Duration</th>
               <th scope="col">First token</th>
             </tr>
@@ -129,6 +130,7 @@ export function RequestsPage({ operator }: { operator: boolean }) {
                   {row.promptTokens}
                   {row.cachedTokens > 0 && ` (${row.cachedTokens})`} / {row.completionTokens} / {row.reasoningTokens}
                 </td>
+                <td data-testid={`counted-${row.requestId}`}>{countedTokens(row)}</td>
                 <td>{row.endedAt - row.startedAt} ms</td>
                 <td>{row.firstTokenMs === null ? "—" : `${row.firstTokenMs} ms`}</td>
               </tr>
