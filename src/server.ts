@@ -196,6 +196,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     // A reloaded configuration's from then on.
     signUpOpen: () => config.console.signUp,
     singleSignOn,
+    consoleNetworks: () => config.console.networks,
   });
   /** Everything the services hold (threads, timers, connections' batches), let go once nothing is in flight. */
   const closeServices = async (): Promise<void> => {

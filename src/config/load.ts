@@ -3,6 +3,7 @@ import { Value } from "@sinclair/typebox/value";
 import { defaultConfigFile, modelDefaults } from "./defaults";
 import { defaultSafetyRules } from "./default-rules";
 import { paramOf } from "../validation";
+import { checkNetworks, NetworkListError } from "../modules/keys/networks";
 import {
   ConfigFileSchema,
   type Config,
@@ -181,6 +182,17 @@ function checkFallbacks(models: ModelConfig[]): void {
   }
 }
 
+/** `[console] networks`, checked as a key's are (addresses or CIDR ranges, one to fifty). */
+function consoleNetworksOf(networks: string[] | undefined): string[] | undefined {
+  if (networks === undefined) return undefined;
+  try {
+    return checkNetworks(networks) ?? undefined;
+  } catch (error) {
+    if (error instanceof NetworkListError) throw new ConfigError(`invalid configuration key console.networks: ${error.message}`);
+    throw error;
+  }
+}
+
 /** The path every console's single sign-on callback has (see src/modules/console/index.ts). */
 export const ssoCallbackPath = "/console/api/sso/callback";
 
@@ -317,7 +329,7 @@ export function resolveConfig(file: unknown): Config {
   return {
     models,
     safety: resolveSafety(checked.safety),
-    console: { signUp: checked.console?.sign_up ?? true, sso: ssoOf(checked.console?.sso) },
+    console: { signUp: checked.console?.sign_up ?? true, sso: ssoOf(checked.console?.sso), networks: consoleNetworksOf(checked.console?.networks) },
     ledger: { retentionDays: checked.ledger?.retention_days },
     plans: plans.map((plan) => ({
       id: plan.id,

@@ -149,6 +149,8 @@ export const ConsoleConfigSchema = Type.Object(
     /** Whether anyone may sign up (their organization starts on the waitlist); false: operators create accounts. */
     sign_up: Type.Optional(Type.Boolean()),
     sso: Type.Optional(SsoConfigSchema),
+    /** The only networks (addresses, CIDR ranges) the console's pages and API answer; omitted: anywhere. */
+    networks: Type.Optional(Type.Array(Type.String())),
   },
   strict,
 );
@@ -263,6 +265,8 @@ export interface ConsoleConfig {
   signUp: boolean;
   /** Undefined: passwords (and console tokens) only. */
   sso: SsoConfig | undefined;
+  /** The only networks the console answers; undefined: anywhere. */
+  networks: string[] | undefined;
 }
 
 export interface SsoConfig {

@@ -134,7 +134,7 @@ export function createApp(deps: AppDependencies) {
     .use(modelRoutes(deps.models, deps.auth))
     .use(countTokensRoutes(deps.models, deps.auth, deps.maxBodyBytes))
     .use(embeddingsRoutes(deps.embeddings, deps.auth, { models: deps.models, maxBodyBytes: deps.maxBodyBytes, lifecycle: deps.lifecycle }))
-    .use(consolePageRoutes());
+    .use(consolePageRoutes(deps.console.service, deps.auth.addresses));
   // Read by Elysia's Bun adapter when the app listens: Bun's router takes these before Elysia's own.
   app.config.serve = {
     ...app.config.serve,

@@ -259,6 +259,6 @@ test("a model's upstream headers: names in lower case; the key's own header need
 });
 
 test("[console] sign_up: open unless set to false", () => {
-  expect(resolveConfig({}).console).toEqual({ signUp: true, sso: undefined });
-  expect(resolveConfig({ console: { sign_up: false } }).console).toEqual({ signUp: false, sso: undefined });
+  expect(resolveConfig({}).console).toEqual({ signUp: true, sso: undefined, networks: undefined });
+  expect(resolveConfig({ console: { sign_up: false } }).console).toEqual({ signUp: false, sso: undefined, networks: undefined });
 });

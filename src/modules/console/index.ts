@@ -24,6 +24,7 @@ import { consoleAssets } from "./page";
 import { reportCsv } from "../usage/report";
 import { requireSession, type ConsoleService } from "./service";
 import { flowLifetimeSeconds, SsoError } from "./sso";
+import { consoleNetworkCheck } from "./console-networks";
 
 const sessionCookie = "sluice_session";
 const flowCookie = "sluice_sso";
@@ -71,9 +72,14 @@ export const securityHeaders: Readonly<Record<string, string>> = {
  * SameSite=Strict cookie; every change also needs the session's CSRF token in `x-csrf-token`. Scripts use a console
  * token instead (`Authorization: Bearer sluice-console-…`), which acts as its account.
  */
-export const consoleRoutes = (service: ConsoleService, accounts: AccountService, addresses: ClientAddresses) =>
-  new Elysia({ name: "console" }).group("/console/api", (api) =>
+export const consoleRoutes = (service: ConsoleService, accounts: AccountService, addresses: ClientAddresses) => {
+  const fromConsoleNetworks = consoleNetworkCheck(() => service.consoleNetworks(), addresses);
+  return new Elysia({ name: "console" }).group("/console/api", (api) =>
     api
+      // First of all, before any session, token or password is looked at. A transform hook, which runs before the
+      // resolve below: a beforeHandle hook here would share its queue, and Elysia then ran the resolve for the routes
+      // above it too (sign-up and sign-in asked for a session).
+      .onTransform(({ request, server }) => fromConsoleNetworks(request, server))
       .get("/sign-up", () => service.signUpSetting())
       .post("/signup", async ({ request, server, set }) => {
         await service.signUp(await readConsoleBody(request, SignUpBody), addresses.of(request, server));
@@ -214,10 +220,16 @@ export const consoleRoutes = (service: ConsoleService, accounts: AccountService,
       })
       .get("/operator/models", ({ actor }) => service.listModels(actor)),
   );
+};
 
 /** The console's page and its bundle's files, at `/` and `/<file>`. */
-export const consolePageRoutes = () =>
-  new Elysia({ name: "console-page" }).get("/", () => assetResponse("/")).get("/:file", ({ params }) => assetResponse(`/${params.file}`));
+export const consolePageRoutes = (service: ConsoleService, addresses: ClientAddresses) => {
+  const fromConsoleNetworks = consoleNetworkCheck(() => service.consoleNetworks(), addresses);
+  return new Elysia({ name: "console-page" })
+    .onTransform(({ request, server }) => fromConsoleNetworks(request, server))
+    .get("/", () => assetResponse("/"))
+    .get("/:file", ({ params }) => assetResponse(`/${params.file}`));
+};
 
 async function assetResponse(path: string): Promise<Response> {
   const asset = (await consoleAssets()).get(path);

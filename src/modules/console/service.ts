@@ -53,6 +53,8 @@ export interface ConsoleDependencies {
   signUpOpen: () => boolean;
   /** The company's identity provider (`[console.sso]`), when one is set up. */
   singleSignOn?: () => SingleSignOn | undefined;
+  /** `[console] networks`: the only networks the console answers; undefined: anywhere. */
+  consoleNetworks?: () => readonly string[] | undefined;
 }
 
 /** Tokens per hour over the last day, by model and by key. */
@@ -136,6 +138,10 @@ export class ConsoleService {
 
   singleSignOn(): SingleSignOn | undefined {
     return this.deps.singleSignOn?.();
+  }
+
+  consoleNetworks(): readonly string[] | undefined {
+    return this.deps.consoleNetworks?.();
   }
 
   /**
