@@ -1,4 +1,4 @@
-import { Elysia } from "elysia";
+import { type Cookie, Elysia } from "elysia";
 import { SluiceError } from "../../errors";
 import type { ClientAddresses } from "../../http/client-address";
 import { bearerKey } from "../auth/index";
@@ -51,9 +51,16 @@ function redirectTo(set: Redirecting, location: string): string {
   return "";
 }
 
-/** Back to the console's sign-in page, which shows why single sign-on did not let the browser in. */
-function signInPageWith(set: Redirecting, reason: string): string {
-  return redirectTo(set, `/?sign_in_error=${encodeURIComponent(reason)}`);
+/** The cookie that tells the sign-in page why single sign-on did not let the browser in (read once, by `/sign-up`). */
+const signInErrorCookie = "sluice_sign_in_error";
+
+/**
+ * Back to the console's sign-in page, which shows why single sign-on did not let the browser in. The reason goes in a
+ * short-lived cookie rather than the address, so that a link from elsewhere cannot put words of its own on the page.
+ */
+function signInPageWith(set: Redirecting, cookie: Record<string, Cookie<unknown>>, request: Request, reason: string): string {
+  cookie[signInErrorCookie]?.set({ value: reason, httpOnly: true, sameSite: "lax", path: "/console/api", maxAge: 60, secure: isHttps(request) });
+  return redirectTo(set, "/");
 }
 
 /**
@@ -80,7 +87,13 @@ export const consoleRoutes = (service: ConsoleService, accounts: AccountService,
       // resolve below: a beforeHandle hook here would share its queue, and Elysia then ran the resolve for the routes
       // above it too (sign-up and sign-in asked for a session).
       .onTransform(({ request, server }) => fromConsoleNetworks(request, server))
-      .get("/sign-up", () => service.signUpSetting())
+      .get("/sign-up", ({ cookie, request }) => {
+        // The reason single sign-on just sent the browser back without a session, told to the page once.
+        const error = cookie[signInErrorCookie]?.value as string | undefined;
+        if (!error) return service.signUpSetting();
+        cookie[signInErrorCookie]?.set({ value: "", httpOnly: true, sameSite: "lax", path: "/console/api", maxAge: 0, secure: isHttps(request) });
+        return { ...service.signUpSetting(), error };
+      })
       .post("/signup", async ({ request, server, set }) => {
         await service.signUp(await readConsoleBody(request, SignUpBody), addresses.of(request, server));
         set.status = 201;
@@ -113,7 +126,7 @@ export const consoleRoutes = (service: ConsoleService, accounts: AccountService,
           });
           return redirectTo(set, location);
         } catch (error) {
-          if (error instanceof SsoError) return signInPageWith(set, error.message);
+          if (error instanceof SsoError) return signInPageWith(set, cookie, request, error.message);
           throw error;
         }
       })
@@ -132,9 +145,9 @@ export const consoleRoutes = (service: ConsoleService, accounts: AccountService,
         } catch (error) {
           if (error instanceof SsoError) {
             await accounts.ssoRefused(error.message, address);
-            return signInPageWith(set, error.message);
+            return signInPageWith(set, cookie, request, error.message);
           }
-          if (error instanceof SluiceError) return signInPageWith(set, error.message);
+          if (error instanceof SluiceError) return signInPageWith(set, cookie, request, error.message);
           throw error;
         }
       })

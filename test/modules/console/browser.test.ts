@@ -394,6 +394,14 @@ test("single sign-on through a provider of another site: the button, the provide
     await refused.getByRole("link", { name: "Continue as operator@example.com" }).click();
     await visible(refused.getByText("operator@example.com is not of a domain this console accepts (example.org)"));
     await visible(refused.getByRole("button", { name: "Sign in" }));
+    // A link cannot put words of its own on the sign-in page: the reason comes in a cookie the callback set, once.
+    await refused.reload();
+    await visible(refused.getByRole("button", { name: "Sign in" }));
+    expect(await refused.getByText("is not of a domain this console accepts").count()).toBe(0);
+    const forged = watchPolicy(await (await browser.newContext()).newPage());
+    await forged.goto(`${sluice.url}/?sign_in_error=${encodeURIComponent("Your account is locked: call 555-0100")}`);
+    await visible(forged.getByRole("button", { name: "Sign in" }));
+    expect(await forged.getByText("Your account is locked").count()).toBe(0);
 
     // Passwords off: the button is the only way in the page offers.
     await sluice.server.reconfigure(resolveConfig(withSso(["example.com"], false)), testActor);

@@ -59,18 +59,19 @@ function SignIn({ onSignedIn }: { onSignedIn: (me: Me) => void }) {
   const [passwords, setPasswords] = useState(true);
   useEffect(
     () =>
-      void api<{ open: boolean; sso: string | null; passwords: boolean }>("/sign-up").then(
+      void api<{ open: boolean; sso: string | null; passwords: boolean; error?: string }>("/sign-up").then(
         (setting) => {
           setSignUpOpen(setting.open);
           setSso(setting.sso);
           setPasswords(setting.passwords);
+          // Why single sign-on sent the browser back here without a session, if it just did (told once).
+          if (setting.error) setError(setting.error);
         },
         () => undefined,
       ),
     [],
   );
-  // Why single sign-on sent the browser back here without a session, if it did.
-  const [error, setError] = useState(() => new URLSearchParams(location.search).get("sign_in_error") ?? "");
+  const [error, setError] = useState("");
   const [notice, setNotice] = useState("");
   const submit = async (event: Event) => {
     event.preventDefault();
