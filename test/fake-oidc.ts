@@ -4,7 +4,17 @@
 // the token wrong in the ways a test needs.
 import { createHash } from "node:crypto";
 
-export type TokenMode = "ok" | "bad-signature" | "other-audience" | "other-issuer" | "expired" | "other-nonce" | "unknown-key" | "none-algorithm";
+export type TokenMode =
+  | "ok"
+  | "bad-signature"
+  | "other-audience"
+  | "other-issuer"
+  | "expired"
+  | "other-nonce"
+  | "unknown-key"
+  | "none-algorithm"
+  /** Says ES256 but names the RSA key: a token that picks a key of another kind. */
+  | "es256-with-rsa-key";
 
 export interface FakeOidc {
   /** The issuer: discovery is at `${issuer}/.well-known/openid-configuration`. */
@@ -14,6 +24,8 @@ export interface FakeOidc {
   /** Who the next authorization signs in. */
   user: { email: string; emailVerified?: boolean };
   mode: TokenMode;
+  /** How tokens are signed: with the RSA key (`key-1`) or the P-256 key (`ec-1`); both are published. */
+  algorithm: "RS256" | "ES256";
   /**
    * Whether the authorization shows a page with a "Continue" link back to the console, as a real provider's sign-in
    * page does, so that the browser's way back is a navigation from the provider's site (false: a redirect at once).
@@ -42,6 +54,9 @@ export async function startFakeOidc(host = "127.0.0.1"): Promise<FakeOidc> {
     ["sign", "verify"],
   )) as CryptoKeyPair;
   const publicJwk = { ...(await crypto.subtle.exportKey("jwk", keys.publicKey)), kid: "key-1", use: "sig", alg: "RS256" };
+  const curve = (await crypto.subtle.generateKey({ name: "ECDSA", namedCurve: "P-256" }, true, ["sign", "verify"])) as CryptoKeyPair;
+  const otherCurve = (await crypto.subtle.generateKey({ name: "ECDSA", namedCurve: "P-256" }, true, ["sign", "verify"])) as CryptoKeyPair;
+  const curveJwk = { ...(await crypto.subtle.exportKey("jwk", curve.publicKey)), kid: "ec-1", use: "sig", alg: "ES256" };
   /** code → what the token endpoint needs to answer it. */
   const codes = new Map<string, { nonce: string; challenge: string; redirectUri: string; user: FakeOidc["user"] }>();
   const state: FakeOidc = {
@@ -50,6 +65,7 @@ export async function startFakeOidc(host = "127.0.0.1"): Promise<FakeOidc> {
     clientSecret: "fake client secret",
     user: { email: "someone@example.com", emailVerified: true },
     mode: "ok",
+    algorithm: "RS256",
     consentPage: false,
     authorizations: [],
     tokenRequests: [],
@@ -58,6 +74,13 @@ export async function startFakeOidc(host = "127.0.0.1"): Promise<FakeOidc> {
 
   async function idToken(claims: Record<string, unknown>): Promise<string> {
     const mode = state.mode;
+    if (state.algorithm === "ES256" || mode === "es256-with-rsa-key") {
+      const header = { alg: "ES256", kid: mode === "es256-with-rsa-key" ? "key-1" : "ec-1", typ: "JWT" };
+      const input = `${base64url(JSON.stringify(header))}.${base64url(JSON.stringify(claims))}`;
+      const signer = mode === "bad-signature" ? otherCurve.privateKey : curve.privateKey;
+      const signature = await crypto.subtle.sign({ name: "ECDSA", hash: "SHA-256" }, signer, new TextEncoder().encode(input));
+      return `${input}.${base64url(signature)}`;
+    }
     const header = { alg: mode === "none-algorithm" ? "none" : "RS256", kid: mode === "unknown-key" ? "key-2" : "key-1", typ: "JWT" };
     const input = `${base64url(JSON.stringify(header))}.${base64url(JSON.stringify(claims))}`;
     if (mode === "none-algorithm") return `${input}.`;
@@ -78,10 +101,10 @@ export async function startFakeOidc(host = "127.0.0.1"): Promise<FakeOidc> {
             token_endpoint: `${state.issuer}/token`,
             jwks_uri: `${state.issuer}/jwks`,
             response_types_supported: ["code"],
-            id_token_signing_alg_values_supported: ["RS256"],
+            id_token_signing_alg_values_supported: ["RS256", "ES256"],
           });
         case "/jwks":
-          return Response.json({ keys: [publicJwk] });
+          return Response.json({ keys: [publicJwk, curveJwk] });
         case "/authorize": {
           state.authorizations.push(url.searchParams);
           const code = crypto.randomUUID();

@@ -1,5 +1,5 @@
 // Console sign-in through the company's identity provider (OpenID Connect: Okta, Entra ID, Google Workspace, Keycloak,
-// Authentik, Dex, ...): the authorization code flow with PKCE, a state and a nonce, the ID token's RS256 signature
+// Authentik, Dex, ...): the authorization code flow with PKCE, a state and a nonce, the ID token's RS256 or ES256 signature
 // checked against the provider's published keys (WebCrypto; no dependency). It tells who signed in, by a verified email;
 // which console account that is, and what it may do, stays the console's own business (see the routes).
 import { readSecret } from "../../config/secrets";
@@ -33,14 +33,40 @@ interface Discovery {
   jwks_uri: string;
 }
 
-/** The fields of a published RSA key (RFC 7517) that are read here. */
+/** The fields of a published key (RFC 7517) that are read here: RSA's n and e, or an elliptic curve's crv, x and y. */
 interface Jwk {
   kty?: string;
   kid?: string;
   use?: string;
   n?: string;
   e?: string;
+  crv?: string;
+  x?: string;
+  y?: string;
 }
+
+/**
+ * The ID token signatures taken (RFC 7518): RS256, every provider's default, and ES256 (Apple's, and an option at
+ * Auth0, Okta and Keycloak). Each names the key type it must be verified with, so a token cannot pick a key of
+ * another kind; anything else, `none` included, is refused.
+ */
+const signatures = {
+  RS256: {
+    kty: "RSA",
+    key: (jwk: Jwk): JsonWebKeyFields => ({ kty: "RSA", n: jwk.n, e: jwk.e }),
+    importAs: { name: "RSASSA-PKCS1-v1_5", hash: "SHA-256" },
+    verifyAs: { name: "RSASSA-PKCS1-v1_5" },
+  },
+  ES256: {
+    kty: "EC",
+    key: (jwk: Jwk): JsonWebKeyFields => ({ kty: "EC", crv: jwk.crv, x: jwk.x, y: jwk.y }),
+    importAs: { name: "ECDSA", namedCurve: "P-256" },
+    verifyAs: { name: "ECDSA", hash: "SHA-256" },
+  },
+} as const;
+
+/** What `crypto.subtle.importKey` takes as a JWK, of the fields above. */
+type JsonWebKeyFields = Pick<Jwk, "kty" | "n" | "e" | "crv" | "x" | "y">;
 
 /** How long the browser has between leaving for the provider and coming back (the flow cookie's lifetime). */
 export const flowLifetimeSeconds = 600;
@@ -157,31 +183,38 @@ export class SingleSignOn {
     return this.discovery;
   }
 
-  /** The token's claims, once its signature is the provider's: RS256 with one of its published keys. */
+  /** The token's claims, once its signature is the provider's: RS256 or ES256 with one of its published keys. */
   private async verify(token: string, discovery: Discovery, now: number): Promise<Record<string, unknown>> {
     const parts = token.split(".");
     if (parts.length !== 3) throw new SsoError("the ID token is not a signed JWT");
     const header = decodePart<{ alg?: unknown; kid?: unknown }>(parts[0], "header");
-    if (header.alg !== "RS256") throw new SsoError(`the ID token is signed with ${String(header.alg)}; RS256 is expected`);
+    const algorithm = header.alg === "RS256" || header.alg === "ES256" ? signatures[header.alg] : undefined;
+    if (!algorithm) throw new SsoError(`the ID token is signed with ${String(header.alg)}; RS256 or ES256 is expected`);
     const kid = typeof header.kid === "string" ? header.kid : undefined;
-    let jwk = this.keyFor(kid);
+    let jwk = this.keyFor(kid, algorithm.kty);
     if (!jwk && now - this.keysFetchedAt >= keysRefetchMs) {
       this.keys = (await providerJson<{ keys?: Jwk[] }>(discovery.jwks_uri)).keys ?? [];
       this.keysFetchedAt = now;
-      jwk = this.keyFor(kid);
+      jwk = this.keyFor(kid, algorithm.kty);
     }
     if (!jwk) throw new SsoError("the ID token is signed with a key the identity provider does not publish");
-    const key = await crypto.subtle.importKey("jwk", { kty: jwk.kty, n: jwk.n, e: jwk.e }, { name: "RSASSA-PKCS1-v1_5", hash: "SHA-256" }, false, ["verify"]);
+    let key: CryptoKey;
+    try {
+      key = await crypto.subtle.importKey("jwk", algorithm.key(jwk), algorithm.importAs, false, ["verify"]);
+    } catch {
+      throw new SsoError("the identity provider publishes a key that cannot be read");
+    }
     const signature = Buffer.from(parts[2] as string, "base64url");
     const signed = new TextEncoder().encode(`${parts[0]}.${parts[1]}`);
-    if (!(await crypto.subtle.verify("RSASSA-PKCS1-v1_5", key, signature, signed)))
+    if (!(await crypto.subtle.verify(algorithm.verifyAs, key, signature, signed)))
       throw new SsoError("the ID token's signature is not the identity provider's");
     return decodePart<Record<string, unknown>>(parts[1], "payload");
   }
 
-  private keyFor(kid: string | undefined): Jwk | undefined {
-    const rsa = this.keys.filter((key) => key.kty === "RSA" && (key.use === undefined || key.use === "sig"));
-    return kid === undefined ? (rsa.length === 1 ? rsa[0] : undefined) : rsa.find((key) => key.kid === kid);
+  /** The published signing key of this id and type; without an id, the only one of the type. */
+  private keyFor(kid: string | undefined, kty: string): Jwk | undefined {
+    const candidates = this.keys.filter((key) => key.kty === kty && (key.use === undefined || key.use === "sig"));
+    return kid === undefined ? (candidates.length === 1 ? candidates[0] : undefined) : candidates.find((key) => key.kid === kid);
   }
 
   /** The checks of OpenID Connect Core 3.1.3.7 that apply here, then the email and its domain. */

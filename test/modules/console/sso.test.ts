@@ -120,6 +120,21 @@ describe("single sign-on", () => {
     expect(signedIn?.changes).toMatchObject({ method: [null, "sso"] });
   });
 
+  test("a provider that signs with ES256 (P-256) is taken as well", async () => {
+    oidc.user = { email: "dana@example.com", emailVerified: true };
+    oidc.algorithm = "ES256";
+    try {
+      const landing = await signInThroughProvider();
+      expect(landing.session).toBeDefined();
+      // Signed with a curve key the provider does not hold: refused as any forged signature is.
+      oidc.mode = "bad-signature";
+      expect(errorShown(await signInThroughProvider())).toContain("signature is not the identity provider's");
+    } finally {
+      oidc.algorithm = "RS256";
+      oidc.mode = "ok";
+    }
+  });
+
   test("an operator signs in the same way, and sees the operator's pages", async () => {
     oidc.user = { email: "root@example.org" };
     const landing = await signInThroughProvider();
@@ -152,6 +167,7 @@ describe("single sign-on", () => {
       ["expired", "has expired"],
       ["other-nonce", "nonce differs"],
       ["none-algorithm", "signed with none"],
+      ["es256-with-rsa-key", "a key the identity provider does not publish"],
     ];
     for (const [mode, reason] of cases) {
       oidc.mode = mode;
