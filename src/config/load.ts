@@ -295,6 +295,7 @@ export function resolveConfig(file: unknown): Config {
       breakerFailures: model.breaker_failures ?? modelDefaults.breakerFailures,
       breakerCooldownMs: model.breaker_cooldown_ms ?? modelDefaults.breakerCooldownMs,
       healthCheckMs: model.health_check_ms ?? modelDefaults.healthCheckMs,
+      healthCheckPath: model.health_check_path,
       breakerFailureRate: model.breaker_failure_rate ?? modelDefaults.breakerFailureRate,
       breakerWindow: model.breaker_window ?? modelDefaults.breakerWindow,
       routing: model.routing ?? modelDefaults.routing,

@@ -63,6 +63,8 @@ export const ModelConfigSchema = Type.Object(
     breaker_cooldown_ms: Type.Optional(milliseconds(1)),
     /** How often a server out for failures in a row is asked whether it answers again (GET …/models); 0 = never. */
     health_check_ms: Type.Optional(milliseconds(0)),
+    /** What the health check asks for: a path from the server's root (vLLM's and SGLang's `/health`); omitted = …/models. */
+    health_check_path: Type.Optional(Type.String({ pattern: "^/[^\\s?#]*$", maxLength: 200 })),
     /** The share of a server's last `breaker_window` calls that, failed, takes it out while another server is up; 0 = never. */
     breaker_failure_rate: Type.Optional(Type.Number({ minimum: 0, maximum: 1 })),
     /** How many of a server's last calls `breaker_failure_rate` is judged over. */
@@ -225,6 +227,8 @@ export interface ModelConfig {
   breakerCooldownMs: number;
   /** How often a server out for failures in a row is asked whether it answers again; 0: never (see Endpoint). */
   healthCheckMs: number;
+  /** A path from each server's root that the health check asks for; undefined: `GET …/models` under base_url. */
+  healthCheckPath: string | undefined;
   /** 0: no server is taken out for its failure rate. */
   breakerFailureRate: number;
   breakerWindow: number;

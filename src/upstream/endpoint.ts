@@ -10,6 +10,13 @@ export function upstreamUrl(baseUrl: string, path: string): string {
   return url.href;
 }
 
+/** `path` from the server's root, with `baseUrl`'s host and query: where a health check asks (`/health`). */
+export function serverRootUrl(baseUrl: string, path: string): string {
+  const url = new URL(baseUrl);
+  url.pathname = path;
+  return url.href;
+}
+
 /**
  * The headers every call to a model's servers carries besides the request's own: the model's `headers`, and its key,
  * as `Authorization: Bearer …` or, when the model names `api_key_header` (Azure OpenAI's `api-key`), as that

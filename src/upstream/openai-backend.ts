@@ -1,5 +1,5 @@
 import { UpstreamError } from "../errors";
-import { upstreamUrl } from "./endpoint";
+import { serverRootUrl, upstreamUrl } from "./endpoint";
 import { clearDeadline, setDeadline } from "./deadlines";
 import { asksForCompletionTokens, errorFromFailure, errorFromStatus } from "./errors";
 import { contentOf, embeddingsOf, eventsOfChunk, finishReasonOf, reasoningOf, refusalOf, ToolCallNumbering, toolCallsOf, usageOf } from "./normalize";
@@ -62,7 +62,7 @@ export class OpenAIBackend implements Backend {
   private readonly url: string;
   private readonly embeddingsUrl: string;
   private readonly completionsUrl: string;
-  private readonly modelsUrl: string;
+  private readonly healthUrl: string;
   private readonly headers: Record<string, string>;
   /**
    * Learned from the upstream's own refusal (see asksForCompletionTokens): it takes the output limit only as
@@ -71,25 +71,29 @@ export class OpenAIBackend implements Backend {
    */
   private completionTokensOnly = false;
 
-  /** `access`: the key and the model's own headers (see accessHeaders). */
+  /**
+   * `access`: the key and the model's own headers (see accessHeaders). `healthCheckPath`: what `answers` asks for, from
+   * the server's root; undefined: `…/models` under the base URL.
+   */
   constructor(
     private readonly modelId: string,
     readonly baseUrl: string,
     access: Record<string, string> = {},
+    healthCheckPath?: string,
   ) {
     this.url = upstreamUrl(baseUrl, "/chat/completions");
     this.embeddingsUrl = upstreamUrl(baseUrl, "/embeddings");
     this.completionsUrl = upstreamUrl(baseUrl, "/completions");
-    this.modelsUrl = upstreamUrl(baseUrl, "/models");
+    this.healthUrl = healthCheckPath === undefined ? upstreamUrl(baseUrl, "/models") : serverRootUrl(baseUrl, healthCheckPath);
     // Uncompressed, and never decompressed here (see `send`): Bun's fetch asks for gzip, brotli and zstd by default
     // and inflates whatever comes, so 64 KB of an upstream's gzip became 64 MB in memory.
     this.headers = { ...access, "content-type": "application/json", accept: "application/json, text/event-stream", "accept-encoding": "identity" };
   }
 
-  /** Whether the server answers `GET …/models` with a 200 within `timeoutMs`: a health check, not a call. */
+  /** Whether the server answers `GET …/models` (or the model's health path) with a 200 within `timeoutMs`: a health check, not a call. */
   async answers(timeoutMs: number): Promise<boolean> {
     try {
-      const response = await fetch(this.modelsUrl, { headers: this.headers, signal: AbortSignal.timeout(timeoutMs), redirect: "manual", decompress: false });
+      const response = await fetch(this.healthUrl, { headers: this.headers, signal: AbortSignal.timeout(timeoutMs), redirect: "manual", decompress: false });
       await response.body?.cancel().catch(() => undefined);
       return response.status === 200;
     } catch {

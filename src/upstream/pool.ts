@@ -49,7 +49,9 @@ export class UpstreamPool implements Backend {
     private readonly clock: () => number = Date.now,
   ) {
     const anotherUp = (endpoint: Endpoint) => this.endpoints.some((other) => other !== endpoint && !other.tripped && other.openUntil <= this.clock());
-    this.endpoints = model.baseUrls.map((url) => new Endpoint(new OpenAIBackend(model.id, url, accessHeaders(model, apiKey)), model, clock, anotherUp));
+    this.endpoints = model.baseUrls.map(
+      (url) => new Endpoint(new OpenAIBackend(model.id, url, accessHeaders(model, apiKey), model.healthCheckPath), model, clock, anotherUp),
+    );
   }
 
   complete(request: BackendRequest): Promise<Completion> {

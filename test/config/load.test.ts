@@ -132,6 +132,8 @@ test("refused with the key named: addresses fetch cannot call, durations past a 
     [model({ breaker_window: 10.5 }), "models[0].breaker_window"],
     [model({ routing: "random" }), "models[0].routing"],
     [model({ affinity_slack: -1 }), "models[0].affinity_slack"],
+    [model({ health_check_path: "health" }), "models[0].health_check_path"],
+    [model({ health_check_path: "/health?ready=1" }), "models[0].health_check_path"],
     [model({ quota_weight: 0 }), "models[0].quota_weight"],
     [model({ quota_weight: -1 }), "models[0].quota_weight"],
     [model({ quota_weight: 1001 }), "models[0].quota_weight"],

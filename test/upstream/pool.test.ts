@@ -40,6 +40,7 @@ function model(baseUrls: string[]): ModelConfig {
     breakerCooldownMs: 60_000,
     // The pool's tests run on an injected clock: no health checks on the real one.
     healthCheckMs: 0,
+    healthCheckPath: undefined,
     breakerFailureRate: 0.5,
     breakerWindow: 20,
     routing: "least_busy",

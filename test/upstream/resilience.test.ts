@@ -406,6 +406,47 @@ describe("several upstreams per model", () => {
     }
   });
 
+  test("health_check_path: a server without …/models is asked for its own health route, from its root, with the base URL's query", async () => {
+    let down = true;
+    const asked: string[] = [];
+    const server = Bun.serve({
+      port: 0,
+      async fetch(request) {
+        const url = new URL(request.url);
+        if (request.method === "GET") {
+          asked.push(`${url.pathname}${url.search}`);
+          if (url.pathname !== "/health") return new Response("not found", { status: 404 });
+          return down ? new Response("loading", { status: 503 }) : new Response("ok");
+        }
+        await request.arrayBuffer();
+        if (down) return Response.json({ error: { message: "CUDA out of memory" } }, { status: 500 });
+        return Response.json(whole("usage-10-5", "back", null, { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15 }));
+      },
+    });
+    const model = {
+      id: "m",
+      backend: "openai",
+      base_url: `http://127.0.0.1:${server.port}/v1?deployment=blue`,
+      upstream_model: "usage-10-5",
+      breaker_failures: 1,
+      breaker_cooldown_ms: 60_000,
+      health_check_ms: 50,
+      health_check_path: "/health",
+    };
+    try {
+      await withModels([model], async (sluice) => {
+        expect((await sluice.post("/v1/chat/completions", { model: "m", messages })).status).toBe(502);
+        await eventually(() => asked.length >= 2);
+        down = false;
+        await eventually(() => sluice.server.models.servers()[0]?.servers[0]?.state === "probing", 2000);
+        expect((await sluice.post("/v1/chat/completions", { model: "m", messages })).status).toBe(200);
+        expect(new Set(asked)).toEqual(new Set(["/health?deployment=blue"]));
+      });
+    } finally {
+      server.stop(true);
+    }
+  });
+
   // A probe that succeeds and closes the breaker again: test/upstream/pool.test.ts, on an injected clock.
   test("a refused connection and an upstream time-out each count against the server: the next request finds the breaker open", async () => {
     await withModels(
