@@ -173,11 +173,14 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   registerQuotaGauges(metrics, { organizations: storage.organizations, keys: storage.keys, changes: storage.changes, plans, admission, clock });
   const keys = new KeyService(storage.keys, audit, storage.changes);
   const accounts = new AccountService(storage.accounts, audit);
-  // The console's single sign-on: made again when a reload changes [console.sso].
+  // The console's single sign-on: made again only when a reload changes [console.sso], so that the provider's
+  // discovery document and keys, fetched once, outlive the reloads that change something else.
   let sso: { config: SsoConfig | undefined; client: SingleSignOn | undefined } = { config: undefined, client: undefined };
   function singleSignOn(): SingleSignOn | undefined {
     const current = config.console.sso;
-    if (current !== sso.config) sso = { config: current, client: current && new SingleSignOn(ssoSettingsOf(current, options.environment)) };
+    if (current !== sso.config && !Bun.deepEquals(current, sso.config)) {
+      sso = { config: current, client: current && new SingleSignOn(ssoSettingsOf(current, options.environment)) };
+    }
     return sso.client;
   }
   const consoleService = new ConsoleService({

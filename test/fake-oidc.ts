@@ -31,6 +31,8 @@ export interface FakeOidc {
    * page does, so that the browser's way back is a navigation from the provider's site (false: a redirect at once).
    */
   consentPage: boolean;
+  /** How many times its discovery document was fetched. */
+  discoveries: number;
   /** The query of every authorization request, and the form of every token request. */
   authorizations: URLSearchParams[];
   tokenRequests: { form: URLSearchParams; authorization: string | null }[];
@@ -67,6 +69,7 @@ export async function startFakeOidc(host = "127.0.0.1"): Promise<FakeOidc> {
     mode: "ok",
     algorithm: "RS256",
     consentPage: false,
+    discoveries: 0,
     authorizations: [],
     tokenRequests: [],
     stop: async () => {},
@@ -95,6 +98,7 @@ export async function startFakeOidc(host = "127.0.0.1"): Promise<FakeOidc> {
       const url = new URL(request.url);
       switch (url.pathname) {
         case "/.well-known/openid-configuration":
+          state.discoveries++;
           return Response.json({
             issuer: state.issuer,
             authorization_endpoint: `${state.issuer}/authorize`,

@@ -204,18 +204,14 @@ function ssoOf(sso: SsoConfigFile | undefined): SsoConfig | undefined {
   if (new URL(sso.redirect_url).pathname !== ssoCallbackPath) {
     throw new ConfigError(`invalid configuration key console.sso.redirect_url: it must end in ${ssoCallbackPath}, the console's callback`);
   }
-  if (sso.client_secret_env !== undefined && sso.client_secret_file !== undefined) {
-    throw new ConfigError(
-      "invalid configuration key console.sso.client_secret_file: give console.sso.client_secret_env or console.sso.client_secret_file, not both",
-    );
-  }
-  if (sso.client_secret_env === undefined && sso.client_secret_file === undefined) {
+  const { apiKeyEnv, apiKeyFile } = keySource(sso.client_secret_env, sso.client_secret_file, "console.sso.client_secret");
+  if (apiKeyEnv === undefined && apiKeyFile === undefined) {
     throw new ConfigError("console.sso: client_secret_env or client_secret_file is required (the console is a confidential client)");
   }
   return {
     issuer: sso.issuer.replace(/\/+$/, ""),
     clientId: sso.client_id,
-    clientSecret: { env: sso.client_secret_env, file: sso.client_secret_file },
+    clientSecret: { env: apiKeyEnv, file: apiKeyFile },
     redirectUrl: sso.redirect_url,
     allowedDomains: (sso.allowed_domains ?? []).map((domain) => domain.toLowerCase()),
     label: sso.label ?? "Sign in with single sign-on",

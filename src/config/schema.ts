@@ -1,4 +1,5 @@
 import { Type, type Static } from "@sinclair/typebox";
+import type { SecretSource } from "./secrets";
 
 const strict = { additionalProperties: false } as const;
 
@@ -276,8 +277,8 @@ export interface ConsoleConfig {
 export interface SsoConfig {
   issuer: string;
   clientId: string;
-  /** Where the client secret is read from, at start and at every reload. */
-  clientSecret: { env: string | undefined; file: string | undefined };
+  /** Where the client secret is read from, at each sign-in. */
+  clientSecret: SecretSource;
   redirectUrl: string;
   /** Lower case; empty: any domain. */
   allowedDomains: string[];

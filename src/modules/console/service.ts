@@ -117,11 +117,10 @@ export function requireSession(actor: Actor): void {
 export class ConsoleService {
   constructor(private readonly deps: ConsoleDependencies) {}
 
-  /** Whether the sign-in page offers sign-up. */
   /** How the sign-in page may let people in: sign-up, the single sign-on button's text (null: none), passwords. */
   signUpSetting(): { open: boolean; sso: string | null; passwords: boolean } {
-    const sso = this.singleSignOn()?.settings;
-    return { open: this.deps.signUpOpen() && this.passwordsOn(), sso: sso?.label ?? null, passwords: sso?.passwords ?? true };
+    const passwords = this.passwordsOn();
+    return { open: this.deps.signUpOpen() && passwords, sso: this.singleSignOn()?.settings.label ?? null, passwords };
   }
 
   /** Whether passwords sign in and sign up: unless `[console.sso] passwords = false` makes single sign-on the only way. */
@@ -154,10 +153,9 @@ export class ConsoleService {
     if (joining !== undefined && !(await this.deps.accounts.findByEmail(email))) {
       const organization = await this.deps.organizations.findByName(joining);
       if (!organization) {
-        throw new SluiceError(
-          "not_signed_in",
-          `No console account for ${email}, and ${joining}, the organization new members join, does not exist: ask an operator.`,
-        );
+        const reason = `No console account for ${email}, and ${joining}, the organization new members join, does not exist: ask an operator.`;
+        await this.deps.accounts.ssoRefused(reason, address);
+        throw new SluiceError("not_signed_in", reason);
       }
       const actor: AuditActor = { kind: "console", name: email, address };
       await this.deps.accounts.createUser({ email, password: randomToken(32), role: "member", organizationId: organization.id }, actor);

@@ -135,10 +135,17 @@ describe("single sign-on", () => {
     }
   });
 
-  test("an operator signs in the same way, and sees the operator's pages", async () => {
+  test("an operator signs in the same way, and sees the operator's pages; a reload that leaves [console.sso] alone keeps what was fetched", async () => {
     oidc.user = { email: "root@example.org" };
+    const discovered = oidc.discoveries;
+    const redirectUrl = `${sluice.url}/console/api/sso/callback`;
+    await sluice.server.reconfigure(
+      resolveConfig(configFile(oidc.issuer, { allowed_domains: ["example.com", "Example.org"], redirect_url: redirectUrl })),
+      testActor,
+    );
     const landing = await signInThroughProvider();
     expect(landing.session).toBeDefined();
+    expect(oidc.discoveries).toBe(discovered);
     expect((await fetch(`${sluice.url}/console/api/operator/organizations`, { headers: { cookie: landing.session as string } })).status).toBe(200);
   });
 
@@ -279,6 +286,8 @@ describe("single sign-on", () => {
       oidc.user = { email: "another@example.com", emailVerified: true };
       expect(errorShown(await signInThroughProvider())).toContain("Ghost Co, the organization new members join, does not exist");
       expect(await sluice.accounts.findByEmail("another@example.com")).toBeUndefined();
+      const refusals = (await sluice.audit.list({ since: 0, limit: 50 })).filter((entry) => entry.action === "signin.failed");
+      expect(refusals.some((entry) => String(entry.changes?.reason?.[1]).includes("Ghost Co"))).toBe(true);
     } finally {
       await sluice.server.reconfigure(resolveConfig(configFile(oidc.issuer, settings)), testActor);
     }
